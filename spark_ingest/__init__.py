@@ -1,0 +1,1 @@
+"""wsn-edge Spark ingest: aggregates the gateway's landing zone."""
