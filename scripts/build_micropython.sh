@@ -18,7 +18,8 @@
 #   bash scripts/build_micropython.sh --refresh    # ask Debian again for the newest trixie source
 #   bash scripts/build_micropython.sh --force      # rebuild the firmware and the unix port
 #   bash scripts/build_micropython.sh --only qemu|unix32
-#   bash scripts/build_micropython.sh --print-key qemu   # print the firmware's cache key and exit
+#   bash scripts/build_micropython.sh --print-key qemu|qemu-64k   # print a firmware's cache key
+#   bash scripts/build_micropython.sh --print-frozen     # list the files frozen into the firmware
 # Environment: JOBS (make -j, default 2), WSN_MP_CACHE (cache dir, default .cache/micropython).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,13 +32,14 @@ FORCE=0
 ONLY=all
 PRINT_KEY=""
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --refresh) REFRESH=1 ;;
     --force) FORCE=1 ;;
     --only) shift; ONLY=${1:-}; case "$ONLY" in qemu|unix32) ;; *) echo "build_micropython.sh: --only takes qemu or unix32" >&2; exit 2 ;; esac ;;
     --print-key) shift; PRINT_KEY=${1:-qemu} ;;
+    --print-frozen) frozen_only=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "build_micropython.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -83,6 +85,7 @@ qemu_key() {  # qemu_key EXTRA-MAKE-ARGS...
     | sha256sum | cut -c1-16
 }
 
+if [ "${frozen_only:-0}" = 1 ]; then frozen_files; exit 0; fi
 if [ -n "$PRINT_KEY" ]; then
   VERSION=$(cat "$CACHE/current-version" 2>/dev/null || echo none)
   case "$PRINT_KEY" in

@@ -132,6 +132,8 @@ class QemuBoard:
                     self.pty = m.group(1).decode()
                     return self.pty
                 if self.proc.poll() is not None:
+                    if self._reader is not None:
+                        self._reader.join(timeout=5)  # the rest of its output, up to EOF
                     raise QemuError(
                         f"QEMU exited with status {self.proc.returncode} before opening its "
                         f"serial pty; its output:\n{self.output()}"
