@@ -1,0 +1,99 @@
+"""Compiling TopicExpressions and rendering topics for wsnt:Topic.
+
+A caller may rely on:
+
+* :func:`compile_expression` canonicalises the dialect (2004 URIs included),
+  strips surrounding white space of the text (xsd:token) and returns an
+  immutable compiled expression, or raises
+  :class:`TopicExpressionDialectUnknown` / :class:`InvalidTopicExpression`
+  with a precise reason;
+* :func:`parse_topic_expression_element` reads ``@Dialect`` (``@dialect`` of
+  the 2004 drafts as well) and the text of the element, and resolves prefixes
+  through the element's in-scope namespace declarations (WS-Topics 1.3 §8);
+* :func:`render_topic` gives text that every receiver implementing the
+  Concrete dialect understands (see its docstring).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from lxml import etree
+
+from .dialects import CONCRETE, SIMPLE, XPATH, canonical_dialect
+from .errors import InvalidTopicExpression
+from .expression import TopicExpression, clean_nsmap
+from .model import ConcreteTopic, split_step
+from .path import PathExpression
+from .xpath import XPathExpression
+
+
+def compile_expression(
+    dialect: str, text: str, nsmap: Mapping[str | None, str] | None = None
+) -> TopicExpression:
+    """Parse ``text`` of ``dialect`` once into a compiled expression; prefixes
+    resolve through ``nsmap`` (the default namespace, key None, is ignored:
+    unprefixed names are in the ad-hoc namespace, §10)."""
+    canon = canonical_dialect(dialect)
+    if not isinstance(text, str):
+        raise InvalidTopicExpression("a topic expression must be text")
+    text = text.strip()
+    ns = clean_nsmap(nsmap)
+    if canon == XPATH:
+        if not text:
+            raise InvalidTopicExpression("the XPath topic expression is empty")
+        return XPathExpression(text, ns)
+    return PathExpression(canon, text, ns)
+
+
+def parse_topic_expression_element(el: etree._Element) -> TopicExpression:
+    """Compile a ``wsnt:TopicExpression``/``wsnt:Topic``/``wsnt:Filter`` child
+    (any TopicExpressionType element): ``@Dialect`` + text content + the
+    element's in-scope namespaces (``el.nsmap``)."""
+    dialect = el.get("Dialect")
+    if dialect is None:
+        dialect = el.get("dialect")  # WS-Topics 2004 spelling
+    if dialect is None:
+        raise InvalidTopicExpression(
+            f"{etree.QName(el).localname} has no Dialect attribute (WS-Topics 1.3 §8)"
+        )
+    if len(el):
+        raise InvalidTopicExpression(
+            f"{etree.QName(el).localname} must contain only the expression text, found a "
+            f"child element {el[0].tag!r}"
+        )
+    return compile_expression(dialect, el.text or "", el.nsmap)
+
+
+def render_topic(topic: ConcreteTopic, dialect: str) -> tuple[str, str, dict[str, str]]:
+    """``(dialect_uri, text, {prefix: namespace})`` to put in the wsnt:Topic of
+    a Notify sent to a subscriber whose subscription used ``dialect``.
+
+    Simple when the subscriber used Simple and the topic is a root topic; the
+    Concrete dialect otherwise. Concrete text is valid Full and XPath text with
+    the same meaning (§8.3, §8.4), and the Concrete dialect is the one every
+    broker must accept (WS-BrokeredNotification), so Full and XPath subscribers
+    get Concrete too: it interoperates. Prefixes are ``tns``, ``tns1``, ... in
+    order along the path; ad-hoc roots (§10) are unprefixed.
+    """
+    canon = canonical_dialect(dialect)
+    prefixes: dict[str, str] = {}
+
+    def qname(ns: str, local: str) -> str:
+        if not ns:
+            return local
+        for p, u in prefixes.items():
+            if u == ns:
+                return f"{p}:{local}"
+        p = "tns" if not prefixes else f"tns{len(prefixes)}"
+        prefixes[p] = ns
+        return f"{p}:{local}"
+
+    parts = [qname(topic.namespace, topic.path[0])]
+    for step in topic.path[1:]:
+        sns, local = split_step(step)
+        parts.append(local if sns is None else qname(sns, local))
+    text = "/".join(parts)
+    if canon == SIMPLE and topic.is_root:
+        return SIMPLE, text, prefixes
+    return CONCRETE, text, prefixes

@@ -1,0 +1,283 @@
+"""SubscriptionIndex: which subscriptions select a notification's topic.
+
+WS-Topics 1.3 §9: the producer "MUST behave as if each subscription's
+TopicExpression is re-evaluated against the Topic Set as each message is
+processed". A caller may rely on: ``idx.match(topic)`` returns exactly the keys
+``k`` for which ``expr_k.matches(topic, ts)`` holds for the Topic Set as it is
+at the time of the call (grown topics included, alias rules of 2004 §8
+applied), and costs no XPath evaluation per message per subscription:
+
+* Simple, Concrete and wildcard-free operands of Full/XPath unions are kept in
+  a dict keyed by concrete topic: one lookup;
+* wildcard Full paths (and XPath texts that are plain location paths) are
+  compiled into a shared trie of name tests walked once along the topic's
+  path; identical expressions share their trie node. Full selection depends
+  only on the topic's path (see :mod:`.path`), so no cache is needed;
+* other XPath expressions are grouped by (text, prefixes); each group is
+  evaluated once per Topic Set version, lazily at the first match after a
+  change, into a topic -> groups map.
+
+``match`` of a topic that is not a member returns nothing: grow the set first
+(the broker does on Notify). A notification on an alias topic matches what
+its resolution matches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+from .aliases import resolve_topic
+from .expression import TopicExpression
+from .model import ConcreteTopic
+from .path import DOS, Branch, Name, PathExpression, topic_names
+from .topicset import TopicSet
+from .xpath import XPathExpression
+
+K = TypeVar("K", bound=Hashable)
+
+
+class _Node(Generic[K]):
+    """Trie node over tokens. ``dos`` marks a node reached by a DOS token: it
+    loops on any element name."""
+
+    __slots__ = ("anyname", "dos", "dos_child", "exact", "keys", "nswild")
+
+    def __init__(self, dos: bool = False) -> None:
+        self.dos = dos
+        self.exact: dict[Name, _Node[K]] = {}
+        self.nswild: dict[str, _Node[K]] = {}
+        self.anyname: _Node[K] | None = None
+        self.dos_child: _Node[K] | None = None
+        self.keys: set[K] = set()
+
+    def empty(self) -> bool:
+        return not (self.keys or self.exact or self.nswild or self.anyname or self.dos_child)
+
+
+class _Trie(Generic[K]):
+    def __init__(self) -> None:
+        self.root: _Node[K] = _Node()
+
+    def _step(self, node: _Node[K], tok: tuple[int, str | None, str | None],
+              create: bool) -> _Node[K] | None:
+        kind, ns, local = tok
+        if kind == DOS:
+            if node.dos_child is None and create:
+                node.dos_child = _Node(dos=True)
+            return node.dos_child
+        if ns is None:
+            if node.anyname is None and create:
+                node.anyname = _Node()
+            return node.anyname
+        if local is None:
+            nxt = node.nswild.get(ns)
+            if nxt is None and create:
+                nxt = node.nswild[ns] = _Node()
+            return nxt
+        nxt = node.exact.get((ns, local))
+        if nxt is None and create:
+            nxt = node.exact[(ns, local)] = _Node()
+        return nxt
+
+    def add(self, branch: Branch, key: K) -> None:
+        node = self.root
+        for tok in branch:
+            nxt = self._step(node, tok, True)
+            assert nxt is not None
+            node = nxt
+        node.keys.add(key)
+
+    def remove(self, branch: Branch, key: K) -> None:
+        trail: list[tuple[_Node[K], tuple[int, str | None, str | None]]] = []
+        node: _Node[K] | None = self.root
+        for tok in branch:
+            assert node is not None
+            trail.append((node, tok))
+            node = self._step(node, tok, False)
+            if node is None:
+                return
+        assert node is not None
+        node.keys.discard(key)
+        # prune empty nodes bottom-up
+        child = node
+        for parent, (kind, ns, local) in reversed(trail):
+            if not child.empty():
+                break
+            if kind == DOS:
+                parent.dos_child = None
+            elif ns is None:
+                parent.anyname = None
+            elif local is None:
+                del parent.nswild[ns]
+            else:
+                del parent.exact[(ns, local)]
+            child = parent
+
+    def match(self, names: tuple[Name, ...]) -> set[K]:
+        states: dict[int, _Node[K]] = {}
+
+        def add(n: _Node[K]) -> None:
+            while n is not None and id(n) not in states:
+                states[id(n)] = n
+                n = n.dos_child  # type: ignore[assignment]
+
+        add(self.root)
+        for name in names:
+            cur = list(states.values())
+            states = {}
+            for s in cur:
+                if s.dos:
+                    add(s)
+                c = s.exact.get(name)
+                if c is not None:
+                    add(c)
+                c = s.nswild.get(name[0])
+                if c is not None:
+                    add(c)
+                if s.anyname is not None:
+                    add(s.anyname)
+            if not states:
+                return set()
+        out: set[K] = set()
+        for s in states.values():
+            out |= s.keys
+        return out
+
+
+class _XGroup(Generic[K]):
+    __slots__ = ("expr", "keys")
+
+    def __init__(self, expr: XPathExpression) -> None:
+        self.expr = expr
+        self.keys: set[K] = set()
+
+
+class SubscriptionIndex(Generic[K]):
+    """Index of subscription keys by TopicExpression over one Topic Set."""
+
+    def __init__(self, ts: TopicSet) -> None:
+        self.ts = ts
+        self._exprs: dict[K, TopicExpression] = {}
+        self._concrete: dict[ConcreteTopic, set[K]] = {}
+        self._trie: _Trie[K] = _Trie()
+        self._xgroups: dict[tuple[str, tuple[tuple[str, str], ...]], _XGroup[K]] = {}
+        # XPath results of the current version: topic -> group ids
+        self._xver = -1
+        self._xmap: dict[ConcreteTopic, set[tuple[str, tuple[tuple[str, str], ...]]]] = {}
+        # alias support, per version: target topic -> alias topics resolving to it
+        self._aver = -1
+        self._amap: dict[ConcreteTopic, set[ConcreteTopic]] = {}
+
+    def __len__(self) -> int:
+        return len(self._exprs)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._exprs
+
+    def expression(self, key: K) -> TopicExpression | None:
+        return self._exprs.get(key)
+
+    @staticmethod
+    def _path_of(expr: TopicExpression) -> PathExpression | None:
+        if isinstance(expr, PathExpression):
+            return expr
+        if isinstance(expr, XPathExpression):
+            return expr.as_full
+        return None
+
+    def add(self, key: K, expr: TopicExpression) -> None:
+        """Register (or replace) subscription ``key`` with ``expr``."""
+        if key in self._exprs:
+            self.remove(key)
+        self._exprs[key] = expr
+        path = self._path_of(expr)
+        if path is not None:
+            for b, c in zip(path.branches, path.concrete, strict=True):
+                if c is not None:
+                    self._concrete.setdefault(c, set()).add(key)
+                else:
+                    self._trie.add(b, key)
+            return
+        assert isinstance(expr, XPathExpression)
+        gk = (expr.text, tuple(sorted(expr.nsmap.items())))
+        group = self._xgroups.get(gk)
+        if group is None:
+            group = self._xgroups[gk] = _XGroup(expr)
+            if self._xver == self.ts.version:
+                for t in expr.select(self.ts):
+                    self._xmap.setdefault(t, set()).add(gk)
+        group.keys.add(key)
+
+    def remove(self, key: K) -> None:
+        """Forget ``key``; unknown keys are ignored."""
+        expr = self._exprs.pop(key, None)
+        if expr is None:
+            return
+        path = self._path_of(expr)
+        if path is not None:
+            for b, c in zip(path.branches, path.concrete, strict=True):
+                if c is not None:
+                    keys = self._concrete.get(c)
+                    if keys is not None:
+                        keys.discard(key)
+                        if not keys:
+                            del self._concrete[c]
+                else:
+                    self._trie.remove(b, key)
+            return
+        assert isinstance(expr, XPathExpression)
+        gk = (expr.text, tuple(sorted(expr.nsmap.items())))
+        group = self._xgroups.get(gk)
+        if group is not None:
+            group.keys.discard(key)
+            if not group.keys:
+                del self._xgroups[gk]
+                for gks in self._xmap.values():
+                    gks.discard(gk)
+
+    def _refresh_xpath(self) -> None:
+        if self._xver == self.ts.version:
+            return
+        self._xmap = {}
+        for gk, group in self._xgroups.items():
+            for t in group.expr.select(self.ts):
+                self._xmap.setdefault(t, set()).add(gk)
+        self._xver = self.ts.version
+
+    def _refresh_aliases(self) -> None:
+        if self._aver == self.ts.version:
+            return
+        self._amap = {}
+        for a in self.ts.alias_topics():
+            for t in resolve_topic(a, self.ts):
+                self._amap.setdefault(t, set()).add(a)
+        self._aver = self.ts.version
+
+    def match(self, topic: ConcreteTopic) -> set[K]:
+        """Keys of the subscriptions that select ``topic`` (see module doc)."""
+        ts = self.ts
+        if ts.has_aliases and topic in ts.alias_topics():
+            out: set[K] = set()
+            for t in resolve_topic(topic, ts):
+                out |= self.match(t)
+            return out
+        if topic not in ts:
+            return set()
+        out = set(self._concrete.get(topic, ()))
+        if ts.has_aliases:
+            self._refresh_aliases()
+            for a in self._amap.get(topic, ()):
+                out |= self._concrete.get(a, set())
+        if self._trie.root.exact or self._trie.root.dos_child is not None:
+            out |= self._trie.match(topic_names(topic))
+        if self._xgroups:
+            self._refresh_xpath()
+            for gk in self._xmap.get(topic, ()):
+                out |= self._xgroups[gk].keys
+        return out
+
+    def demand(self, topic: ConcreteTopic) -> bool:
+        """True if at least one subscription selects ``topic`` (for
+        demand-based publishing)."""
+        return bool(self.match(topic))
