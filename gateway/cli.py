@@ -1,0 +1,214 @@
+"""`wsn-gateway` command line: parse options into a Config, run until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+from gateway.config import Config
+from gateway.xmlutil import parse_duration
+
+
+def _duration(text: str) -> timedelta | None:
+    """xsd:duration (PT30S), plain seconds (30), or 'none' for no limit/default."""
+    t = text.strip()
+    if t.lower() in ("none", "inf", "infinite"):
+        return None
+    try:
+        return timedelta(seconds=float(t))
+    except ValueError:
+        pass
+    try:
+        return parse_duration(t)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _seconds(text: str) -> float:
+    d = _duration(text)
+    if d is None:
+        raise argparse.ArgumentTypeError("a duration is required here")
+    return d.total_seconds()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="wsn-gateway",
+        description="WS-Notification broker (WS-BaseNotification/WS-BrokeredNotification 1.3) "
+        "with durable state and a JSON-lines landing zone.",
+    )
+    a = p.add_argument
+    a("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    a("--port", type=int, default=8080, help="listen port; 0 picks a free one (default 8080)")
+    a("--data-dir", type=Path, default=Path("./var"), help="state and landing zone (default ./var)")
+    a("--public-url", help="base URL used in EPRs (default http://HOST:PORT)")
+    a(
+        "--topic-namespace",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="load a wstop:TopicNamespace document (repeatable)",
+    )
+    a(
+        "--fixed-topic-set",
+        action="store_true",
+        help="the loaded namespaces are the whole topic set: no growth (FixedTopicSet=true)",
+    )
+    a(
+        "--requires-registration",
+        action="store_true",
+        help="Notify only from registered publishers (br:RequiresRegistration=true)",
+    )
+    g = p.add_argument_group("limits")
+    g.add_argument("--max-request-bytes", type=int, default=1024 * 1024)
+    g.add_argument("--max-subscriptions", type=int, default=10_000)
+    g.add_argument("--max-pullpoints", type=int, default=1_000)
+    g.add_argument("--max-registrations", type=int, default=10_000)
+    g.add_argument(
+        "--pullpoint-max-messages",
+        type=int,
+        default=10_000,
+        help="per pull point; the oldest are dropped beyond",
+    )
+    g.add_argument(
+        "--max-backlog",
+        type=int,
+        default=1_000,
+        help="undelivered messages per subscription; the oldest are dropped beyond",
+    )
+    g.add_argument(
+        "--default-termination",
+        type=_duration,
+        default=timedelta(hours=1),
+        help="subscription lifetime when Subscribe gives none (default PT1H; 'none' = no expiry)",
+    )
+    g.add_argument(
+        "--max-termination",
+        type=_duration,
+        default=timedelta(days=1),
+        help="longest lifetime granted (default P1D; 'none' = unlimited, nil accepted)",
+    )
+    g.add_argument("--min-termination", type=_duration, default=timedelta(seconds=1))
+    g.add_argument("--registration-default-termination", type=_duration, default=timedelta(hours=1))
+    g.add_argument("--max-wait", type=_seconds, default=60.0, help="cap of edge:Wait long polls")
+    d = p.add_argument_group("delivery")
+    d.add_argument("--delivery-timeout", type=_seconds, default=10.0)
+    d.add_argument("--delivery-batch", type=int, default=100)
+    d.add_argument("--backoff-initial", type=_seconds, default=0.5)
+    d.add_argument("--backoff-max", type=_seconds, default=60.0)
+    d.add_argument(
+        "--consumer-dead-after",
+        type=_seconds,
+        default=3600.0,
+        help="continuous failure after which a subscription is ended",
+    )
+    d.add_argument("--no-raw-delivery", action="store_true", help="refuse wsnt:UseRaw")
+    d.add_argument("--no-wrapped-delivery", action="store_true", help="require wsnt:UseRaw")
+    d.add_argument(
+        "--allow-consumer",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="allow consumer URLs matching this fnmatch pattern (repeatable)",
+    )
+    d.add_argument(
+        "--no-loopback-consumers",
+        action="store_true",
+        help="do not allow loopback consumers by default",
+    )
+    s = p.add_argument_group("credentials (management operations)")
+    s.add_argument("--auth-user")
+    s.add_argument("--auth-password", help="or env WSN_GATEWAY_PASSWORD")
+    s.add_argument("--auth-token", help="bearer token, or env WSN_GATEWAY_TOKEN")
+    st = p.add_argument_group("storage and landing zone")
+    st.add_argument("--sqlite-synchronous", choices=["FULL", "NORMAL", "EXTRA"], default="FULL")
+    st.add_argument("--sqlite-busy-timeout-ms", type=int, default=5000)
+    st.add_argument("--landing-max-bytes", type=int, default=64 * 1024 * 1024)
+    st.add_argument("--landing-max-age", type=_seconds, default=60.0)
+    st.add_argument("--no-landing", action="store_true", help="do not write the landing zone")
+    p.add_argument("--sweep-interval", type=_seconds, default=1.0, help=argparse.SUPPRESS)
+    p.add_argument("--log-level", default="WARNING")
+    return p
+
+
+def config_from_args(ns: argparse.Namespace) -> Config:
+    return Config(
+        data_dir=ns.data_dir,
+        host=ns.host,
+        port=ns.port,
+        public_url=ns.public_url,
+        topic_namespace_files=list(ns.topic_namespace),
+        fixed_topic_set=ns.fixed_topic_set,
+        requires_registration=ns.requires_registration,
+        max_request_bytes=ns.max_request_bytes,
+        max_subscriptions=ns.max_subscriptions,
+        max_pullpoints=ns.max_pullpoints,
+        max_registrations=ns.max_registrations,
+        pullpoint_max_messages=ns.pullpoint_max_messages,
+        max_backlog=ns.max_backlog,
+        default_termination=ns.default_termination,
+        max_termination=ns.max_termination,
+        min_termination=ns.min_termination or timedelta(0),
+        registration_default_termination=ns.registration_default_termination,
+        max_wait=ns.max_wait,
+        delivery_timeout=ns.delivery_timeout,
+        delivery_batch=ns.delivery_batch,
+        backoff_initial=ns.backoff_initial,
+        backoff_max=ns.backoff_max,
+        consumer_dead_after=ns.consumer_dead_after,
+        raw_delivery=not ns.no_raw_delivery,
+        wrapped_delivery=not ns.no_wrapped_delivery,
+        consumer_allow=list(ns.allow_consumer),
+        allow_loopback=not ns.no_loopback_consumers,
+        auth_user=ns.auth_user,
+        auth_password=ns.auth_password or os.environ.get("WSN_GATEWAY_PASSWORD"),
+        auth_token=ns.auth_token or os.environ.get("WSN_GATEWAY_TOKEN"),
+        sqlite_synchronous=ns.sqlite_synchronous,
+        sqlite_busy_timeout_ms=ns.sqlite_busy_timeout_ms,
+        landing_max_bytes=ns.landing_max_bytes,
+        landing_max_age=ns.landing_max_age,
+        landing_enabled=not ns.no_landing,
+        sweep_interval=ns.sweep_interval,
+    )
+
+
+async def _run(cfg: Config) -> None:
+    from gateway import http
+
+    running = await http.start(cfg)
+    print(f"wsn-gateway listening on {running.url}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await running.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    cfg = config_from_args(args)
+    try:
+        asyncio.run(_run(cfg))
+    except OSError as e:
+        print(f"wsn-gateway: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # e.g. a bad topic namespace file
+        print(f"wsn-gateway: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    return 0

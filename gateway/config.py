@@ -1,0 +1,85 @@
+"""Broker configuration (every CLI option of `wsn-gateway` has a field here)."""
+
+from __future__ import annotations
+
+import fnmatch
+import ipaddress
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import urlsplit
+
+
+@dataclass
+class Config:
+    data_dir: Path = Path("./var")
+    host: str = "127.0.0.1"
+    port: int = 8080
+    #: base URL used in EPRs; default http://<host>:<bound port>
+    public_url: str | None = None
+    topic_namespace_files: list[Path] = field(default_factory=list)
+    fixed_topic_set: bool = False
+    requires_registration: bool = False
+    # -- limits --
+    max_request_bytes: int = 1024 * 1024
+    max_subscriptions: int = 10_000
+    max_pullpoints: int = 1_000
+    max_registrations: int = 10_000
+    pullpoint_max_messages: int = 10_000
+    max_backlog: int = 1_000  # per subscription, drop-oldest beyond
+    default_termination: timedelta | None = timedelta(hours=1)
+    max_termination: timedelta | None = timedelta(days=1)
+    min_termination: timedelta = timedelta(seconds=1)
+    registration_default_termination: timedelta | None = timedelta(hours=1)
+    max_wait: float = 60.0  # cap of edge:Wait on GetMessages
+    # -- delivery --
+    delivery_timeout: float = 10.0
+    delivery_batch: int = 100
+    backoff_initial: float = 0.5
+    backoff_max: float = 60.0
+    consumer_dead_after: float = 3600.0  # seconds of continuous failure -> subscription ends
+    raw_delivery: bool = True
+    wrapped_delivery: bool = True
+    # -- consumer address policy (fnmatch patterns on the URL) --
+    consumer_allow: list[str] = field(default_factory=list)
+    allow_loopback: bool = True
+    # -- credentials for management operations --
+    auth_user: str | None = None
+    auth_password: str | None = None
+    auth_token: str | None = None
+    # -- storage / landing --
+    sqlite_synchronous: str = "FULL"
+    sqlite_busy_timeout_ms: int = 5000
+    landing_max_bytes: int = 64 * 1024 * 1024
+    landing_max_age: float = 60.0
+    landing_enabled: bool = True
+    sweep_interval: float = 1.0
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.auth_token or (self.auth_user and self.auth_password is not None))
+
+    def consumer_allowed(self, address: str) -> str | None:
+        """None if the broker may send to `address`, else the reason it may not."""
+        try:
+            parts = urlsplit(address)
+        except ValueError:
+            return f"consumer address {address!r} is not a URL"
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return f"consumer address {address!r} is not an http(s) URL"
+        for pat in self.consumer_allow:
+            if fnmatch.fnmatchcase(address, pat):
+                return None
+        host = parts.hostname
+        if self.allow_loopback:
+            if host == "localhost":
+                return None
+            try:
+                if ipaddress.ip_address(host).is_loopback:
+                    return None
+            except ValueError:
+                pass
+        return (
+            f"consumer address {address!r} is not allowed by the broker's consumer-address "
+            "policy (loopback only by default; the operator can add --allow-consumer PATTERN)"
+        )

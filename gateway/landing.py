@@ -1,0 +1,211 @@
+"""Landing zone for Spark (design.md "Landing zone"): every accepted notification as one
+JSON line under <data-dir>/landing/.
+
+Files are written as hidden `.landing-<UTC>-<seq>.jsonl.tmp`, fsynced after every batch and
+renamed to `landing-<UTC yyyymmddTHHMMSS>-<seq>.jsonl` when they reach --landing-max-bytes
+or --landing-max-age (or on shutdown), so a reader only ever sees complete files.
+
+Exactly once: lines first enter a SQLite outbox in the same transaction that accepts the
+Notify; this writer appends them, fsyncs, then deletes them from the outbox. After a crash,
+`recover()` cuts a torn last line from a leftover temporary file, removes the ids it holds
+from the outbox (they are already on disk) and publishes the file; what is left in the
+outbox is written again. No line is lost or written twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO
+
+from lxml import etree
+
+from gateway.storage import Storage
+from gateway.xmlutil import Element, format_datetime
+
+log = logging.getLogger("gateway.landing")
+
+_NAME_RE = re.compile(r"^\.?landing-(\d{8}T\d{6})-(\d+)\.jsonl(\.tmp)?$")
+
+
+def record(
+    msg_id: str,
+    received_at: datetime,
+    producer: str | None,
+    topic_ns: str | None,
+    topic_path: str | None,
+    payload: Element,
+) -> str:
+    """One landing line (design.md table), without the trailing newline."""
+    qn = etree.QName(payload)
+    fields: dict[str, str] = {}
+    for el in payload.iter():
+        if not isinstance(el.tag, str):
+            continue
+        for k, v in el.attrib.items():
+            fields.setdefault(etree.QName(k).localname, str(v))
+        if len(el) == 0 and el is not payload:
+            fields.setdefault(etree.QName(el).localname, (el.text or "").strip())
+    if len(payload) == 0 and (payload.text or "").strip():
+        fields.setdefault(qn.localname, (payload.text or "").strip())
+    obj = {
+        "id": msg_id,
+        "received_at": received_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "producer": producer,
+        "topic_namespace": topic_ns,
+        "topic_path": topic_path,
+        "message_type": f"{{{qn.namespace}}}{qn.localname}" if qn.namespace else qn.localname,
+        "fields": fields,
+        "payload": etree.tostring(payload, encoding="unicode", with_tail=False),
+    }
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+class LandingWriter:
+    def __init__(
+        self,
+        directory: Path,
+        storage: Storage,
+        max_bytes: int = 64 * 1024 * 1024,
+        max_age: float = 60.0,
+    ) -> None:
+        self.dir = directory
+        self.storage = storage
+        self.max_bytes = max_bytes
+        self.max_age = max_age
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._fh: IO[bytes] | None = None
+        self._tmp: Path | None = None
+        self._final: Path | None = None
+        self._opened_at = 0.0
+        self._size = 0
+        self._seq = 0
+        self.lines_written = 0
+
+    # ---- start / stop ----
+    def recover(self) -> None:
+        """Publish temporary files a crash left behind (see module docstring)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for p in self.dir.iterdir():
+            m = _NAME_RE.match(p.name)
+            if m:
+                self._seq = max(self._seq, int(m.group(2)))
+        for p in sorted(self.dir.glob(".landing-*.jsonl.tmp")):
+            data = p.read_bytes()
+            cut = data.rfind(b"\n") + 1
+            good = data[:cut]
+            ids = []
+            for line in good.splitlines():
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    ids.append(json.loads(line)["id"])
+            if cut != len(data):
+                with open(p, "r+b") as fh:
+                    fh.truncate(cut)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            if ids:
+                self.storage.landing_forget_ids_sync(ids)
+            if good:
+                final = self.dir / p.name[1:].removesuffix(".tmp")
+                os.replace(p, final)
+            else:
+                p.unlink()
+        self._fsync_dir()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="landing-writer")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        with contextlib.suppress(Exception):
+            await self.flush()
+        self._rotate()
+
+    def kick(self) -> None:
+        self._wake.set()
+
+    # ---- writing ----
+    async def _run(self) -> None:
+        tick = max(0.05, min(1.0, self.max_age / 4))
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), tick)
+            self._wake.clear()
+            try:
+                await self.flush()
+            except Exception:  # keep the writer alive; lines stay in the outbox
+                log.exception("landing flush failed; will retry")
+                await asyncio.sleep(tick)
+            if self._fh is not None and time.time() - self._opened_at >= self.max_age:
+                self._rotate()
+
+    async def flush(self) -> None:
+        while True:
+            rows = await self.storage.landing_pending(2000)
+            if not rows:
+                return
+            data = b"".join(r[2].encode() + b"\n" for r in rows)
+            await asyncio.get_running_loop().run_in_executor(None, self._append, data)
+            await self.storage.landing_done(rows[-1][0])
+            self.lines_written += len(rows)
+            if self._size >= self.max_bytes:
+                self._rotate()
+            if len(rows) < 2000:
+                return
+
+    def _append(self, data: bytes) -> None:
+        if self._fh is None:
+            self._open()
+        assert self._fh is not None
+        self._fh.write(data)
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._size += len(data)
+
+    def _open(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        while True:
+            self._seq += 1
+            name = f"landing-{stamp}-{self._seq:06d}.jsonl"
+            if not (self.dir / name).exists() and not (self.dir / f".{name}.tmp").exists():
+                break
+        self._final = self.dir / name
+        self._tmp = self.dir / f".{name}.tmp"
+        self._fh = open(self._tmp, "ab")  # noqa: SIM115 - kept open across batches
+        self._opened_at = time.time()
+        self._size = 0
+
+    def _rotate(self) -> None:
+        if self._fh is None or self._tmp is None or self._final is None:
+            return
+        self._fh.close()
+        self._fh = None
+        if self._size:
+            os.replace(self._tmp, self._final)
+        else:
+            self._tmp.unlink(missing_ok=True)
+        self._fsync_dir()
+
+    def _fsync_dir(self) -> None:
+        with contextlib.suppress(OSError):
+            fd = os.open(self.dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def describe(self) -> str:
+        return format_datetime(datetime.now(UTC))

@@ -1,0 +1,381 @@
+"""Durable state of the broker in one SQLite database (WAL) under --data-dir.
+
+Everything the broker must not forget lives here: subscriptions, pending deliveries,
+pull points and their messages, publisher registrations, current messages, grown topics
+and the landing-zone outbox. Protocol modules never touch SQL; they call these methods.
+
+Threading: one connection, used only by one dedicated writer thread. Every public
+coroutine runs one small transaction on that thread, so the event loop never blocks on
+SQLite and writes are serialized without lock contention inside the process.
+
+Durability: journal_mode=WAL with synchronous=FULL (default): a COMMIT returns only after
+the WAL is fsynced, so anything the broker acknowledged survives kill -9 and power loss.
+`synchronous="NORMAL"` is offered as an option: with WAL it survives a process crash
+(kill -9: the WAL is in the OS page cache) but may lose the last commits on power loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS subscriptions(
+  id TEXT PRIMARY KEY, consumer TEXT NOT NULL, filter TEXT, policy TEXT,
+  raw INTEGER NOT NULL, created REAL NOT NULL, termination REAL, paused INTEGER NOT NULL,
+  pullpoint TEXT, dialect TEXT, soap TEXT);
+CREATE TABLE IF NOT EXISTS deliveries(
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, sub_id TEXT NOT NULL, xml TEXT NOT NULL,
+  created REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS deliveries_sub ON deliveries(sub_id, seq);
+CREATE TABLE IF NOT EXISTS pullpoints(id TEXT PRIMARY KEY, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS pp_messages(
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, pp_id TEXT NOT NULL, xml TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS pp_messages_pp ON pp_messages(pp_id, seq);
+CREATE TABLE IF NOT EXISTS registrations(
+  id TEXT PRIMARY KEY, publisher TEXT, topics TEXT NOT NULL, demand INTEGER NOT NULL,
+  created REAL NOT NULL, termination REAL, device_id TEXT);
+CREATE TABLE IF NOT EXISTS current_messages(
+  topic_ns TEXT NOT NULL, topic_path TEXT NOT NULL, xml TEXT NOT NULL,
+  PRIMARY KEY(topic_ns, topic_path));
+CREATE TABLE IF NOT EXISTS grown_topics(
+  topic_ns TEXT NOT NULL, topic_path TEXT NOT NULL, PRIMARY KEY(topic_ns, topic_path));
+CREATE TABLE IF NOT EXISTS landing_outbox(
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, msg_id TEXT NOT NULL, line TEXT NOT NULL);
+"""
+
+
+class StorageError(Exception):
+    """A storage operation failed (disk full, database locked...); str(e) says why."""
+
+
+@dataclass
+class SubscriptionRow:
+    id: str
+    consumer: str
+    filter: str | None
+    policy: str | None
+    raw: bool
+    created: float
+    termination: float | None
+    paused: bool
+    pullpoint: str | None
+    dialect: str | None
+    soap: str | None = None
+
+
+@dataclass
+class RegistrationRow:
+    id: str
+    publisher: str | None
+    topics: str  # JSON
+    demand: bool
+    created: float
+    termination: float | None
+    device_id: str | None
+
+
+@dataclass
+class AcceptBatch:
+    """Everything one accepted Notify changes, committed in one transaction."""
+
+    grown: list[tuple[str, str]] = field(default_factory=list)
+    current: list[tuple[str, str, str]] = field(default_factory=list)
+    deliveries: list[tuple[str, str]] = field(default_factory=list)  # (sub_id, xml)
+    drop_deliveries: list[int] = field(default_factory=list)
+    pp_messages: list[tuple[str, str]] = field(default_factory=list)  # (pp_id, xml)
+    pp_limit: int = 0  # keep at most this many per pull point touched (drop oldest)
+    landing: list[tuple[str, str]] = field(default_factory=list)  # (msg_id, json line)
+
+
+@dataclass
+class AcceptResult:
+    delivery_seqs: list[int]
+    pp_dropped: dict[str, int]
+
+
+@dataclass
+class Snapshot:
+    subscriptions: list[SubscriptionRow]
+    deliveries: list[tuple[int, str, str]]  # (seq, sub_id, xml)
+    pullpoints: list[tuple[str, float, int]]  # (id, created, queued count)
+    registrations: list[RegistrationRow]
+    current: list[tuple[str, str, str]]
+    grown: list[tuple[str, str]]
+
+
+class Storage:
+    def __init__(self, path: Path, synchronous: str = "FULL", busy_timeout_ms: int = 5000):
+        self.path = path
+        self.synchronous = synchronous.upper()
+        if self.synchronous not in ("FULL", "NORMAL", "EXTRA"):
+            raise ValueError("synchronous must be FULL, NORMAL or EXTRA")
+        self.busy_timeout_ms = busy_timeout_ms
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wsn-sqlite")
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        #: cumulative seconds spent inside SQLite (for benchmarks)
+        self.busy_seconds = 0.0
+        self.transactions = 0
+
+    # ---- lifecycle ----
+    def open(self) -> None:
+        self._executor.submit(self._open).result()
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            str(self.path), isolation_level=None, check_same_thread=False, timeout=0
+        )
+        conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        conn.execute("PRAGMA foreign_keys=OFF")
+        conn.executescript(SCHEMA)
+        self._conn = conn
+
+    def close(self) -> None:
+        def _close() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        self._executor.submit(_close).result()
+        self._executor.shutdown(wait=True)
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._tx, fn)
+
+    def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._conn
+        if conn is None:
+            raise StorageError("storage is closed")
+        t0 = time.perf_counter()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                out = fn(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as e:
+            raise StorageError(f"storage failure: {e}") from e
+        finally:
+            self.busy_seconds += time.perf_counter() - t0
+            self.transactions += 1
+        return out
+
+    # ---- load everything at start ----
+    def load(self) -> Snapshot:
+        return self._executor.submit(self._tx, self._load).result()
+
+    @staticmethod
+    def _load(c: sqlite3.Connection) -> Snapshot:
+        subs = [
+            SubscriptionRow(
+                r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], bool(r[7]), r[8], r[9], r[10]
+            )
+            for r in c.execute(
+                "SELECT id, consumer, filter, policy, raw, created, termination, paused,"
+                " pullpoint, dialect, soap FROM subscriptions ORDER BY created"
+            )
+        ]
+        dels = [
+            (r[0], r[1], r[2])
+            for r in c.execute("SELECT seq, sub_id, xml FROM deliveries ORDER BY seq")
+        ]
+        pps = [
+            (r[0], r[1], r[2])
+            for r in c.execute(
+                "SELECT p.id, p.created, (SELECT count(*) FROM pp_messages m WHERE m.pp_id=p.id)"
+                " FROM pullpoints p"
+            )
+        ]
+        regs = [
+            RegistrationRow(r[0], r[1], r[2], bool(r[3]), r[4], r[5], r[6])
+            for r in c.execute(
+                "SELECT id, publisher, topics, demand, created, termination, device_id"
+                " FROM registrations ORDER BY created"
+            )
+        ]
+        cur = [(r[0], r[1], r[2]) for r in c.execute("SELECT * FROM current_messages")]
+        grown = [(r[0], r[1]) for r in c.execute("SELECT * FROM grown_topics ORDER BY rowid")]
+        return Snapshot(subs, dels, pps, regs, cur, grown)
+
+    # ---- subscriptions ----
+    async def add_subscription(self, s: SubscriptionRow) -> None:
+        def fn(c: sqlite3.Connection) -> None:
+            c.execute(
+                "INSERT INTO subscriptions VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    s.id,
+                    s.consumer,
+                    s.filter,
+                    s.policy,
+                    int(s.raw),
+                    s.created,
+                    s.termination,
+                    int(s.paused),
+                    s.pullpoint,
+                    s.dialect,
+                    s.soap,
+                ),
+            )
+
+        await self._run(fn)
+
+    async def delete_subscriptions(self, ids: Sequence[str]) -> None:
+        def fn(c: sqlite3.Connection) -> None:
+            for i in ids:
+                c.execute("DELETE FROM subscriptions WHERE id=?", (i,))
+                c.execute("DELETE FROM deliveries WHERE sub_id=?", (i,))
+
+        await self._run(fn)
+
+    async def update_subscription(self, sub_id: str, **cols: Any) -> None:
+        allowed = {"termination", "paused"}
+        if not cols or set(cols) - allowed:
+            raise ValueError(f"can only update {allowed}")
+        assigns = ", ".join(f"{k}=?" for k in cols)
+        vals = [int(v) if isinstance(v, bool) else v for v in cols.values()]
+
+        def fn(c: sqlite3.Connection) -> None:
+            c.execute(f"UPDATE subscriptions SET {assigns} WHERE id=?", (*vals, sub_id))
+
+        await self._run(fn)
+
+    # ---- Notify ----
+    async def accept(self, b: AcceptBatch) -> AcceptResult:
+        def fn(c: sqlite3.Connection) -> AcceptResult:
+            if b.grown:
+                c.executemany("INSERT OR IGNORE INTO grown_topics VALUES (?,?)", b.grown)
+            if b.current:
+                c.executemany("INSERT OR REPLACE INTO current_messages VALUES (?,?,?)", b.current)
+            now = time.time()
+            seqs: list[int] = []
+            for sub_id, xml in b.deliveries:
+                cur = c.execute(
+                    "INSERT INTO deliveries(sub_id, xml, created) VALUES (?,?,?)",
+                    (sub_id, xml, now),
+                )
+                seqs.append(int(cur.lastrowid or 0))
+            if b.drop_deliveries:
+                c.executemany(
+                    "DELETE FROM deliveries WHERE seq=?", [(s,) for s in b.drop_deliveries]
+                )
+            dropped: dict[str, int] = {}
+            if b.pp_messages:
+                c.executemany("INSERT INTO pp_messages(pp_id, xml) VALUES (?,?)", b.pp_messages)
+                if b.pp_limit > 0:
+                    for pp in {p for p, _ in b.pp_messages}:
+                        cur = c.execute(
+                            "DELETE FROM pp_messages WHERE pp_id=? AND seq NOT IN (SELECT seq FROM"
+                            " pp_messages WHERE pp_id=? ORDER BY seq DESC LIMIT ?)",
+                            (pp, pp, b.pp_limit),
+                        )
+                        if cur.rowcount:
+                            dropped[pp] = cur.rowcount
+            if b.landing:
+                c.executemany("INSERT INTO landing_outbox(msg_id, line) VALUES (?,?)", b.landing)
+            return AcceptResult(seqs, dropped)
+
+        return await self._run(fn)
+
+    async def delete_deliveries(self, seqs: Sequence[int]) -> None:
+        def fn(c: sqlite3.Connection) -> None:
+            c.executemany("DELETE FROM deliveries WHERE seq=?", [(s,) for s in seqs])
+
+        await self._run(fn)
+
+    # ---- pull points ----
+    async def add_pullpoint(self, pp_id: str, created: float) -> None:
+        await self._run(
+            lambda c: c.execute("INSERT INTO pullpoints VALUES (?,?)", (pp_id, created))
+        )
+
+    async def delete_pullpoint(self, pp_id: str, sub_ids: Sequence[str]) -> None:
+        def fn(c: sqlite3.Connection) -> None:
+            c.execute("DELETE FROM pullpoints WHERE id=?", (pp_id,))
+            c.execute("DELETE FROM pp_messages WHERE pp_id=?", (pp_id,))
+            for i in sub_ids:
+                c.execute("DELETE FROM subscriptions WHERE id=?", (i,))
+                c.execute("DELETE FROM deliveries WHERE sub_id=?", (i,))
+
+        await self._run(fn)
+
+    async def take_pp_messages(self, pp_id: str, limit: int | None) -> list[str]:
+        """Remove and return the oldest messages (all when limit is None)."""
+
+        def fn(c: sqlite3.Connection) -> list[str]:
+            q = "SELECT seq, xml FROM pp_messages WHERE pp_id=? ORDER BY seq"
+            args: tuple[Any, ...] = (pp_id,)
+            if limit is not None:
+                q += " LIMIT ?"
+                args = (pp_id, limit)
+            rows = c.execute(q, args).fetchall()
+            if rows:
+                c.execute("DELETE FROM pp_messages WHERE pp_id=? AND seq<=?", (pp_id, rows[-1][0]))
+            return [r[1] for r in rows]
+
+        return await self._run(fn)
+
+    # ---- registrations ----
+    async def add_registration(self, r: RegistrationRow) -> None:
+        def fn(c: sqlite3.Connection) -> None:
+            c.execute(
+                "INSERT INTO registrations VALUES (?,?,?,?,?,?,?)",
+                (r.id, r.publisher, r.topics, int(r.demand), r.created, r.termination, r.device_id),
+            )
+
+        await self._run(fn)
+
+    async def delete_registration(self, reg_id: str) -> None:
+        await self._run(lambda c: c.execute("DELETE FROM registrations WHERE id=?", (reg_id,)))
+
+    async def set_registration_termination(self, reg_id: str, termination: float | None) -> None:
+        await self._run(
+            lambda c: c.execute(
+                "UPDATE registrations SET termination=? WHERE id=?", (termination, reg_id)
+            )
+        )
+
+    # ---- landing outbox ----
+    async def landing_pending(self, limit: int) -> list[tuple[int, str, str]]:
+        def fn(c: sqlite3.Connection) -> list[tuple[int, str, str]]:
+            return [
+                (r[0], r[1], r[2])
+                for r in c.execute(
+                    "SELECT seq, msg_id, line FROM landing_outbox ORDER BY seq LIMIT ?", (limit,)
+                )
+            ]
+
+        return await self._run(fn)
+
+    async def landing_done(self, up_to_seq: int) -> None:
+        await self._run(
+            lambda c: c.execute("DELETE FROM landing_outbox WHERE seq<=?", (up_to_seq,))
+        )
+
+    async def landing_forget_ids(self, ids: Sequence[str]) -> None:
+        def fn(c: sqlite3.Connection) -> None:
+            c.executemany("DELETE FROM landing_outbox WHERE msg_id=?", [(i,) for i in ids])
+
+        await self._run(fn)
+
+    def landing_forget_ids_sync(self, ids: Sequence[str]) -> None:
+        def fn(c: sqlite3.Connection) -> None:
+            c.executemany("DELETE FROM landing_outbox WHERE msg_id=?", [(i,) for i in ids])
+
+        self._executor.submit(self._tx, fn).result()

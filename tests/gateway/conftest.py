@@ -1,0 +1,77 @@
+"""Fixtures for the gateway tests: an in-process broker on 127.0.0.1:0 (real aiohttp
+server, real SQLite under tmp_path) and real HTTP consumers."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gwtest import Consumer
+
+from gateway import http
+from gateway.config import Config
+
+
+def test_config(data_dir: Path, **kw: Any) -> Config:
+    base = Config(
+        data_dir=data_dir,
+        host="127.0.0.1",
+        port=0,
+        backoff_initial=0.05,
+        backoff_max=0.2,
+        delivery_timeout=2.0,
+        sweep_interval=0.1,
+        landing_max_age=0.3,
+        default_termination=timedelta(minutes=10),
+        max_termination=timedelta(days=1),
+    )
+    return replace(base, **kw)
+
+
+GatewayFactory = Callable[..., Awaitable[http.Running]]
+
+
+@pytest.fixture
+async def make_gateway(tmp_path: Path) -> AsyncIterator[GatewayFactory]:
+    started: list[http.Running] = []
+
+    async def factory(**kw: Any) -> http.Running:
+        data_dir = kw.pop("data_dir", tmp_path / f"gw{len(started)}")
+        r = await http.start(test_config(data_dir, **kw))
+        started.append(r)
+        return r
+
+    yield factory
+    for r in started:
+        try:
+            await r.stop()
+        except Exception:
+            pass
+
+
+@pytest.fixture
+async def gw(make_gateway: GatewayFactory) -> http.Running:
+    return await make_gateway()
+
+
+@pytest.fixture
+async def make_consumer() -> AsyncIterator[Callable[..., Awaitable[Consumer]]]:
+    made: list[Consumer] = []
+
+    async def factory(**kw: Any) -> Consumer:
+        c = await Consumer(**kw).start()
+        made.append(c)
+        return c
+
+    yield factory
+    for c in made:
+        await c.stop()
+
+
+@pytest.fixture
+async def consumer(make_consumer: Callable[..., Awaitable[Consumer]]) -> Consumer:
+    return await make_consumer()

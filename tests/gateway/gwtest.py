@@ -1,0 +1,259 @@
+"""Helpers for the gateway tests: SOAP envelopes, posting, fault names, schema validation,
+and a real HTTP NotificationConsumer (a small aiohttp app)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import onvif
+from aiohttp import web
+from lxml import etree
+
+SOAP11 = "http://schemas.xmlsoap.org/soap/envelope/"
+SOAP12 = "http://www.w3.org/2003/05/soap-envelope"
+WSA = "http://www.w3.org/2005/08/addressing"
+WSNT = "http://docs.oasis-open.org/wsn/b-2"
+BR = "http://docs.oasis-open.org/wsn/br-2"
+BF = "http://docs.oasis-open.org/wsrf/bf-2"
+WSTOP = "http://docs.oasis-open.org/wsn/t-1"
+RP = "http://docs.oasis-open.org/wsrf/rp-2"
+RL = "http://docs.oasis-open.org/wsrf/rl-2"
+EDGE = "urn:wsn-edge"
+SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
+CONCRETE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete"
+FULL = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Full"
+XPATH = "http://www.w3.org/TR/1999/REC-xpath-19991116"
+NS = {
+    "s11": SOAP11, "s12": SOAP12, "wsa": WSA, "wsnt": WSNT, "br": BR, "bf": BF,
+    "wstop": WSTOP, "rp": RP, "rl": RL, "edge": EDGE,
+}
+NSDECL = (
+    f'xmlns:wsa="{WSA}" xmlns:wsnt="{WSNT}" xmlns:br="{BR}" xmlns:edge="{EDGE}" '
+    f'xmlns:rp="{RP}" xmlns:rl="{RL}" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"'
+)
+READING = (
+    '<rd:Reading xmlns:rd="urn:wsn-edge:reading" device="{dev}"><rd:value>{v}</rd:value>'
+    "<rd:unit>Cel</rd:unit><rd:time>2026-11-21T05:00:00Z</rd:time></rd:Reading>"
+)
+
+
+def envelope(body: str, version: int = 12, action: str | None = None, headers: str = "",
+             to: str | None = None) -> bytes:
+    sv = SOAP12 if version == 12 else SOAP11
+    h = ""
+    if action:
+        h += f"<wsa:Action>{action}</wsa:Action>"
+        h += "<wsa:MessageID>urn:uuid:11111111-2222-3333-4444-555555555555</wsa:MessageID>"
+    if to:
+        h += f"<wsa:To>{to}</wsa:To>"
+    h += headers
+    return (
+        f'<s:Envelope xmlns:s="{sv}" {NSDECL}><s:Header>{h}</s:Header>'
+        f"<s:Body>{body}</s:Body></s:Envelope>"
+    ).encode()
+
+
+@dataclass
+class Reply:
+    status: int
+    text: str
+    headers: dict[str, str]
+    root: etree._Element | None
+
+    @property
+    def body(self) -> etree._Element:
+        assert self.root is not None, self.text
+        b = self.root.find(f"{{{SOAP12}}}Body")
+        if b is None:
+            b = self.root.find(f"{{{SOAP11}}}Body")
+        assert b is not None
+        return b[0]
+
+    @property
+    def is_fault(self) -> bool:
+        return self.root is not None and etree.QName(self.body).localname == "Fault"
+
+    @property
+    def fault(self) -> etree._Element:
+        """The fault's detail element (a bf-2 BaseFault subtype)."""
+        assert self.is_fault, self.text
+        d = self.body.find(f"{{{SOAP12}}}Detail")
+        if d is None:
+            d = self.body.find("detail")
+        assert d is not None, self.text
+        return d[0]
+
+    @property
+    def fault_name(self) -> str:
+        return etree.QName(self.fault).localname
+
+    def header(self, local: str) -> str | None:
+        assert self.root is not None
+        el = self.root.find(f".//{{{WSA}}}{local}")
+        return el.text if el is not None else None
+
+
+async def post(url: str, data: bytes, version: int = 12, headers: dict[str, str] | None = None,
+               session: aiohttp.ClientSession | None = None) -> Reply:
+    ct = "application/soap+xml; charset=utf-8" if version == 12 else "text/xml; charset=utf-8"
+    hdrs = {"Content-Type": ct, **(headers or {})}
+    own = session is None
+    s = session or aiohttp.ClientSession()
+    try:
+        async with s.post(url, data=data, headers=hdrs) as r:
+            raw = await r.read()
+            root = None
+            if raw and r.content_type in ("application/soap+xml", "text/xml"):
+                root = etree.fromstring(raw)
+            return Reply(r.status, raw.decode(errors="replace"), dict(r.headers), root)
+    finally:
+        if own:
+            await s.close()
+
+
+async def call(url: str, body: str, version: int = 12, action: str | None = None,
+               headers: str = "", http_headers: dict[str, str] | None = None) -> Reply:
+    return await post(url, envelope(body, version, action, headers), version, http_headers)
+
+
+# ---------------------------------------------------------------- schemas
+WSDL_DIR = Path(onvif.__file__).parent / "wsdl"
+
+
+@functools.cache
+def schema() -> etree.XMLSchema:
+    """b-2 + r-2 (+ bf-2, t-1, ws-addr they import): the official OASIS schemas."""
+    doc = f"""<xsd:schema xmlns:xsd="http://www.w3.org/2001/XMLSchema"
+      targetNamespace="urn:wsn-edge:test-schema-root">
+      <xsd:import namespace="{WSNT}" schemaLocation="{(WSDL_DIR / 'b-2.xsd').as_uri()}"/>
+      <xsd:import namespace="http://docs.oasis-open.org/wsrf/r-2"
+                  schemaLocation="{(WSDL_DIR / 'r-2.xsd').as_uri()}"/>
+    </xsd:schema>"""
+    return etree.XMLSchema(etree.fromstring(doc.encode(), base_url=str(WSDL_DIR) + "/"))
+
+
+def validate(el: etree._Element) -> None:
+    """Assert `el` (a response body element or fault detail) is valid against the official
+    schemas; elements in namespaces without a shipped schema (br-2, rp-2, rl-2) are not
+    checked themselves but their wsnt/wsa children are."""
+    ns = etree.QName(el).namespace
+    if ns in (WSNT, BF, "http://docs.oasis-open.org/wsrf/r-2", WSTOP, WSA):
+        copy = etree.fromstring(etree.tostring(el))
+        s = schema()
+        assert s.validate(copy), f"{s.error_log}\n{etree.tostring(el).decode()}"
+    else:
+        for c in el:
+            if isinstance(c.tag, str):
+                validate(c)
+
+
+# ---------------------------------------------------------------- consumer
+@dataclass
+class Consumer:
+    """A real NotificationConsumer over HTTP. `fail` N first requests with 500,
+    `delay` each answer, record every received envelope."""
+
+    fail: int = 0
+    delay: float = 0.0
+    status: int = 200
+    received: list[etree._Element] = field(default_factory=list)
+    requests: int = 0
+    url: str = ""
+    _runner: web.AppRunner | None = None
+    _event: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        self.requests += 1
+        data = await request.read()
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.fail > 0:
+            self.fail -= 1
+            return web.Response(status=500, text="try later")
+        self.received.append(etree.fromstring(data))
+        self._event.set()
+        return web.Response(status=self.status)
+
+    async def start(self) -> Consumer:
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}/consumer"
+        return self
+
+    async def stop(self) -> None:
+        if self._runner:
+            await self._runner.cleanup()
+
+    def messages(self) -> list[etree._Element]:
+        """Every NotificationMessage received (wrapped)."""
+        out = []
+        for env in self.received:
+            out.extend(env.iter(f"{{{WSNT}}}NotificationMessage"))
+        return out
+
+    def bodies(self) -> list[etree._Element]:
+        out = []
+        for env in self.received:
+            b = env.find(f"{{{SOAP12}}}Body")
+            if b is None:
+                b = env.find(f"{{{SOAP11}}}Body")
+            out.append(b[0])
+        return out
+
+    async def wait_for(self, n: int, timeout: float = 5.0, wrapped: bool = True) -> None:
+        async def _w() -> None:
+            while (len(self.messages()) if wrapped else len(self.received)) < n:
+                self._event.clear()
+                await self._event.wait()
+        await asyncio.wait_for(_w(), timeout)
+
+
+# ---------------------------------------------------------------- message builders
+def subscribe_body(consumer: str, filt: str = "", extra: str = "") -> str:
+    f = f"<wsnt:Filter>{filt}</wsnt:Filter>" if filt else ""
+    return (
+        f"<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{consumer}</wsa:Address>"
+        f"</wsnt:ConsumerReference>{f}{extra}</wsnt:Subscribe>"
+    )
+
+
+def topic_filter(text: str, dialect: str = CONCRETE, nsdecl: str = 'xmlns:tns="urn:test"') -> str:
+    return f'<wsnt:TopicExpression Dialect="{dialect}" {nsdecl}>{text}</wsnt:TopicExpression>'
+
+
+def notify_body(*msgs: tuple[str | None, str], nsdecl: str = 'xmlns:tns="urn:test"',
+                dialect: str = CONCRETE, producer: str | None = None) -> str:
+    out = "<wsnt:Notify>"
+    for topic, payload in msgs:
+        out += "<wsnt:NotificationMessage>"
+        if topic is not None:
+            out += f'<wsnt:Topic Dialect="{dialect}" {nsdecl}>{topic}</wsnt:Topic>'
+        if producer:
+            out += f"<wsnt:ProducerReference><wsa:Address>{producer}</wsa:Address></wsnt:ProducerReference>"
+        out += f"<wsnt:Message>{payload}</wsnt:Message></wsnt:NotificationMessage>"
+    return out + "</wsnt:Notify>"
+
+
+def reading(v: float | str, dev: str = "d1") -> str:
+    return READING.format(dev=dev, v=v)
+
+
+def sub_address(reply: Reply) -> str:
+    el = reply.body.find(f"{{{WSNT}}}SubscriptionReference/{{{WSA}}}Address")
+    assert el is not None and el.text, reply.text
+    return el.text
+
+
+def epr_address(reply: Reply, path: str) -> str:
+    el = reply.body.find(path, NS)
+    assert el is not None and el.text, reply.text
+    return el.text
