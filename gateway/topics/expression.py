@@ -109,10 +109,15 @@ class TopicExpression:
     def matches(self, topic: ConcreteTopic, ts: TopicSet) -> bool:
         """True if a notification on ``topic`` is delivered to a subscription
         with this expression, evaluated against ``ts`` as it is now (§9)."""
+        if ts.has_aliases:
+            from .aliases import resolve_topic
+
+            targets = resolve_topic(topic, ts)
+            if targets != {topic}:  # a notification on an alias topic (2004 §8)
+                return any(self.matches(t, ts) for t in targets if t != topic)
+            return topic in ts and topic in self.resolve(ts)
         if topic not in ts:
             return False
-        if ts.has_aliases:
-            return topic in self.resolve(ts)
         return self._matches_member(topic, ts)
 
     def _matches_member(self, topic: ConcreteTopic, ts: TopicSet) -> bool:

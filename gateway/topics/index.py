@@ -257,7 +257,7 @@ class SubscriptionIndex(Generic[K]):
     def match(self, topic: ConcreteTopic) -> set[K]:
         """Keys of the subscriptions that select ``topic`` (see module doc)."""
         ts = self.ts
-        if ts.has_aliases and topic in ts.alias_topics():
+        if ts.has_aliases and ts.is_alias(topic):
             out: set[K] = set()
             for t in resolve_topic(topic, ts):
                 out |= self.match(t)

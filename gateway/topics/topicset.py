@@ -71,7 +71,11 @@ class TopicSet:
         return bool(self._aliases)
 
     def alias_topics(self) -> frozenset[ConcreteTopic]:
+        """Members that are alias topics."""
         return frozenset(self._aliases)
+
+    def is_alias(self, topic: ConcreteTopic) -> bool:
+        return topic in self._aliases
 
     def get(self, topic: ConcreteTopic) -> Topic | None:
         """The definition of a member (messageTypes, final, MessagePattern...);
