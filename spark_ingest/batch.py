@@ -1,0 +1,227 @@
+"""`wsn-ingest batch`: the whole landing zone -> aggregates, devices, quarantine.
+
+The output directory is rewritten as a whole (each of its parts is overwritten), so running
+the job twice on the same landing zone gives the same output: it is idempotent, and exactly
+once by construction. Lines are parsed once; the parsed, compact form is cached for the four
+outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_ingest.aggregate import measurements, window_aggregates
+from spark_ingest.devices import device_summary
+from spark_ingest.hfs import HFS
+from spark_ingest.landing import (
+    JSONL_GLOB,
+    PARQUET_GLOB,
+    classify_lines,
+    classify_parquet,
+    quarantined,
+    read_jsonl,
+    read_parquet,
+    valid_messages,
+)
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass
+class DeviceLine:
+    producer: str | None
+    messages: int
+    first_seen: str
+    last_seen: str
+    gap_count: int
+    longest_gap_s: float
+
+
+@dataclass
+class BatchSummary:
+    """What a batch run did; `render()` is the one-screen terminal summary."""
+
+    landing: str
+    out: str
+    window: str
+    files: int = 0
+    lines: int = 0
+    messages: int = 0
+    quarantined: dict[str, int] = field(default_factory=dict)
+    measurements: int = 0
+    windows: int = 0
+    producers: int = 0
+    first_received: str | None = None
+    last_received: str | None = None
+    devices: list[DeviceLine] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def quarantined_total(self) -> int:
+        return sum(self.quarantined.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["quarantined_total"] = self.quarantined_total
+        return d
+
+    def render(self) -> str:
+        rate = self.lines / self.seconds if self.seconds else 0.0
+        out = [
+            f"wsn-ingest batch: {self.landing} -> {self.out}  (window {self.window})",
+            f"  files read        {self.files}",
+            f"  lines read        {self.lines}  ({rate:,.0f} lines/s, {self.seconds:.1f} s)",
+            f"  messages          {self.messages}  [{self.first_received} .. "
+            f"{self.last_received}]",
+            f"  quarantined       {self.quarantined_total}"
+            + (
+                "  (" + ", ".join(f"{k}: {v}" for k, v in sorted(self.quarantined.items())) + ")"
+                if self.quarantined
+                else ""
+            ),
+            f"  measurements      {self.measurements}",
+            f"  aggregate rows    {self.windows}  -> {self.out}/aggregates/",
+            f"  producers         {self.producers}  -> {self.out}/devices/",
+        ]
+        gappy = sorted(self.devices, key=lambda d: (-d.gap_count, str(d.producer)))
+        for d in gappy[:8]:
+            out.append(
+                f"    {d.producer}: {d.messages} msgs, last {d.last_seen}, "
+                f"{d.gap_count} gaps (longest {d.longest_gap_s:.0f} s)"
+            )
+        if len(gappy) > 8:
+            out.append(f"    ... {len(gappy) - 8} more")
+        if self.quarantined:
+            out.append(f"  see {self.out}/quarantine/ (raw line, source file, reason)")
+        return "\n".join(out)
+
+
+def iso(col: str) -> Column:
+    """A timestamp as `2026-11-21T05:00:00.123456Z` (formatted by Spark in UTC, so the Python
+    process's local time zone never matters)."""
+    return F.date_format(F.col(col), "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'")
+
+
+def read_classified(spark: SparkSession, landing: str) -> DataFrame:
+    """Every published landing file (JSON lines and the Parquet variant), classified."""
+    names = HFS(spark).names(landing)
+    has_jsonl = any(n.startswith("landing-") and n.endswith(".jsonl") for n in names)
+    has_parquet = any(n.startswith("landing-") and n.endswith(".parquet") for n in names)
+    parts: list[DataFrame] = []
+    if has_jsonl or not has_parquet:
+        parts.append(classify_lines(read_jsonl(spark, landing)))
+    if has_parquet:
+        parts.append(classify_parquet(read_parquet(spark, landing)))
+    df = parts[0]
+    for p in parts[1:]:
+        df = df.unionByName(p)
+    return df
+
+
+def run_batch(
+    spark: SparkSession,
+    landing: str,
+    out: str,
+    window: str = "1 minute",
+    gap_factor: float = 3.0,
+    progress: Progress | None = None,
+) -> BatchSummary:
+    """Aggregate every published file under `landing` into `out`; return what was done.
+
+    Writes (each overwritten): `out/aggregates/` (Parquet, partitioned by `date`),
+    `out/devices/` (Parquet), `out/quarantine/` (JSON lines), `out/_summary.json`.
+    Bad lines never fail the job. Sets the session time zone to UTC.
+    """
+    say = progress or _quiet
+    t0 = time.monotonic()
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    out = out.rstrip("/")
+    summary = BatchSummary(landing=landing, out=out, window=window)
+    hfs = HFS(spark)
+    if not hfs.exists(landing):
+        raise FileNotFoundError(f"landing directory {landing} does not exist")
+    say(f"reading {landing} ({JSONL_GLOB}, {PARQUET_GLOB})")
+
+    classified = read_classified(spark, landing).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        # one pass over the input: parse, cache, count by file and reason
+        per = (
+            classified.groupBy("source_file", "reason").count().collect()
+        )
+        summary.files = len({r["source_file"] for r in per})
+        summary.lines = sum(int(r["count"]) for r in per)
+        for r in per:
+            if r["reason"] is not None:
+                summary.quarantined[r["reason"]] = (
+                    summary.quarantined.get(r["reason"], 0) + int(r["count"])
+                )
+        summary.messages = summary.lines - summary.quarantined_total
+        say(
+            f"parsed {summary.lines} lines from {summary.files} files: "
+            f"{summary.messages} messages, {summary.quarantined_total} quarantined"
+        )
+
+        quarantined(classified).write.mode("overwrite").json(f"{out}/quarantine")
+        say(f"quarantine written: {out}/quarantine/")
+
+        msgs = valid_messages(classified)
+        aggs = window_aggregates(measurements(msgs), window)
+        aggs.write.mode("overwrite").partitionBy("date").parquet(f"{out}/aggregates")
+        totals = (
+            spark.read.parquet(f"{out}/aggregates")
+            .agg(F.count(F.lit(1)).alias("rows"), F.sum("count").alias("meas"))
+            .collect()[0]
+        )
+        summary.windows = int(totals["rows"])
+        summary.measurements = int(totals["meas"] or 0)
+        say(f"aggregates written: {summary.windows} rows -> {out}/aggregates/")
+
+        device_summary(msgs, gap_factor).coalesce(1).write.mode("overwrite").parquet(
+            f"{out}/devices"
+        )
+        devs = (
+            spark.read.parquet(f"{out}/devices")
+            .select(
+                "producer",
+                "messages",
+                iso("first_seen").alias("first_seen"),
+                iso("last_seen").alias("last_seen"),
+                "gap_count",
+                "longest_gap_s",
+            )
+            .collect()
+        )
+        say(f"devices written: {len(devs)} producers -> {out}/devices/")
+    finally:
+        classified.unpersist()
+
+    summary.producers = len(devs)
+    summary.devices = [
+        DeviceLine(
+            producer=d["producer"],
+            messages=int(d["messages"]),
+            first_seen=d["first_seen"],
+            last_seen=d["last_seen"],
+            gap_count=int(d["gap_count"]),
+            longest_gap_s=float(d["longest_gap_s"]),
+        )
+        for d in devs
+    ]
+    if devs:
+        summary.first_received = min(d["first_seen"] for d in devs)
+        summary.last_received = max(d["last_seen"] for d in devs)
+    summary.seconds = time.monotonic() - t0
+    hfs.write_text(f"{out}/_summary.json", json.dumps(summary.to_dict(), indent=2) + "\n")
+    return summary

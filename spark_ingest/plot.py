@@ -1,0 +1,108 @@
+"""`wsn-ingest plot`: one field over time, per producer, from `<out>/aggregates/`.
+
+Reads the Parquet aggregates with pyarrow (no JVM to start: a plot takes a second), so `out`
+must be a local directory. One panel per topic (the last segment of `topic_path`, so that
+temperature and light are not drawn on one axis), one line per producer: the window mean,
+with the window's min..max as a band.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class PlotError(Exception):
+    """Nothing to draw (no aggregates, unknown field or producer, no numeric values)."""
+
+
+@dataclass
+class PlotResult:
+    png: str
+    panels: int
+    series: int
+    points: int
+
+
+Row = dict[str, Any]
+
+
+def load(out: str, field: str, producer: str | None, topic: str | None) -> list[Row]:
+    """Aggregate rows of `field` with numeric values, sorted by window (pyarrow, no pandas)."""
+    import pyarrow.dataset as ds
+
+    root = Path(out) / "aggregates"
+    if not root.is_dir():
+        raise PlotError(f"{root} does not exist: run `wsn-ingest batch` or `stream` first")
+    dataset = ds.dataset(root, format="parquet", partitioning="hive")
+    cols = ["window_start", "window_end", "producer", "topic_path", "field", "min", "max",
+            "mean", "numeric_count"]
+    flt = ds.field("field") == field
+    if producer is not None:
+        flt = flt & (ds.field("producer") == producer)
+    rows: list[Row] = dataset.to_table(columns=cols, filter=flt).to_pylist()
+    if not rows:
+        fields = sorted(set(dataset.to_table(columns=["field"]).column("field").to_pylist()))
+        prods = sorted(
+            {p for p in dataset.to_table(columns=["producer"]).column("producer").to_pylist()
+             if p is not None}
+        )
+        what = f"field {field!r}" + (f" of producer {producer!r}" if producer else "")
+        raise PlotError(
+            f"no aggregates for {what}; fields: {', '.join(fields) or '-'}; "
+            f"producers: {', '.join(prods) or '-'}"
+        )
+    for r in rows:
+        r["topic"] = (r["topic_path"] or "(no topic)").rsplit("/", 1)[-1]
+    if topic is not None:
+        rows = [r for r in rows if topic in (r["topic"], r["topic_path"])]
+        if not rows:
+            raise PlotError(f"no aggregates for field {field!r} on topic {topic!r}")
+    rows = [r for r in rows if r["numeric_count"] > 0]
+    if not rows:
+        raise PlotError(f"field {field!r} has no numeric values to plot")
+    return sorted(rows, key=lambda r: r["window_start"])
+
+
+def plot(
+    out: str, field: str, png: str, producer: str | None = None, topic: str | None = None
+) -> PlotResult:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+
+    rows = load(out, field, producer, topic)
+    topics = sorted({r["topic"] for r in rows})
+    fig, axes = plt.subplots(
+        len(topics), 1, figsize=(11, 3.2 * len(topics) + 0.8), sharex=True, squeeze=False
+    )
+    series = 0
+    for ax, t in zip(axes[:, 0], topics, strict=True):
+        by_producer: dict[str, list[Row]] = {}
+        for r in rows:
+            if r["topic"] == t:
+                by_producer.setdefault(r["producer"] or "(no producer)", []).append(r)
+        for prod in sorted(by_producer):
+            g = by_producer[prod]
+            mid = [r["window_start"] + (r["window_end"] - r["window_start"]) / 2 for r in g]
+            (line,) = ax.plot(mid, [r["mean"] for r in g], marker=".", linewidth=1.2,
+                              label=prod)
+            ax.fill_between(mid, [r["min"] for r in g], [r["max"] for r in g], alpha=0.15,
+                            color=line.get_color())
+            series += 1
+        ax.set_title(f"{t}: {field} (window mean, band = min..max)", fontsize=10)
+        ax.set_ylabel(field)
+        ax.grid(True, alpha=0.3)
+        if len(by_producer) <= 12:
+            ax.legend(fontsize=7, loc="upper left")
+    axes[-1, 0].set_xlabel("window (UTC)")
+    axes[-1, 0].xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M"))  # type: ignore[no-untyped-call]
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    Path(png).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return PlotResult(png=png, panels=len(topics), series=series, points=len(rows))

@@ -1,0 +1,185 @@
+"""Hand-made landing zones for the ingest tests, and what the job must make of them,
+recomputed here in plain Python (the oracle the Spark output is compared with)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from spark_ingest.synth import Message, landing_name, producer_of, write_lines
+
+T0 = datetime(2026, 11, 21, 5, 0, tzinfo=UTC)
+P1, P2, P3 = producer_of("esp32-01"), producer_of("esp32-02"), producer_of("pico-03")
+
+_n = 0
+
+
+def msg(
+    sec: float, producer: str | None, topic: str | None, fields: dict[str, str],
+    msg_id: str | None = None,
+) -> Message:
+    global _n
+    _n += 1
+    return Message(
+        id=msg_id or f"m{_n:05d}",
+        received_at=T0 + timedelta(seconds=sec),
+        producer=producer,
+        topic_path=topic,
+        fields=fields,
+    )
+
+
+def reading(sec: float, producer: str, topic: str, value: str, **extra: str) -> Message:
+    dev = topic.split("/")[0]
+    unit = {"temperature": "Cel", "humidity": "%RH"}.get(topic.split("/")[-1], "1")
+    at = T0 + timedelta(seconds=sec)
+    fields = {"device": dev, "value": value, "unit": unit,
+              "time": at.strftime("%Y-%m-%dT%H:%M:%SZ"), **extra}
+    return msg(sec, producer, topic, fields)
+
+
+@dataclass
+class Bad:
+    raw: str
+    reason: str
+
+
+# ---- the batch landing zone: two files, bad lines, late data, a gap, a wrong clock -------
+
+def batch_zone() -> tuple[list[list[Message | Bad]], list[Message], list[Bad]]:
+    t = "esp32-01/temperature"
+    h = "esp32-01/humidity"
+    t2 = "esp32-02/temperature"
+    hb = "pico-03/heartbeat"
+    file1: list[Message | Bad] = [
+        reading(5, P1, t, "20.5"),
+        reading(25, P1, t, "21.0"),
+        Bad("garbage", "malformed_json"),
+        reading(45, P1, t, "19.5"),
+        reading(65, P1, t, "22.0"),
+        reading(90, P1, t, "23.25"),
+        reading(10, P1, h, "55"),
+        reading(40, P1, h, "n/a"),  # not a number: counted, kept as text, no min/max
+        reading(70, P1, h, "NaN"),  # not a finite number either
+        Bad('{"id":"q1","received_at":"2026-11-21T05:00:00Z"', "malformed_json"),
+        # two readings at the same instant: `last` is the one with the greater id
+        msg(7, P2, t2, {"value": "18"}, msg_id="z-a"),
+        msg(7, P2, t2, {"value": "19"}, msg_id="z-b"),
+        Bad("", "blank_line"),
+        Bad("[1,2]", "malformed_json"),
+        # a device with a wrong clock: its own `time` is 1970, received_at decides
+        msg(70, P2, t2, {"value": "17.5", "time": "1970-01-01T00:00:00Z"}),
+        # producer and topic may be null per the contract: aggregated under null keys
+        msg(20, None, None, {"value": "5"}),
+        # a message without fields (heartbeat): a message for devices, no measurement
+        msg(30, P3, hb, {}),
+        Bad('{"id":"q2","received_at":"2026-11-21T05:00:00Z","producer":"x"}',
+            "missing_fields"),
+        Bad('{"received_at":"2026-11-21T05:00:00Z","fields":{"value":"1"}}', "missing_id"),
+        Bad('{"id":"","received_at":"2026-11-21T05:00:00Z","fields":{"value":"1"}}',
+            "missing_id"),
+        Bad('{"id":"q3","fields":{"value":"1"}}', "missing_received_at"),
+        Bad('{"id":"q4","received_at":"yesterday","fields":{"value":"1"}}',
+            "bad_received_at"),
+        Bad('{"id":"q5","received_at":"2026-11-21T05:00:00Z","fields":"hot"}',
+            "malformed_json"),
+    ]
+    # heartbeat every 10 s, then 150 s of silence, then again: one gap
+    file1 += [msg(s, P3, hb, {"seq": str(i)}) for i, s in enumerate((0, 10, 20, 40))]
+    file2: list[Message | Bad] = [
+        # late: older than everything file 1 ended with; batch puts it in its window
+        reading(15, P1, t, "30.0"),
+        msg(190, P3, hb, {"seq": "5"}),
+        msg(200, P3, hb, {"seq": "6"}),
+        reading(130, P1, t, "24.0"),
+    ]
+    files = [file1, file2]
+    msgs = [m for f in files for m in f if isinstance(m, Message)]
+    bads = [m for f in files for m in f if isinstance(m, Bad)]
+    return files, msgs, bads
+
+
+def write_zone(landing: Path, files: list[list[Message | Bad]], first_seq: int = 1) -> list[Path]:
+    paths = []
+    for k, lines in enumerate(files):
+        name = landing_name(T0 + timedelta(minutes=k), first_seq + k)
+        paths.append(
+            write_lines(landing, name, [m.raw if isinstance(m, Bad) else m.to_json()
+                                        for m in lines])
+        )
+    return paths
+
+
+# ---- the oracle -------------------------------------------------------------------------
+
+def as_number(v: str | None) -> float | None:
+    if v is None:
+        return None
+    try:
+        f = float(v)
+    except ValueError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+Key = tuple[datetime, Any, Any, str]
+
+
+def expected_aggregates(msgs: list[Message], window_s: int = 60) -> dict[Key, dict[str, Any]]:
+    groups: dict[Key, list[tuple[datetime, str, str]]] = defaultdict(list)
+    for m in msgs:
+        ts = m.received_at.timestamp()
+        start = datetime.fromtimestamp(ts - ts % window_s, UTC)
+        for f, v in m.fields.items():
+            groups[(start, m.producer, m.topic_path, f)].append((m.received_at, m.id, v))
+    out: dict[Key, dict[str, Any]] = {}
+    for key, rows in groups.items():
+        nums = [x for x in (as_number(v) for _, _, v in rows) if x is not None]
+        last = max(rows)
+        out[key] = {
+            "window_end": key[0] + timedelta(seconds=window_s),
+            "count": len(rows),
+            "numeric_count": len(nums),
+            "min": min(nums) if nums else None,
+            "max": max(nums) if nums else None,
+            "mean": sum(nums) / len(nums) if nums else None,
+            "last": as_number(last[2]),
+            "last_str": last[2],
+            "last_at": last[0],
+            "date": key[0].date(),
+        }
+    return out
+
+
+def naive(t: datetime) -> datetime:
+    """Spark hands timestamps back as naive local (here: UTC) datetimes."""
+    return t.astimezone(UTC).replace(tzinfo=None)
+
+
+def spark_aggregates(rows: list[Any]) -> dict[Key, dict[str, Any]]:
+    got: dict[Key, dict[str, Any]] = {}
+    for r in rows:
+        d = r.asDict()
+        key = (d.pop("window_start").replace(tzinfo=UTC), d.pop("producer"),
+               d.pop("topic_path"), d.pop("field"))
+        assert key not in got, f"duplicate aggregate row {key}"
+        d["window_end"] = d["window_end"].replace(tzinfo=UTC)
+        d["last_at"] = d["last_at"].replace(tzinfo=UTC)
+        got[key] = d
+    return got
+
+
+def assert_same_aggregates(got: dict[Key, dict[str, Any]], want: dict[Key, dict[str, Any]]) -> None:
+    assert sorted(got, key=repr) == sorted(want, key=repr)
+    for key, w in want.items():
+        g = got[key]
+        for col, wv in w.items():
+            gv = g[col]
+            if isinstance(wv, float):
+                assert gv == wv or math.isclose(gv, wv, rel_tol=1e-12), (key, col, gv, wv)
+            else:
+                assert gv == wv, (key, col, gv, wv)
