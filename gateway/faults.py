@@ -33,6 +33,7 @@ class WsnFault(Exception):
         code: str = SENDER,
         extra: list[Element] | None = None,
         action: str | None = None,
+        qnames: list[tuple[str, str, str]] | None = None,
     ) -> None:
         super().__init__(description)
         self.namespace = namespace
@@ -40,6 +41,8 @@ class WsnFault(Exception):
         self.description = description
         self.code = code
         self.extra = extra or []
+        #: QName-valued detail elements (element local name, value namespace, value local)
+        self.qnames = qnames or []
         if action is None:
             action = (
                 WSRF_FAULT_ACTION
@@ -56,15 +59,23 @@ class WsnFault(Exception):
     def detail_element(self) -> Element:
         """The bf-2 BaseFaultType-derived element (Timestamp, Description, then the
         extension elements), valid against b-2.xsd / r-2.xsd."""
-        el = etree.Element(
-            self.qname, nsmap={"wsrf-bf": ns.BF, _prefix(self.namespace): self.namespace}
-        )
+        nsmap = {"wsrf-bf": ns.BF, _prefix(self.namespace): self.namespace}
+        # QName values need their prefix declared where no serializer will drop it: on
+        # the fault element itself (WS-BaseNotification 1.3 UnknownFilter, *Policy).
+        for _l, vns, _v in self.qnames:
+            if vns and vns not in nsmap.values():
+                nsmap[f"q{len(nsmap)}"] = vns
+        el = etree.Element(self.qname, nsmap=nsmap)
         etree.SubElement(el, ns.q(ns.BF, "Timestamp")).text = format_datetime(self.timestamp)
         d = etree.SubElement(el, ns.q(ns.BF, "Description"))
         d.set(ns.q(ns.XML_NS, "lang"), "en")
         d.text = self.description
         for x in self.extra:
             el.append(x)
+        rev = {v: k for k, v in nsmap.items()}
+        for local, vns, value in self.qnames:
+            q = etree.SubElement(el, ns.q(self.namespace, local))
+            q.text = f"{rev[vns]}:{value}" if vns else value
         return el
 
 
@@ -73,12 +84,6 @@ def _prefix(namespace: str) -> str:
         if u == namespace:
             return p
     return "f"
-
-
-def _qname_el(parent_ns: str, local: str, value_ns: str, value_local: str) -> Element:
-    el = etree.Element(ns.q(parent_ns, local), nsmap={"v": value_ns} if value_ns else None)
-    el.text = f"v:{value_local}" if value_ns else value_local
-    return el
 
 
 def _time_el(local: str, t: datetime) -> Element:
@@ -101,8 +106,8 @@ def resource_unknown(description: str) -> WsnFault:
 
 def invalid_filter(description: str, unknown: list[tuple[str, str]]) -> WsnFault:
     # §4.2: "The fault MUST include the filter QNames for the filters it did not understand."
-    extra = [_qname_el(ns.WSNT, "UnknownFilter", u, n) for u, n in unknown]
-    return WsnFault(ns.WSNT, "InvalidFilterFault", description, SENDER, extra)
+    q = [("UnknownFilter", u, n) for u, n in unknown]
+    return WsnFault(ns.WSNT, "InvalidFilterFault", description, SENDER, qnames=q)
 
 
 def unacceptable_itt(description: str, minimum: datetime, maximum: datetime | None) -> WsnFault:
@@ -120,13 +125,13 @@ def unacceptable_tt(description: str, minimum: datetime, maximum: datetime | Non
 
 
 def unrecognized_policy(description: str, policies: list[tuple[str, str]]) -> WsnFault:
-    extra = [_qname_el(ns.WSNT, "UnrecognizedPolicy", u, n) for u, n in policies]
-    return WsnFault(ns.WSNT, "UnrecognizedPolicyRequestFault", description, SENDER, extra)
+    q = [("UnrecognizedPolicy", u, n) for u, n in policies]
+    return WsnFault(ns.WSNT, "UnrecognizedPolicyRequestFault", description, SENDER, qnames=q)
 
 
 def unsupported_policy(description: str, policies: list[tuple[str, str]]) -> WsnFault:
-    extra = [_qname_el(ns.WSNT, "UnsupportedPolicy", u, n) for u, n in policies]
-    return WsnFault(ns.WSNT, "UnsupportedPolicyRequestFault", description, SENDER, extra)
+    q = [("UnsupportedPolicy", u, n) for u, n in policies]
+    return WsnFault(ns.WSNT, "UnsupportedPolicyRequestFault", description, SENDER, qnames=q)
 
 
 def br(name: str, description: str, code: str = SENDER) -> WsnFault:
