@@ -52,11 +52,12 @@ rel() { printf '%s' "${1#"$ROOT"/}"; }
 
 # run LOGFILE CMD...: run quietly; on failure show the command and the tail of its output.
 run() {
-  local logf=$1; shift
+  local logf=$1 st=0; shift
   mkdir -p "$(dirname "$logf")"
-  if ! "$@" >"$logf" 2>&1; then
+  "$@" >"$logf" 2>&1 || st=$?
+  if [ "$st" != 0 ]; then
     {
-      echo "[micropython] FAILED (exit status $?): $*"
+      echo "[micropython] FAILED (exit status $st): $*"
       echo "[micropython] last 40 lines of $(rel "$logf"):"
       tail -n 40 "$logf" | sed 's/^/    /'
     } >&2

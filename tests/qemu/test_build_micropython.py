@@ -136,3 +136,37 @@ def test_manifest_freezes_exactly_the_keyed_files() -> None:
     assert "board_checks.py" in targets
     if (ROOT / "device" / "wsn" / "core" / "__init__.py").is_file():
         assert {"wsn/__init__.py", "wsn/core/__init__.py"} <= targets
+
+
+def test_fetch_uses_private_apt_dirs_and_failures_are_loud(tmp_path: Path) -> None:
+    """With an empty cache the script runs `apt-get update` with a temporary sources file and
+    private lists/cache dirs (never the machine's apt configuration); a failing command stops
+    the build with the command and the tail of its output."""
+    root = _scratch_tree(tmp_path)
+    fake = tmp_path / "fakeapt"
+    fake.mkdir()
+    calls = tmp_path / "apt-calls"
+    for tool in ("apt-get", "apt-cache"):
+        exe = fake / tool
+        exe.write_text(
+            "#!/bin/sh\n"
+            f'echo "$0 $*" >> {calls}\n'
+            "echo 'Ign:1 http://deb.debian.org/debian trixie InRelease'\n"
+            "echo 'E: Failed to fetch http://deb.debian.org/debian/dists/trixie/InRelease'\n"
+            "exit 100\n"
+        )
+        exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    cache = tmp_path / "cache"
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", WSN_MP_CACHE=str(cache))
+    r = build(script=root / "scripts" / "build_micropython.sh", env=env, cwd=root)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "FAILED (exit status 100): apt-get" in r.stderr, r.stderr
+    assert "E: Failed to fetch" in r.stderr, "the failing command's output tail is shown"
+    args = calls.read_text()
+    assert "apt-get " in args and " update" in args
+    for opt in (f"Dir::Etc::SourceList={cache}/apt/trixie-src.sources",
+                "Dir::Etc::SourceParts=/dev/null", f"Dir::State::Lists={cache}/apt/lists",
+                f"Dir::Cache={cache}/apt/cache"):
+        assert opt in args, args
+    sources = (cache / "apt" / "trixie-src.sources").read_text()
+    assert "Types: deb-src" in sources and "Suites: trixie" in sources

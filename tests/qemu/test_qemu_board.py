@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -148,3 +150,29 @@ def test_hung_script_times_out_and_qemu_is_killed() -> None:
             b.run("while True:\n    pass\n", timeout=3)
         assert time.monotonic() - t0 < 15
     assert not _alive(pid)
+
+
+def test_qemu_dies_with_a_killed_parent() -> None:
+    """Even a SIGKILLed test process (no finally runs) leaves no QEMU behind."""
+    fw = firmware_path("default")
+    code = (
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(ROOT / 'tools' / 'micropython')!r})\n"
+        "import qemu_run\n"
+        f"b = qemu_run.QemuBoard({str(fw)!r})\n"
+        "b.start()\n"
+        "print(b.proc.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        qemu_pid = int(parent.stdout.readline())
+        assert _alive(qemu_pid)
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while _alive(qemu_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(qemu_pid), f"QEMU {qemu_pid} outlived its killed parent"

@@ -6,7 +6,8 @@ scripts/build_micropython.sh with the device core, its unit tests and their runn
 
 What a caller may rely on:
 - ``QemuBoard`` is a context manager; leaving it always ends QEMU (SIGTERM, then SIGKILL, on
-  its own process group), also on a timeout or an exception.
+  its own process group), also on a timeout or an exception; and QEMU gets SIGKILL from the
+  kernel if the Python process that started it dies (PR_SET_PDEATHSIG), so none is orphaned.
 - ``start()`` waits at most ``boot_timeout`` seconds for QEMU's ``char device redirected to
   /dev/pts/N`` line; if it never comes (or QEMU exits), QEMU is killed and ``QemuError`` says
   why, with QEMU's own output.
@@ -24,6 +25,8 @@ prints the board's output and exits 0 only if every test passed.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import os
 import re
 import shutil
@@ -41,6 +44,14 @@ ROOT = Path(__file__).resolve().parents[2]
 PTY_RE = re.compile(rb"char device redirected to (/dev/pts/\d+)")
 SUMMARY_RE = re.compile(r"^(\d+) passed, (\d+) failed\s*$", re.MULTILINE)
 CORE_TEST_DIR = ROOT / "tests" / "device" / "core"
+
+
+def _own_session_and_die_with_parent() -> None:
+    """preexec_fn: own process group (so close() can end all of it), and SIGKILL when the
+    process that started it dies, even by SIGKILL (Linux PR_SET_PDEATHSIG): no orphan QEMU."""
+    os.setsid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
 
 
 class QemuError(RuntimeError):
@@ -118,7 +129,7 @@ class QemuBoard:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: close() ends all of it
+            preexec_fn=_own_session_and_die_with_parent,
         )
         assert self.proc.stdout is not None
         self._reader = threading.Thread(target=self._drain, args=(self.proc.stdout,), daemon=True)
@@ -181,7 +192,8 @@ class QemuBoard:
         try:
             cmd = [mpremote, "connect", self.pty, "run", path]
             proc = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                preexec_fn=_own_session_and_die_with_parent,
             )
             try:
                 out, _ = proc.communicate(timeout=timeout)
