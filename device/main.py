@@ -1,0 +1,12 @@
+# Entry point.
+#   unix port:  micropython device/main.py CONFIG.json   (or MICROPYPATH=.frozen:device)
+#   boards:     main.py runs at boot and reads /config.json
+import sys
+
+_here = sys.argv[0].rpartition("/")[0] if sys.argv and sys.argv[0] else ""
+if _here and _here not in sys.path:
+    sys.path.insert(0, _here)
+
+from wsn.device import main  # noqa: E402
+
+main(sys.argv[1] if len(sys.argv) > 1 else "/config.json")

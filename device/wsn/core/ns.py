@@ -1,0 +1,60 @@
+# Namespace URIs, prefixes and action URIs (WS-BaseNotification 1.3, WS-Topics 1.3,
+# WS-BrokeredNotification 1.3, WSRF, WS-Addressing 1.0, SOAP 1.1/1.2).
+from micropython import const
+
+SOAP11 = "http://schemas.xmlsoap.org/soap/envelope/"
+SOAP12 = "http://www.w3.org/2003/05/soap-envelope"
+WSA = "http://www.w3.org/2005/08/addressing"
+WSA_2004 = "http://schemas.xmlsoap.org/ws/2004/08/addressing"
+WSA_ANON = "http://www.w3.org/2005/08/addressing/anonymous"
+WSNT = "http://docs.oasis-open.org/wsn/b-2"
+WSTOP = "http://docs.oasis-open.org/wsn/t-1"
+BR = "http://docs.oasis-open.org/wsn/br-2"
+BF = "http://docs.oasis-open.org/wsrf/bf-2"
+WSRF_R = "http://docs.oasis-open.org/wsrf/r-2"
+WSRF_RP = "http://docs.oasis-open.org/wsrf/rp-2"
+WSRF_RL = "http://docs.oasis-open.org/wsrf/rl-2"
+XSI = "http://www.w3.org/2001/XMLSchema-instance"
+XML = "http://www.w3.org/XML/1998/namespace"
+EDGE = "urn:wsn-edge"
+DT = "urn:wsn-edge:device-topics"
+RD = "urn:wsn-edge:reading"
+
+SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
+
+# Prefixes used in everything the device writes; declared once on each Envelope.
+PREFIX = {
+    WSA: "wsa", WSNT: "wsnt", WSTOP: "wstop", BR: "br", BF: "wsrf-bf", WSRF_R: "wsrf-r",
+    WSRF_RP: "wsrf-rp", WSRF_RL: "wsrf-rl", EDGE: "edge", DT: "dt",
+}
+DECLS = "".join([' xmlns:%s="%s"' % (PREFIX[u], u) for u in PREFIX])
+
+_BW = "http://docs.oasis-open.org/wsn/bw-2/"
+NOTIFY = _BW + "NotificationConsumer/Notify"
+SUBSCRIBE = _BW + "NotificationProducer/Subscribe"          # + Request / Response
+GET_CURRENT = _BW + "NotificationProducer/GetCurrentMessage"
+CREATE_PP = _BW + "CreatePullPoint/CreatePullPoint"
+GET_MESSAGES = _BW + "PullPoint/GetMessages"
+DESTROY_PP = _BW + "PullPoint/DestroyPullPoint"
+RENEW = _BW + "SubscriptionManager/Renew"
+UNSUBSCRIBE = _BW + "SubscriptionManager/Unsubscribe"
+PAUSE = _BW + "SubscriptionManager/PauseSubscription"
+RESUME = _BW + "SubscriptionManager/ResumeSubscription"
+GET_RP = "http://docs.oasis-open.org/wsrf/rpw-2/GetResourceProperty/GetResourceProperty"
+SET_TT = "http://docs.oasis-open.org/wsrf/rlw-2/ScheduledResourceTermination/SetTerminationTime"
+REGISTER = "http://docs.oasis-open.org/wsn/brw-2/RegisterPublisher/RegisterPublisher"
+WSN_FAULT = "http://docs.oasis-open.org/wsn/fault"
+WSA_FAULT = "http://www.w3.org/2005/08/addressing/fault"
+
+V11 = const(11)
+V12 = const(12)
+
+
+def soap_ns(version):
+    return SOAP12 if version == V12 else SOAP11
+
+
+def content_type(version):
+    if version == V12:
+        return "application/soap+xml; charset=utf-8"
+    return "text/xml; charset=utf-8"

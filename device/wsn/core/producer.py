@@ -1,0 +1,493 @@
+# The device's NotificationProducer, SubscriptionManager and PullPoint as one sans-I/O object.
+#
+#   p = Producer(device_id, topicset, "http://host:port", rand, limits)
+#   r = p.handle("POST", "/wsn/producer", body_bytes, now, content_type)
+#       -> Response(status, content_type, body bytes, actions)
+#   kick, gw = p.publish(topic_index, payload_xml, now)   # a new reading
+#   url, body, ctype = p.render(item, gateway)            # one push, rendered when sent
+#   gone = p.expire(now)                                  # scheduled termination
+#
+# `now` is int seconds since 2000-01-01 (wsn.core.times); `rand(n)` returns n random bytes.
+# Nothing here blocks, sleeps or touches the network: pushes are queued on the subscription
+# (or in the gateway outbox, or delivered in memory into one of our own pull points) and the
+# I/O layer sends them.
+from wsn.core import ns
+from wsn.core import xml as X
+from wsn.core.ring import Ring
+from wsn.core.soap import (Fault, NotSoap, envelope, epr, fault_envelope, fault_status,
+                           parse_request, read_epr)
+from wsn.core.pullpoint import PullPointTable
+from wsn.core.subscriptions import Subscription, SubscriptionTable, new_id
+from wsn.core.times import TimeError, format_datetime, parse_time
+
+DEFAULTS = {
+    "max_subscriptions": 8,  # fixed table size
+    "max_pullpoints": 2,
+    "pullpoint_size": 32,  # messages per pull point (ring, drops the oldest)
+    "pullpoint_idle_s": 3600,  # a pull point not used for this long may be reclaimed
+    "max_request_bytes": 8192,  # larger bodies: HTTP 413
+    "max_xml_depth": 16,
+    "max_xml_elements": 256,
+    "default_ttl_s": 3600,  # subscription lifetime when Subscribe names none (0: unlimited)
+    "max_ttl_s": 604800,  # longest accepted lifetime (0: unlimited, xsi:nil accepted)
+    "queue_len": 4,  # pushes waiting per subscription (drops the oldest)
+    "gateway_buffer": 64,  # pushes waiting for the gateway (drops the oldest, counted)
+}
+
+_PATH_SUBS = "/wsn/subscriptions/"
+_PATH_PPS = "/wsn/pullpoints/"
+PRODUCER_PATH = "/wsn/producer"
+
+
+class Response:
+    def __init__(self, status, ctype, body, actions=None):
+        self.status = status
+        self.ctype = ctype
+        self.body = body
+        self.actions = actions or []
+
+
+def _text_response(status, msg):
+    return Response(status, "text/plain; charset=utf-8", msg.encode() + b"\n")
+
+
+def _qn_el(tag, el):
+    # <tag xmlns:q="uri">q:local</tag> naming element el's QName (for UnknownFilter etc.)
+    if el.ns:
+        return '<%s xmlns:q="%s">q:%s</%s>' % (tag, X.escape_attr(el.ns), el.name, tag)
+    return "<%s>%s</%s>" % (tag, el.name, tag)
+
+
+class Producer:
+    def __init__(self, device_id, topics, base_url, rand, limits=None):
+        L = dict(DEFAULTS)
+        if limits:
+            L.update(limits)
+        self.L = L
+        self.device_id = device_id
+        self.topics = topics
+        self.base = base_url
+        self.addr = base_url + PRODUCER_PATH
+        self.rand = rand
+        self.subs = SubscriptionTable(L["max_subscriptions"])
+        self.pps = PullPointTable(L["max_pullpoints"], L["pullpoint_size"])
+        self.current = [None] * len(topics.names)  # last payload per topic
+        self.gateway = None  # the gateway's ConsumerReference address (registration)
+        self.gateway_rp = ""  # its reference parameters (header XML)
+        self.outbox = Ring(L["gateway_buffer"])
+        self.consumer_allow = None  # list of allowed consumer address prefixes, or None
+        self.queue_dropped = 0  # pushes dropped from full per-subscription queues
+        self.push_failed = 0  # pushes given up after the retries (I/O layer counts)
+        self.published = 0
+
+    # ------------------------------------------------------------------ HTTP entry point
+    def handle(self, method, path, body, now, ctype=""):
+        if method != "POST":
+            return _text_response(405, "use POST with a SOAP envelope")
+        sub_id = pp_id = None
+        if path.startswith(_PATH_SUBS):
+            sub_id = path[len(_PATH_SUBS):]
+        elif path.startswith(_PATH_PPS):
+            pp_id = path[len(_PATH_PPS):]
+        elif path != PRODUCER_PATH:
+            return _text_response(404, "no such endpoint %s" % path)
+        if len(body) > self.L["max_request_bytes"]:
+            return _text_response(413, "request body larger than %d bytes" %
+                                  self.L["max_request_bytes"])
+        version = ns.V12 if "soap+xml" in ctype else ns.V11
+        try:
+            req = parse_request(body, self.L["max_xml_depth"], self.L["max_xml_elements"])
+        except X.XMLError as e:
+            f = Fault("Client", "malformed XML: %s" % e, fns=ns.SOAP11, base=False)
+            return Response(400, ns.content_type(version), fault_envelope(version, f, now).encode())
+        except NotSoap as e:
+            return _text_response(400, str(e))
+        except Fault as f:
+            return Response(fault_status(version, f), ns.content_type(version),
+                            fault_envelope(version, f, now).encode())
+        version = req.version
+        if req.resource_id and path == PRODUCER_PATH:
+            # design.md: an EPR's edge:ResourceId reference parameter also selects the resource
+            if req.resource_id[:1] == "s":
+                sub_id = req.resource_id
+            elif req.resource_id[:1] == "p":
+                pp_id = req.resource_id
+        actions = []
+        try:
+            if req.body is None:
+                raise Fault("Client", "empty SOAP Body: nothing to do", fns=ns.SOAP11, base=False)
+            if sub_id is not None:
+                action, out = self._manager(req, sub_id, now, actions)
+            elif pp_id is not None:
+                action, out = self._pullpoint(req, pp_id, now, actions)
+            else:
+                action, out = self._producer(req, now, actions)
+        except Fault as f:
+            return Response(fault_status(version, f), ns.content_type(version),
+                            fault_envelope(version, f, now, req.message_id).encode(), actions)
+        if action is None:  # one-way message (Notify): HTTP 202, no envelope
+            return Response(202, ns.content_type(version), b"", actions)
+        env = envelope(version, action, out, req.message_id)
+        return Response(200, ns.content_type(version), env.encode(), actions)
+
+    def _unknown(self, req):
+        el = req.body
+        return Fault("ActionNotSupported",
+                     "this endpoint does not implement {%s}%s (action %s)" % (
+                         el.ns, el.name, req.action), fns=ns.WSA, base=False,
+                     extra="<wsa:ProblemAction><wsa:Action>%s</wsa:Action></wsa:ProblemAction>"
+                     % X.escape(req.action or ""), action=ns.WSA_FAULT)
+
+    # ------------------------------------------------------------------ NotificationProducer
+    def _producer(self, req, now, actions):
+        el = req.body
+        if el.ns == ns.WSNT:
+            if el.name == "Subscribe":
+                return ns.SUBSCRIBE + "Response", self._subscribe(req, now, actions)
+            if el.name == "GetCurrentMessage":
+                return ns.GET_CURRENT + "Response", self._get_current(el)
+            if el.name == "CreatePullPoint":
+                return ns.CREATE_PP + "Response", self._create_pullpoint(now, actions)
+        if el.ns == ns.WSRF_RP and el.name == "GetResourceProperty":
+            return ns.GET_RP + "Response", self._get_rp(el)
+        raise self._unknown(req)
+
+    def _termination(self, el, now, fault):
+        # InitialTerminationTime / TerminationTime -> absolute int seconds or None (none
+        # scheduled). WS-BaseNotification 1.3 §4.2 and §6.1.1.
+        L = self.L
+        maxttl = L["max_ttl_s"]
+        hint = "<wsnt:MinimumTime>%s</wsnt:MinimumTime>" % format_datetime(now + 1)
+        if maxttl:
+            hint += "<wsnt:MaximumTime>%s</wsnt:MaximumTime>" % format_datetime(now + maxttl)
+        if el is None:
+            return now + L["default_ttl_s"] if L["default_ttl_s"] else None
+        if el.get("{%s}nil" % ns.XSI) in ("true", "1"):
+            if maxttl:
+                raise Fault(fault, "no unlimited subscriptions here: at most %d s" % maxttl,
+                            extra=hint)
+            return None
+        try:
+            t = parse_time(el.text, now)
+        except TimeError as e:
+            raise Fault(fault, "%s (want an xsd:dateTime or xsd:duration)" % e, extra=hint)
+        if t <= now:
+            raise Fault(fault, "termination time %s is not in the future (now %s)" % (
+                format_datetime(t), format_datetime(now)), extra=hint)
+        if maxttl and t - now > maxttl:
+            raise Fault(fault, "termination time %s is more than %d s ahead" % (
+                format_datetime(t), maxttl), extra=hint)
+        return t
+
+    def _subscribe(self, req, now, actions):
+        # WS-BaseNotification 1.3 §4.2
+        el = req.body
+        cr = el.find(ns.WSNT, "ConsumerReference")
+        if cr is None:
+            raise Fault("SubscribeCreationFailedFault", "Subscribe without ConsumerReference")
+        addr, rp = read_epr(cr, req.buf)
+        if not addr:
+            raise Fault("SubscribeCreationFailedFault", "ConsumerReference without wsa:Address")
+        mask = self.topics.all
+        f = el.find(ns.WSNT, "Filter")
+        if f is not None:
+            unknown = [c for c in f.children if not (c.ns == ns.WSNT and c.name == "TopicExpression")]
+            if unknown:
+                # §4.2: "The fault MUST include the filter QNames for the filters it did not
+                # understand"; only TopicExpression (Simple) is supported here.
+                raise Fault("InvalidFilterFault",
+                            "unsupported filter(s): %s; this device filters by Simple "
+                            "TopicExpression only" % ", ".join([c.qname() for c in unknown]),
+                            extra="".join([_qn_el("wsnt:UnknownFilter", c) for c in unknown]))
+            for te in f.children:
+                dialect = (te.get("Dialect") or "").strip()
+                if dialect != ns.SIMPLE:
+                    raise Fault("TopicExpressionDialectUnknownFault",
+                                "dialect '%s' is not supported; use %s" % (dialect, ns.SIMPLE))
+                mask &= 1 << self.topics.resolve_simple(te)
+        raw = False
+        pol = el.find(ns.WSNT, "SubscriptionPolicy")
+        if pol is not None:
+            unrec = []
+            for c in pol.children:
+                if c.ns == ns.WSNT and c.name == "UseRaw":
+                    raw = True
+                else:
+                    unrec.append(c)
+            if unrec:
+                raise Fault("UnrecognizedPolicyRequestFault",
+                            "unrecognized policy: %s (only wsnt:UseRaw)" % ", ".join(
+                                [c.qname() for c in unrec]),
+                            extra="".join([_qn_el("wsnt:UnrecognizedPolicy", c) for c in unrec]))
+        expires = self._termination(el.find(ns.WSNT, "InitialTerminationTime"), now,
+                                    "UnacceptableInitialTerminationTimeFault")
+        pp = self._own_pullpoint(addr)
+        if pp is None:
+            if addr[:7] != "http://" or len(addr) < 9:
+                raise Fault("SubscribeCreationFailedFault",
+                            "consumer address '%s' is not an http:// URL (the device pushes "
+                            "over plain HTTP/1.1; use a pull point otherwise)" % addr)
+            allow = self.consumer_allow
+            if allow is not None and not [a for a in allow if addr.startswith(a)]:
+                raise Fault("SubscribeCreationFailedFault",
+                            "consumer address '%s' is not allowed by this device's policy" % addr)
+        sub = Subscription(new_id(self.rand, "s"), addr, rp, mask, raw, expires, req.version, now,
+                           0 if pp is not None else self.L["queue_len"])
+        sub.pullpoint = pp
+        if not self.subs.add(sub, now):
+            raise Fault("SubscribeCreationFailedFault",
+                        "subscription table full (%d subscriptions); unsubscribe or let one "
+                        "expire" % len(self.subs.slots), code="Receiver")
+        actions.append(("subscribed", sub))
+        out = ["<wsnt:SubscribeResponse>",
+               epr(self.base + _PATH_SUBS + sub.id, sub.id, "wsnt:SubscriptionReference"),
+               "<wsnt:CurrentTime>%s</wsnt:CurrentTime>" % format_datetime(now)]
+        if expires is not None:
+            out.append("<wsnt:TerminationTime>%s</wsnt:TerminationTime>" % format_datetime(expires))
+        out.append("</wsnt:SubscribeResponse>")
+        return "".join(out)
+
+    def _own_pullpoint(self, addr):
+        # A consumer address naming one of our pull points is delivered in memory (no HTTP).
+        # Host spellings differ (127.0.0.1, localhost, the advertised name), so compare the
+        # port and the path.
+        k = addr.find(_PATH_PPS)
+        if k < 0 or addr[:7] != "http://":
+            return None
+        port_a = addr[7:k].rpartition(":")[2]
+        port_b = self.base[7:].rpartition(":")[2]
+        if port_a != port_b:
+            return None
+        return self.pps.get(addr[k + len(_PATH_PPS):])
+
+    def _get_current(self, el):
+        # WS-BaseNotification 1.3 §4.3
+        topics = el.findall(ns.WSNT, "Topic")
+        if not topics:
+            raise Fault("InvalidTopicExpressionFault", "GetCurrentMessage without wsnt:Topic")
+        if len(topics) > 1:
+            raise Fault("MultipleTopicsSpecifiedFault",
+                        "GetCurrentMessage names %d topics; name exactly one" % len(topics))
+        te = topics[0]
+        dialect = (te.get("Dialect") or "").strip()
+        if dialect != ns.SIMPLE:
+            raise Fault("TopicExpressionDialectUnknownFault",
+                        "dialect '%s' is not supported; use %s" % (dialect, ns.SIMPLE))
+        i = self.topics.resolve_simple(te)
+        cur = self.current[i]
+        if cur is None:
+            raise Fault("NoCurrentMessageOnTopicFault",
+                        "no reading published on '%s' yet" % self.topics.names[i])
+        return "<wsnt:GetCurrentMessageResponse>%s</wsnt:GetCurrentMessageResponse>" % cur
+
+    def _create_pullpoint(self, now, actions):
+        # WS-BaseNotification 1.3 §5.2
+        pp = self.pps.create(self.rand, now, self.L["pullpoint_idle_s"])
+        if pp is None:
+            raise Fault("UnableToCreatePullPointFault",
+                        "all %d pull points are in use; destroy one first" % len(self.pps.slots),
+                        code="Receiver")
+        actions.append(("pullpoint", pp))
+        return "<wsnt:CreatePullPointResponse>%s</wsnt:CreatePullPointResponse>" % epr(
+            self.base + _PATH_PPS + pp.id, pp.id, "wsnt:PullPoint")
+
+    def _get_rp(self, el):
+        # WS-ResourceProperties 1.2 GetResourceProperty; properties of WS-BaseNotification
+        # 1.3 §4.1 plus edge:Status (drop counters).
+        try:
+            uri, local = el.resolve(el.value())
+        except X.XMLError as e:
+            raise Fault("InvalidResourcePropertyQNameFault", str(e), fns=ns.WSRF_RP)
+        t = self.topics
+        if uri == ns.WSNT and local == "TopicExpression":
+            out = "".join(['<wsnt:TopicExpression Dialect="%s">%s</wsnt:TopicExpression>' % (
+                ns.SIMPLE, t.qname(i)) for i in range(len(t.names))])
+        elif uri == ns.WSNT and local == "TopicExpressionDialect":
+            out = "<wsnt:TopicExpressionDialect>%s</wsnt:TopicExpressionDialect>" % ns.SIMPLE
+        elif uri == ns.WSNT and local == "FixedTopicSet":
+            out = "<wsnt:FixedTopicSet>true</wsnt:FixedTopicSet>"
+        elif uri == ns.WSTOP and local == "TopicSet":
+            out = t.topic_set_xml()
+        elif uri == ns.EDGE and local == "Status":
+            out = "<edge:Status>%s</edge:Status>" % "".join(
+                ["<edge:%s>%s</edge:%s>" % (k, v, k) for k, v in self.counters()])
+        else:
+            raise Fault("InvalidResourcePropertyQNameFault",
+                        "no resource property {%s}%s; try wsnt:TopicExpression, "
+                        "wsnt:TopicExpressionDialect, wsnt:FixedTopicSet, wstop:TopicSet, "
+                        "edge:Status" % (uri, local), fns=ns.WSRF_RP)
+        return "<wsrf-rp:GetResourcePropertyResponse>%s</wsrf-rp:GetResourcePropertyResponse>" % out
+
+    # ------------------------------------------------------------------ SubscriptionManager
+    def _manager(self, req, sid, now, actions):
+        # WS-BaseNotification 1.3 §6.1 (Renew, Unsubscribe), §6.2 (Pause/Resume)
+        self.expire(now)
+        el = req.body
+        sub = self.subs.get(sid)
+        if el.ns != ns.WSNT or el.name not in ("Renew", "Unsubscribe", "PauseSubscription",
+                                                "ResumeSubscription"):
+            raise self._unknown(req)
+        if sub is None:
+            raise Fault("ResourceUnknownFault",
+                        "no subscription '%s' (unsubscribed, expired or never created)" % sid,
+                        fns=ns.WSRF_R)
+        n = el.name
+        if n == "Renew":
+            tt = el.find(ns.WSNT, "TerminationTime")
+            if tt is None:
+                raise Fault("UnacceptableTerminationTimeFault", "Renew without TerminationTime",
+                            extra="<wsnt:MinimumTime>%s</wsnt:MinimumTime>" % format_datetime(now + 1))
+            sub.expires = self._termination(tt, now, "UnacceptableTerminationTimeFault")
+            if sub.expires is None:
+                term = '<wsnt:TerminationTime xmlns:xsi="%s" xsi:nil="true"/>' % ns.XSI
+            else:
+                term = "<wsnt:TerminationTime>%s</wsnt:TerminationTime>" % format_datetime(sub.expires)
+            return ns.RENEW + "Response", "<wsnt:RenewResponse>%s<wsnt:CurrentTime>%s" \
+                "</wsnt:CurrentTime></wsnt:RenewResponse>" % (term, format_datetime(now))
+        if n == "Unsubscribe":
+            self.subs.remove(sid)
+            actions.append(("unsubscribed", sub))
+            return ns.UNSUBSCRIBE + "Response", "<wsnt:UnsubscribeResponse/>"
+        if n == "PauseSubscription":
+            # §6.2.1: while paused nothing is produced for it; on resume only new readings
+            # (option 3); pushes already queued stay queued.
+            sub.paused = True
+            actions.append(("paused", sub))
+            return ns.PAUSE + "Response", "<wsnt:PauseSubscriptionResponse/>"
+        sub.paused = False
+        actions.append(("resumed", sub))
+        return ns.RESUME + "Response", "<wsnt:ResumeSubscriptionResponse/>"
+
+    # ------------------------------------------------------------------ PullPoint
+    def _pullpoint(self, req, pid, now, actions):
+        # WS-BaseNotification 1.3 §5.1
+        el = req.body
+        pp = self.pps.get(pid)
+        if pp is None:
+            raise Fault("ResourceUnknownFault", "no pull point '%s'" % pid, fns=ns.WSRF_R)
+        pp.touched = now
+        if el.ns == ns.WSNT and el.name == "GetMessages":
+            mx = el.find(ns.WSNT, "MaximumNumber")
+            n = None
+            if mx is not None:
+                v = mx.value()
+                if not v.isdigit():
+                    raise Fault("UnableToGetMessagesFault",
+                                "MaximumNumber '%s' is not a non-negative integer" % v)
+                n = int(v)
+            items = pp.ring.take(n)
+            out = ["<wsnt:GetMessagesResponse>"]
+            for it in items:
+                out.append("<wsnt:NotificationMessage>")
+                out.append(it if isinstance(it, str) else self._nm_content(it))
+                out.append("</wsnt:NotificationMessage>")
+            out.append("</wsnt:GetMessagesResponse>")
+            return ns.GET_MESSAGES + "Response", "".join(out)
+        if el.ns == ns.WSNT and el.name == "DestroyPullPoint":
+            self.pps.remove(pid)
+            # subscriptions delivering into it would have nowhere to go: they end with it
+            for s in list(self.subs):
+                if s.pullpoint is pp:
+                    self.subs.remove(s.id)
+                    actions.append(("unsubscribed", s))
+            actions.append(("destroyed", pp))
+            return ns.DESTROY_PP + "Response", "<wsnt:DestroyPullPointResponse/>"
+        # Notify into the pull point (§5.1.1): each NotificationMessage's content is kept as
+        # received; any other body is a raw notification, kept as the Message.
+        if el.ns == ns.WSNT and el.name == "Notify":
+            for nm in el.findall(ns.WSNT, "NotificationMessage"):
+                pp.ring.push(X.inner_xml(nm, req.buf))
+        else:
+            pp.ring.push("<wsnt:Message>%s</wsnt:Message>" % X.outer_xml(el, req.buf))
+        return None, None
+
+    # ------------------------------------------------------------------ publishing
+    def publish(self, ti, payload, now):
+        # A new reading on topic index ti. -> (subscriptions whose queue got a push: the I/O
+        # layer starts their sender; True if the gateway outbox got one).
+        self.current[ti] = payload
+        self.published += 1
+        bit = 1 << ti
+        kick = []
+        gw = False
+        for s in self.subs:
+            if s.paused or not (s.mask & bit) or (s.expires is not None and s.expires <= now):
+                continue
+            item = (s, ti, payload, now)
+            if s.pullpoint is not None:
+                if s.pullpoint.active:
+                    s.pullpoint.ring.push(item)
+                    s.delivered += 1
+            elif self.gateway is not None and s.consumer == self.gateway:
+                self.outbox.push(item)
+                gw = True
+            else:
+                if s.queue.push(item):
+                    self.queue_dropped += 1
+                kick.append(s)
+        return kick, gw
+
+    def _nm_content(self, item):
+        # content of a wsnt:NotificationMessage (WS-BaseNotification 1.3 §3.2)
+        s, ti, payload, _ = item
+        if s.raw:
+            return "<wsnt:Message>%s</wsnt:Message>" % payload
+        return "%s<wsnt:Topic Dialect=\"%s\">%s</wsnt:Topic>%s<wsnt:Message>%s</wsnt:Message>" % (
+            epr(self.base + _PATH_SUBS + s.id, s.id, "wsnt:SubscriptionReference"),
+            ns.SIMPLE, self.topics.qname(ti), epr(self.addr, None, "wsnt:ProducerReference"),
+            payload)
+
+    def render(self, item, gateway=False):
+        # -> (url, envelope bytes, content type) of one push. Raw (wsnt:UseRaw): the payload is
+        # the Body, Notify action (§3.1: SHOULD use it); otherwise the wsnt:Notify wrapper.
+        # Gateway pushes go to the current gateway consumer address (it may have changed since
+        # the reading was buffered: re-registration).
+        s = item[0]
+        if s.raw:
+            body = item[2]
+        else:
+            body = "<wsnt:Notify><wsnt:NotificationMessage>%s</wsnt:NotificationMessage>" \
+                   "</wsnt:Notify>" % self._nm_content(item)
+        if gateway:
+            url, hdr = self.gateway, self.gateway_rp
+        else:
+            url, hdr = s.consumer, s.refparams
+        env = envelope(s.version, ns.NOTIFY, body, None, url, hdr)
+        return url, env.encode(), ns.content_type(s.version)
+
+    def set_gateway(self, consumer, refparams):
+        # The gateway's ConsumerReference from RegisterPublisherResponse. After a
+        # re-registration under a new address, subscriptions made for the old registration are
+        # orphans (the gateway subscribes again): they are removed -> list of them.
+        old = self.gateway
+        self.gateway = consumer
+        self.gateway_rp = refparams or ""
+        gone = []
+        if old and consumer != old:
+            for s in list(self.subs):
+                if s.consumer == old:
+                    self.subs.remove(s.id)
+                    gone.append(s)
+        return gone
+
+    def expire(self, now):
+        # Scheduled termination (WS-BaseNotification 1.3 §6.4 / WS-ResourceLifetime): expired
+        # subscriptions are destroyed; idle pull points reclaimed. -> list of what went.
+        gone = self.subs.expire(now)
+        idle = self.L["pullpoint_idle_s"]
+        if idle:
+            for pp in self.pps.expire_idle(now, idle):
+                for s in list(self.subs):
+                    if s.pullpoint is pp:
+                        self.subs.remove(s.id)
+                        gone.append(s)
+        return gone
+
+    def counters(self):
+        pd = 0
+        for p in self.pps:
+            pd += p.ring.dropped
+        return [("subscriptions", len(self.subs)), ("pullpoints", len(self.pps)),
+                ("published", self.published), ("queueDropped", self.queue_dropped),
+                ("pushFailed", self.push_failed), ("pullpointDropped", pd),
+                ("gatewayBuffered", len(self.outbox)), ("gatewayDropped", self.outbox.dropped)]

@@ -1,0 +1,169 @@
+# The link to the gateway (design.md "Device <-> gateway", demand-based publishing):
+# - register: br:RegisterPublisher (Demand=true, PublisherReference = our producer address with
+#   edge:DeviceId, one br:Topic per sensor, InitialTerminationTime) until it succeeds;
+# - renew: wsrf-rl:SetTerminationTime on the registration address every renew_period_s;
+#   a ResourceUnknownFault (registration forgotten, e.g. a gateway restart without state)
+#   means register again; so does a push answered with ResourceUnknownFault;
+# - after the gateway was unreachable, the first success triggers an immediate renew (which
+#   detects a restarted gateway);
+# - the sender drains the producer's gateway outbox in order; while the gateway is unreachable
+#   the readings wait there (bounded, oldest dropped and counted), retried every retry_s.
+import asyncio
+
+from wsn import http
+from wsn.core import ns
+from wsn.core.registration import read_registration, register_publisher, set_termination_time
+from wsn.core.soap import fault_name
+
+
+class GatewayLink:
+    def __init__(self, dev, url, conf):
+        self.dev = dev
+        self.p = dev.producer
+        self.url = url
+        self.version = ns.V11 if str(conf.get("gateway_soap", "1.2")) == "1.1" else ns.V12
+        self.ttl = int(conf.get("registration_ttl_s", 600))
+        self.renew_s = int(conf.get("renew_period_s") or max(1, self.ttl // 2))
+        self.retry_s = float(conf.get("gateway_retry_s", 2))
+        self.timeout = float(conf.get("gateway_timeout_s", 5))
+        self.reg = None  # registration address
+        self.reg_rp = ""
+        self.state = "unregistered"  # unregistered | registered | down
+        self.registrations = 0
+        self.renewals = 0
+        self.delivered = 0
+        self.rejected = 0  # pushes the gateway refused with a fault (not retried)
+        self.last_error = ""
+        self.wake = asyncio.Event()  # main loop: register/renew now
+        self.out = asyncio.Event()  # sender: something to send
+
+    def status(self):
+        return {"state": self.state, "registration": self.reg, "consumer": self.p.gateway,
+                "registrations": self.registrations, "renewals": self.renewals,
+                "delivered": self.delivered, "rejected": self.rejected,
+                "buffered": len(self.p.outbox), "dropped": self.p.outbox.dropped,
+                "last_error": self.last_error}
+
+    def _set_state(self, st):
+        if st != self.state:
+            self.state = st
+            self.dev.status_line("gateway " + st)
+
+    def _down(self, err):
+        self.last_error = err
+        if self.state != "down":
+            self._set_state("down")
+
+    async def _post(self, url, env):
+        return await http.post(url, env.encode() if isinstance(env, str) else env,
+                               ns.content_type(self.version), self.timeout)
+
+    async def register(self):
+        now = self.dev.now()
+        env = register_publisher(self.version, self.url, self.p.addr, self.p.device_id,
+                                 self.dev.registered_topics, now + self.ttl)
+        try:
+            status, body = await self._post(self.url, env)
+        except Exception as e:  # noqa: BLE001 - unreachable: retry later
+            self._down("register: %r" % e)
+            return False
+        try:
+            reg, reg_rp, con, con_rp = read_registration(body)
+        except Exception as e:  # noqa: BLE001
+            self.last_error = "register: HTTP %d %s" % (status, e)
+            self.dev.status_line("gateway refused registration: %s" % self.last_error)
+            self._set_state("unregistered")
+            return False
+        self.reg, self.reg_rp = reg, reg_rp
+        gone = self.p.set_gateway(con, con_rp)
+        for s in gone:
+            self.dev.log("subscription %s of the old registration removed" % s.id)
+        self.registrations += 1
+        self._set_state("registered")
+        self.dev.log("registered at %s (consumer %s)" % (reg, con))
+        self.out.set()
+        return True
+
+    async def renew(self):
+        now = self.dev.now()
+        env = set_termination_time(self.version, self.reg, self.reg_rp, now + self.ttl)
+        try:
+            status, body = await self._post(self.reg, env)
+        except Exception as e:  # noqa: BLE001
+            self._down("renew: %r" % e)
+            return
+        if 200 <= status < 300:
+            self.renewals += 1
+            self._set_state("registered")
+            return
+        name, reason = fault_name(body)
+        self.last_error = "renew: HTTP %d %s %s" % (status, name, reason)
+        if name == "ResourceUnknownFault" or status == 404:
+            self.dev.log("registration %s unknown to the gateway: registering again" % self.reg)
+            self.reg = None
+            self._set_state("unregistered")
+        else:
+            self.dev.log(self.last_error)
+
+    async def _sleep(self, ev, seconds):
+        try:
+            await asyncio.wait_for(ev.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+        ev.clear()
+
+    async def run(self):
+        asyncio.create_task(self._sender())
+        while True:
+            if self.reg is None:
+                if not await self.register():
+                    await self._sleep(self.wake, self.retry_s)
+                    continue
+                await self._sleep(self.wake, self.renew_s)
+            else:
+                await self._sleep(self.wake, self.renew_s if self.state == "registered"
+                                  else self.retry_s)
+            if self.reg is not None:
+                await self.renew()
+
+    async def _sender(self):
+        ob = self.p.outbox
+        delay = self.retry_s
+        while True:
+            if not ob.count or self.reg is None or self.p.gateway is None:
+                await self._sleep(self.out, 1)
+                continue
+            item = ob.peek()
+            url, body, ctype = self.p.render(item, True)
+            try:
+                status, resp = await http.post(url, body, ctype, self.timeout)
+            except Exception as e:  # noqa: BLE001 - unreachable: keep it, retry with backoff
+                self._down("push: %r" % e)
+                await self._sleep(self.out, delay)
+                delay = min(delay * 2, max(self.retry_s, 30))
+                continue
+            delay = self.retry_s
+            was_down = self.state == "down"
+            if 200 <= status < 300:
+                if ob.peek() is item:
+                    ob.pop()
+                self.delivered += 1
+                if was_down:
+                    self._set_state("registered")
+                    self.wake.set()  # back after an outage: renew now (restart check)
+                continue
+            name, reason = fault_name(resp)
+            if name == "ResourceUnknownFault" or status == 404:
+                # the gateway forgot the registration: register again, keep the buffer
+                self.last_error = "push: %s %s" % (name, reason)
+                self.reg = None
+                self._set_state("unregistered")
+                self.wake.set()
+                continue
+            # any other refusal is about this message: drop it (counted), go on
+            self.rejected += 1
+            self.p.push_failed += 1
+            self.last_error = "push: HTTP %d %s %s" % (status, name, reason)
+            self.dev.log(self.last_error)
+            if ob.peek() is item:
+                ob.pop()

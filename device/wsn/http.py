@@ -1,0 +1,136 @@
+# A tiny HTTP/1.1 server and client on MicroPython asyncio (start_server / open_connection).
+# One request per connection (Connection: close), Content-Length bodies only, every read under
+# a timeout, sizes bounded: a slow, truncated or oversized request gets 408/400/413 and never
+# holds the device. Message parsing lives in wsn.core.httpmsg.
+import asyncio
+
+from wsn.core import httpmsg as H
+
+MAX_HEAD = 4096
+DRAIN_LIMIT = 65536  # an oversized body up to this size is read and discarded before the 413
+
+
+class Server:
+    # handler(method, path, query, headers, body) -> (status, ctype, body bytes) (a coroutine)
+    def __init__(self, handler, host, port, max_body=8192, read_timeout_s=10, on_done=None):
+        self.handler = handler
+        self.host = host
+        self.port = port
+        self.max_body = max_body
+        self.read_timeout = read_timeout_s
+        self.on_done = on_done
+        self.srv = None
+
+    async def start(self):
+        self.srv = await asyncio.start_server(self._conn, self.host, self.port, 8)
+        return self.srv
+
+    async def _read_head(self, r):
+        buf = b""
+        while True:
+            k = buf.find(b"\r\n\r\n")
+            if k >= 0:
+                return buf[:k], buf[k + 4:]
+            if len(buf) > MAX_HEAD:
+                raise H.HTTPError(431, "request head larger than %d bytes" % MAX_HEAD)
+            chunk = await r.read(1024)
+            if not chunk:
+                raise H.HTTPError(400, "connection closed inside the request head")
+            buf += chunk
+
+    async def _read_body(self, r, rest, n):
+        parts = [rest] if rest else []
+        have = len(rest)
+        while have < n:
+            chunk = await r.read(min(2048, n - have))
+            if not chunk:
+                raise H.HTTPError(400, "truncated body: %d of %d bytes" % (have, n))
+            parts.append(chunk)
+            have += len(chunk)
+        body = b"".join(parts)
+        return body[:n]
+
+    async def _request(self, r):
+        head, rest = await self._read_head(r)
+        method, path, query, headers = H.parse_head(head)
+        try:
+            n = H.body_length(method, headers, self.max_body)
+        except H.HTTPError as e:
+            if e.status == 413:
+                cl = headers.get("content-length", "0")
+                if cl.isdigit() and int(cl) <= DRAIN_LIMIT:
+                    # read and discard it, so the client is reading when the 413 comes
+                    left = int(cl) - len(rest)
+                    while left > 0:
+                        chunk = await r.read(min(2048, left))
+                        if not chunk:
+                            break
+                        left -= len(chunk)
+            raise
+        body = await self._read_body(r, rest, n) if n else b""
+        return method, path, query, headers, body
+
+    async def _conn(self, r, w):
+        status = 500
+        try:
+            try:
+                req = await asyncio.wait_for(self._request(r), self.read_timeout)
+                status, ctype, body = await self.handler(*req)
+            except asyncio.TimeoutError:
+                status, ctype, body = 408, "text/plain", b"request not received in time\n"
+            except H.HTTPError as e:
+                status, ctype, body = e.status, "text/plain", (str(e) + "\n").encode()
+            except MemoryError:
+                status, ctype, body = 503, "text/plain", b"out of memory; try again\n"
+            w.write(H.response_head(status, ctype, len(body)))
+            if body:
+                w.write(body)
+            await asyncio.wait_for(w.drain(), self.read_timeout)
+        except Exception as e:  # noqa: BLE001 - a broken connection must not stop the server
+            print("http: connection error:", repr(e))
+        finally:
+            try:
+                w.close()
+                await w.wait_closed()
+            except Exception:  # noqa: BLE001
+                pass
+            if self.on_done is not None:
+                self.on_done(status)
+
+
+async def _exchange(host, port, data, max_resp):
+    r, w = await asyncio.open_connection(host, port)
+    try:
+        w.write(data)
+        await w.drain()
+        buf = b""
+        while True:
+            chunk = await r.read(2048)
+            if not chunk:
+                break
+            buf += chunk
+            if len(buf) > max_resp:
+                raise H.HTTPError(502, "response larger than %d bytes" % max_resp)
+        return buf
+    finally:
+        try:
+            w.close()
+            await w.wait_closed()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+async def post(url, body, ctype, timeout_s=5, extra_headers="", max_resp=16384):
+    # POST body to url -> (status, response body bytes). Raises OSError / asyncio.TimeoutError
+    # when the peer is unreachable or slow, H.HTTPError for a malformed answer.
+    host, port, path = H.split_url(url)
+    req = H.request_head("POST", host, port, path, ctype, len(body), extra_headers) + body
+    data = await asyncio.wait_for(_exchange(host, port, req, max_resp), timeout_s)
+    k = data.find(b"\r\n\r\n")
+    if k < 0:
+        raise H.HTTPError(502, "truncated response from %s" % url)
+    status, headers = H.parse_status(data[:k])
+    rbody = data[k + 4:]
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        rbody = H.dechunk(rbody)
+    return status, rbody

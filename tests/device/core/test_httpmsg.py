@@ -1,0 +1,70 @@
+# ruff: noqa: E501 - MicroPython-compatible test code (%-formatting runs on every port)
+from wsn.core import httpmsg as H
+
+
+def _status(fn, *a):
+    try:
+        fn(*a)
+    except H.HTTPError as e:
+        return e.status
+    return None
+
+
+def test_parse_head():
+    m, path, q, h = H.parse_head(b"POST /wsn/producer?x=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 5")
+    assert (m, path, q) == ("POST", "/wsn/producer", "x=1")
+    assert h["content-length"] == "5" and h["host"] == "a"
+    assert _status(H.parse_head, b"GARBAGE") == 400
+    assert _status(H.parse_head, b"GET / HTTP/1.1\r\nbad header") == 400
+    many = b"GET / HTTP/1.1" + b"".join([b"\r\nX: y"] * 40)
+    assert _status(H.parse_head, many) == 431
+
+
+def test_body_length():
+    assert H.body_length("POST", {"content-length": "10"}, 100) == 10
+    assert H.body_length("POST", {}, 100) == 0
+    assert _status(H.body_length, "POST", {"content-length": "101"}, 100) == 413
+    assert _status(H.body_length, "POST", {"content-length": "-1"}, 100) == 400
+    assert _status(H.body_length, "POST", {"transfer-encoding": "chunked"}, 100) == 411
+
+
+def test_split_url():
+    assert H.split_url("http://127.0.0.1:8080/wsn/broker") == ("127.0.0.1", 8080, "/wsn/broker")
+    assert H.split_url("http://host") == ("host", 80, "/")
+    assert H.split_url("http://[::1]:81/x") == ("::1", 81, "/x")
+    for bad in ("https://a/", "http://:80/", "http://a:x/"):
+        try:
+            H.split_url(bad)
+            raise AssertionError(bad)
+        except ValueError:
+            pass
+
+
+def test_heads_are_well_formed():
+    r = H.response_head(413, "text/plain", 3)
+    assert r.startswith(b"HTTP/1.1 413 ") and b"Content-Length: 3\r\n" in r and r.endswith(b"\r\n\r\n")
+    q = H.request_head("POST", "h", 1, "/p", "text/xml", 7)
+    assert q.startswith(b"POST /p HTTP/1.1\r\nHost: h:1\r\n")
+    st, hd = H.parse_status(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0")
+    assert st == 202 and hd["content-length"] == "0"
+
+
+def test_dechunk():
+    assert H.dechunk(b"3\r\nabc\r\n2;x=1\r\nde\r\n0\r\n\r\n") == b"abcde"
+    try:
+        H.dechunk(b"5\r\nab")
+        raise AssertionError("truncated accepted")
+    except ValueError:
+        pass
+
+
+def test_check_auth():
+    import binascii
+    assert H.check_auth(None, None)
+    assert not H.check_auth(None, "s3")
+    assert H.check_auth("Bearer s3", "s3")
+    assert not H.check_auth("Bearer s4", "s3")
+    basic = "Basic " + binascii.b2a_base64(b"admin:s3").decode().strip()
+    assert H.check_auth(basic, "s3")
+    assert not H.check_auth("Basic !!!", "s3")
+    assert not H.check_auth("Digest x", "s3")

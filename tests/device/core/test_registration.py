@@ -1,0 +1,57 @@
+# ruff: noqa: UP031, E501 - MicroPython-compatible test code (%-formatting runs on every port)
+from test_support import BASE, NOW, topicset
+from wsn.core import ns
+from wsn.core import registration as R
+from wsn.core import soap as S
+from wsn.core.times import format_datetime
+
+
+def test_register_publisher_message():
+    e = R.register_publisher(ns.V12, "http://gw/wsn/broker", BASE + "/wsn/producer", "dev-1",
+                             topicset(), NOW + 600)
+    req = S.parse_request(e.encode())
+    assert req.action == ns.REGISTER + "Request"
+    b = req.body
+    assert b.ns == ns.BR and b.name == "RegisterPublisher"
+    pr = b.find(ns.BR, "PublisherReference")
+    assert pr.find(ns.WSA, "Address").value() == BASE + "/wsn/producer"
+    assert pr.find(ns.WSA, "Metadata").find(ns.EDGE, "DeviceId").value() == "dev-1"
+    topics = b.findall(ns.BR, "Topic")
+    assert topics[0].resolve(topics[0].value()) == (ns.DT, "temperature")
+    assert all([t.get("Dialect") == ns.SIMPLE for t in topics])
+    assert b.find(ns.BR, "Demand").value() == "true"
+    assert b.find(ns.BR, "InitialTerminationTime").value() == format_datetime(NOW + 600)
+
+
+def _resp(inner):
+    return S.envelope(ns.V12, "urn:r", "<br:RegisterPublisherResponse>%s</br:RegisterPublisherResponse>"
+                      % inner).encode()
+
+
+def test_read_registration():
+    reg = S.epr("http://gw/wsn/registrations/7", "7", "br:PublisherRegistrationReference")
+    con = S.epr("http://gw/wsn/registrations/7c", None, "br:ConsumerReference")
+    a, arp, c, crp = R.read_registration(_resp(reg + con))
+    assert a == "http://gw/wsn/registrations/7" and "ResourceId" in arp
+    assert c == "http://gw/wsn/registrations/7c" and crp == ""
+    a, arp, c, crp = R.read_registration(_resp(reg))
+    assert c == a and crp == arp
+
+
+def test_read_registration_fault_and_garbage():
+    f = S.fault_envelope(ns.V12, S.Fault("PublisherRegistrationRejectedFault", "no", fns=ns.BR), NOW)
+    for bad in (f.encode(), b"garbage", _resp("")):
+        try:
+            R.read_registration(bad)
+            raise AssertionError("accepted")
+        except ValueError as e:
+            if bad is not None and b"Rejected" in bad:
+                assert "PublisherRegistrationRejectedFault" in str(e)
+
+
+def test_set_termination_time():
+    e = R.set_termination_time(ns.V11, "http://gw/r/7", "", NOW + 60)
+    req = S.parse_request(e.encode())
+    assert req.action == ns.SET_TT + "Request" and req.to == "http://gw/r/7"
+    rtt = req.body.find(ns.WSRF_RL, "RequestedTerminationTime")
+    assert rtt.value() == format_datetime(NOW + 60)

