@@ -17,6 +17,7 @@ A caller may rely on:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 
 from lxml import etree
 
@@ -26,6 +27,10 @@ from .expression import TopicExpression, clean_nsmap
 from .model import ConcreteTopic, split_step
 from .path import PathExpression
 from .xpath import XPathExpression
+
+#: longest expression text accepted (hostile sizes; the XPath dialect is
+#: evaluated over the whole Topic Set)
+MAX_EXPRESSION_LENGTH = 4096
 
 
 def compile_expression(
@@ -37,13 +42,24 @@ def compile_expression(
     canon = canonical_dialect(dialect)
     if not isinstance(text, str):
         raise InvalidTopicExpression("a topic expression must be text")
-    text = text.strip()
+    if len(text) > MAX_EXPRESSION_LENGTH:
+        raise InvalidTopicExpression(
+            f"topic expression of {len(text)} characters is longer than the "
+            f"{MAX_EXPRESSION_LENGTH} this producer accepts"
+        )
     ns = clean_nsmap(nsmap)
+    # Compiled expressions are immutable (their caches are keyed on the Topic
+    # Set version), so identical text + prefixes share one compiled object.
+    return _compile(canon, text.strip(), tuple(sorted(ns.items())))
+
+
+@lru_cache(maxsize=16384)
+def _compile(canon: str, text: str, ns: tuple[tuple[str, str], ...]) -> TopicExpression:
     if canon == XPATH:
         if not text:
             raise InvalidTopicExpression("the XPath topic expression is empty")
-        return XPathExpression(text, ns)
-    return PathExpression(canon, text, ns)
+        return XPathExpression(text, dict(ns))
+    return PathExpression(canon, text, dict(ns))
 
 
 def parse_topic_expression_element(el: etree._Element) -> TopicExpression:

@@ -59,7 +59,7 @@ class TopicExpression:
         self.dialect = dialect
         self.text = text
         self.nsmap = nsmap
-        self._resolve_cache: tuple[int, int, frozenset[ConcreteTopic]] | None = None
+        self._resolve_cache: tuple[tuple[int, int], frozenset[ConcreteTopic]] | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.text!r}>"
@@ -98,12 +98,12 @@ class TopicExpression:
         """The alias-resolved topics (2004 §8 rules 1-5), cached per Topic Set
         version."""
         cached = self._resolve_cache
-        if cached is not None and cached[0] == id(ts) and cached[1] == ts.version:
-            return cached[2]
+        if cached is not None and cached[0] == ts.state:
+            return cached[1]
         from .aliases import resolve_expression
 
         result = resolve_expression(self, ts)
-        self._resolve_cache = (id(ts), ts.version, result)
+        self._resolve_cache = (ts.state, result)
         return result
 
     def matches(self, topic: ConcreteTopic, ts: TopicSet) -> bool:

@@ -15,7 +15,10 @@ applied), and costs no XPath evaluation per message per subscription:
   only on the topic's path (see :mod:`.path`), so no cache is needed;
 * other XPath expressions are grouped by (text, prefixes); each group is
   evaluated once per Topic Set version, lazily at the first match after a
-  change, into a topic -> groups map.
+  change, into a topic -> groups map;
+* the result per topic is cached until a subscription is added or removed or
+  the Topic Set changes (so a burst of notifications on one topic costs one
+  lookup each).
 
 ``match`` of a topic that is not a member returns nothing: grow the set first
 (the broker does on Notify). A notification on an alias topic matches what
@@ -168,6 +171,10 @@ class SubscriptionIndex(Generic[K]):
         # alias support, per version: target topic -> alias topics resolving to it
         self._aver = -1
         self._amap: dict[ConcreteTopic, set[ConcreteTopic]] = {}
+        # results per topic, valid while neither the subscriptions nor the
+        # Topic Set change (cleared on add/remove and on a new version)
+        self._mver = -1
+        self._mcache: dict[ConcreteTopic, frozenset[K]] = {}
 
     def __len__(self) -> int:
         return len(self._exprs)
@@ -190,6 +197,7 @@ class SubscriptionIndex(Generic[K]):
         """Register (or replace) subscription ``key`` with ``expr``."""
         if key in self._exprs:
             self.remove(key)
+        self._mcache.clear()
         self._exprs[key] = expr
         path = self._path_of(expr)
         if path is not None:
@@ -214,6 +222,7 @@ class SubscriptionIndex(Generic[K]):
         expr = self._exprs.pop(key, None)
         if expr is None:
             return
+        self._mcache.clear()
         path = self._path_of(expr)
         if path is not None:
             for b, c in zip(path.branches, path.concrete, strict=True):
@@ -255,12 +264,28 @@ class SubscriptionIndex(Generic[K]):
         self._aver = self.ts.version
 
     def match(self, topic: ConcreteTopic) -> set[K]:
-        """Keys of the subscriptions that select ``topic`` (see module doc)."""
+        """Keys of the subscriptions that select ``topic`` (see module doc).
+        The caller owns the returned set."""
+        if self._mver != self.ts.version:
+            self._mcache.clear()
+            self._mver = self.ts.version
+        hit = self._mcache.get(topic)
+        if hit is None:
+            hit = frozenset(self._match(topic))
+            if len(self._mcache) >= self.CACHE_TOPICS:
+                self._mcache.clear()
+            self._mcache[topic] = hit
+        return set(hit)
+
+    #: at most this many topics' results are cached
+    CACHE_TOPICS = 4096
+
+    def _match(self, topic: ConcreteTopic) -> set[K]:
         ts = self.ts
         if ts.has_aliases and ts.is_alias(topic):
             out: set[K] = set()
             for t in resolve_topic(topic, ts):
-                out |= self.match(t)
+                out |= self._match(t)
             return out
         if topic not in ts:
             return set()

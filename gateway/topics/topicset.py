@@ -19,6 +19,7 @@ A caller may rely on:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator
 
 from lxml import etree
@@ -28,6 +29,7 @@ from .model import WSTOP, ConcreteTopic, Topic, TopicNamespace, make_step, split
 
 _TOPIC_ATTR = "{" + WSTOP + "}topic"
 _TOPICSET = "{" + WSTOP + "}TopicSet"
+_SERIAL = itertools.count(1)
 
 
 class TopicSet:
@@ -43,12 +45,20 @@ class TopicSet:
         self._aliases: set[ConcreteTopic] = set()
         self._prefixes: dict[str, str] = {}
         self._version = 0
+        self._uid = next(_SERIAL)
         self._doc: tuple[int, etree._Element] | None = None
+        self._topic_of: dict[etree._Element, ConcreteTopic] = {}
 
     # --- queries ----------------------------------------------------------
     @property
     def version(self) -> int:
         return self._version
+
+    @property
+    def state(self) -> tuple[int, int]:
+        """(unique id of this set, version): a cache key that, unlike
+        ``id(ts)``, is never reused by another Topic Set."""
+        return (self._uid, self._version)
 
     def __contains__(self, topic: object) -> bool:
         return topic in self._members
@@ -159,6 +169,16 @@ class TopicSet:
             )
         d = self.check_permitted(topic)
         self._add_member(topic, d)
+        self._version += 1
+        return True
+
+    def discard(self, topic: ConcreteTopic) -> bool:
+        """Stop supporting ``topic`` (WS-Topics 1.3 §11: the set of topics may
+        change over time); True if it was a member. Its descendants stay."""
+        if topic not in self._members:
+            return False
+        del self._members[topic]
+        self._aliases.discard(topic)
         self._version += 1
         return True
 
@@ -328,10 +348,21 @@ class TopicSet:
                 els[t] = e
             return e
 
+        topic_of: dict[etree._Element, ConcreteTopic] = {}
         for t in self._members:
-            ensure(t).set(_TOPIC_ATTR, "true")
+            e = ensure(t)
+            e.set(_TOPIC_ATTR, "true")
+            topic_of[e] = t
+        # the dict keeps the element proxies alive, so lxml hands out these
+        # same objects from XPath results and identity lookups work
         self._doc = (self._version, root)
+        self._topic_of = topic_of
         return root
+
+    def topic_of(self, el: etree._Element) -> ConcreteTopic | None:
+        """The member an element of :meth:`document` (this version) stands for."""
+        self.document()
+        return self._topic_of.get(el)
 
     def to_element(self) -> etree._Element:
         """A fresh copy of the ``wstop:TopicSet`` document (§7), safe to embed

@@ -109,7 +109,7 @@ class XPathExpression(TopicExpression):
             full = None
         if full is not None and not full.prefixed_descendant:
             self.as_full = full
-        self._cache: tuple[int, int, frozenset[ConcreteTopic]] | None = None
+        self._cache: tuple[tuple[int, int], frozenset[ConcreteTopic]] | None = None
 
     def single_topic(self) -> ConcreteTopic | None:
         return self.as_full.single_topic() if self.as_full is not None else None
@@ -131,16 +131,17 @@ class XPathExpression(TopicExpression):
 
     def evaluate(self, ts: TopicSet) -> frozenset[ConcreteTopic]:
         """Evaluate with lxml over ``ts.to_element()`` (no Full shortcut)."""
+        doc = ts.document()
         try:
-            result = self._xpath(ts.to_element())
+            result = self._xpath(doc)
         except etree.XPathError:
             return frozenset()  # a run-time error selects nothing (§8.4)
         if not isinstance(result, list):
             return frozenset()  # number, string, boolean (§8.4)
         out: set[ConcreteTopic] = set()
         for item in result:
-            if isinstance(item, etree._Element) and isinstance(item.tag, str):
-                t = element_topic(item)
+            if isinstance(item, etree._Element):
+                t = ts.topic_of(item)  # None for placeholders and non-topics
                 if t is not None:
                     out.add(t)
         return frozenset(out)
@@ -149,8 +150,8 @@ class XPathExpression(TopicExpression):
         if self.as_full is not None:
             return self.as_full.select(ts)
         cached = self._cache
-        if cached is not None and cached[0] == id(ts) and cached[1] == ts.version:
-            return cached[2]
+        if cached is not None and cached[0] == ts.state:
+            return cached[1]
         result = self.evaluate(ts)
-        self._cache = (id(ts), ts.version, result)
+        self._cache = (ts.state, result)
         return result

@@ -87,3 +87,32 @@ def test_trie_prunes_on_remove() -> None:
         idx.remove(i)
     root = idx._trie.root
     assert root.empty()
+
+
+def test_discard_and_result_cache_follow_changes() -> None:
+    ts = TopicSet()
+    t = dev("a", "b")
+    ts.grow(t)
+    idx: SubscriptionIndex[int] = SubscriptionIndex(ts)
+    idx.add(1, compile_expression(FULL, "dev:a/*", NS))
+    assert idx.match(t) == {1}
+    got = idx.match(t)
+    got.add(99)  # the caller owns the returned set
+    assert idx.match(t) == {1}
+    idx.add(2, compile_expression(CONCRETE, "dev:a/b", NS))
+    assert idx.match(t) == {1, 2}
+    idx.remove(1)
+    assert idx.match(t) == {2}
+    assert ts.discard(t) and not ts.discard(t)
+    assert idx.match(t) == set()
+    ts.grow(t)
+    assert idx.match(t) == {2}
+
+
+def test_hostile_expression_length() -> None:
+    import pytest
+
+    from gateway.topics import InvalidTopicExpression
+
+    with pytest.raises(InvalidTopicExpression, match="longer than"):
+        compile_expression(XPATH, "*|" * 5000 + "*", NS)
