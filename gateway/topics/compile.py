@@ -93,6 +93,8 @@ def render_topic(topic: ConcreteTopic, dialect: str) -> tuple[str, str, dict[str
     order along the path; ad-hoc roots (§10) are unprefixed.
     """
     canon = canonical_dialect(dialect)
+    if not topic.path:
+        raise InvalidTopicExpression("an empty topic path cannot be rendered")
     prefixes: dict[str, str] = {}
 
     def qname(ns: str, local: str) -> str:

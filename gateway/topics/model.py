@@ -68,8 +68,8 @@ class ConcreteTopic:
     path: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        if not self.path:
-            raise InvalidTopicExpression("a concrete topic needs at least a root topic name")
+        # An empty path is allowed as a key meaning "no topic" (a Notify
+        # without wsnt:Topic); it is never a member and cannot be grown.
         for i, step in enumerate(self.path):
             ns, local = split_step(step)
             if not is_ncname(local) or (ns is not None and i == 0):
@@ -111,8 +111,8 @@ class ConcreteTopic:
 
     @property
     def name(self) -> str:
-        """Local name of the topic (last step)."""
-        return split_step(self.path[-1])[1]
+        """Local name of the topic (last step); "" for the empty path."""
+        return split_step(self.path[-1])[1] if self.path else ""
 
     @property
     def topic_namespace(self) -> str:
@@ -143,6 +143,8 @@ class ConcreteTopic:
         """(namespace, local) of each element from the root topic down, as the
         topic appears in the TopicSet document (§7): children are unqualified
         (namespace ``""``), extension steps carry their namespace."""
+        if not self.path:
+            return ()
         out = [(self.namespace, self.path[0])]
         for step in self.path[1:]:
             ns, local = split_step(step)

@@ -114,6 +114,8 @@ class TopicSet:
         permit ``topic`` (WS-Topics 1.3 §8.5 first rule, §9), or
         :class:`InvalidTopicExpression` if it addresses an extension topic as a
         root (§6.1, §8.2). Returns its definition (None if undefined)."""
+        if not topic.path:
+            raise InvalidTopicExpression("an empty topic path names no topic")
         root = topic.path[0]
         nsdoc = self._namespaces.get(topic.namespace)
         d: Topic | None = None

@@ -433,3 +433,9 @@ def test_concrete_topic_str_roundtrip() -> None:
     assert ConcreteTopic.parse("a/b") == ConcreteTopic("", ("a", "b"))
     with pytest.raises(InvalidTopicExpression):
         ConcreteTopic(EX1, ("bad name",))
+    # the empty path is a "no topic" key: never a member, never grown
+    none = ConcreteTopic(EX1, ())
+    ts = TopicSet()
+    assert none not in ts and none.name == "" and none.element_names() == ()
+    with pytest.raises(InvalidTopicExpression):
+        ts.grow(none)
