@@ -18,14 +18,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from devtest import (
     DEVICE_DIR,
     INTERPRETERS,
+    Client,
+    Consumer,
     DeviceProcess,
     compile_mpy,
     free_port,
@@ -88,3 +91,23 @@ def device(start_device: Callable[..., DeviceProcess]) -> DeviceProcess:
     return start_device()
 
 
+
+
+@pytest.fixture
+async def consumers() -> AsyncIterator[Callable[..., Awaitable[Consumer]]]:
+    made: list[Consumer] = []
+
+    async def make(fail_first: int = 0, status: int = 202, path: str = "/consumer") -> Consumer:
+        c = await Consumer(fail_first, status).start(path)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        await c.stop()
+
+
+@pytest.fixture
+async def client(device: DeviceProcess) -> AsyncIterator[Client]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
+        yield Client(device, s)

@@ -4,6 +4,7 @@ See conftest.py for the fixtures."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -15,7 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from aiohttp import web
 from lxml import etree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -205,3 +208,86 @@ def header_action(data: bytes) -> str:
     root = parse(data)
     a = root.find(f"*/{{{WSA}}}Action")
     return (a.text or "").strip() if a is not None else ""
+
+
+# --------------------------------------------------------------------------- consumers
+
+
+class Consumer:
+    """A tiny aiohttp NotificationConsumer: records every POST; can fail the first N."""
+
+    def __init__(self, fail_first: int = 0, status: int = 202) -> None:
+        self.fail_first = fail_first
+        self.status = status
+        self.attempts = 0
+        self.received: asyncio.Queue[tuple[dict[str, str], bytes]] = asyncio.Queue()
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self.attempts += 1
+        if self.fail_first > 0:
+            self.fail_first -= 1
+            return web.Response(status=503, text="try later")
+        await self.received.put((dict(request.headers), body))
+        return web.Response(status=self.status)
+
+    async def start(self, path: str = "/consumer") -> Consumer:
+        app = web.Application()
+        app.router.add_post(path, self._handle)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server
+        assert server is not None
+        port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}{path}"
+        return self
+
+    async def next(self, timeout: float = 10.0) -> tuple[dict[str, str], bytes]:
+        return await asyncio.wait_for(self.received.get(), timeout)
+
+    async def nothing(self, wait: float = 0.7) -> bool:
+        await asyncio.sleep(wait)
+        return self.received.empty()
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+class Client:
+    """HTTP to the device (aiohttp)."""
+
+    def __init__(self, dev: DeviceProcess, session: aiohttp.ClientSession) -> None:
+        self.dev = dev
+        self.s = session
+
+    async def soap(self, body: str | bytes, path: str = "/wsn/producer", version: int = 12,
+                   headers: str = "") -> tuple[int, bytes]:
+        data = body if isinstance(body, bytes) else envelope(body, version, headers=headers)
+        url = path if path.startswith("http") else self.dev.base + path
+        async with self.s.post(url, data=data, headers={"Content-Type": ctype(version)}) as r:
+            return r.status, await r.read()
+
+    async def subscribe(self, consumer: str, version: int = 12, **kw: Any) -> str:
+        st, data = await self.soap(subscribe_body(consumer, **kw), version=version)
+        assert st == 200, data
+        ref = body_child(parse(data)).find(f"{{{WSNT}}}SubscriptionReference/{{{WSA}}}Address")
+        assert ref is not None and ref.text
+        return ref.text
+
+    async def sample(self, topic: str = "", count: int = 1, auth: str | None = None) -> int:
+        h = {"Authorization": auth} if auth else {}
+        async with self.s.post(f"{self.dev.base}/admin/sample?topic={topic}&count={count}",
+                               headers=h) as r:
+            assert r.status == 200, await r.text()
+            return int((await r.json())["published"])
+
+    async def status(self, auth: str | None = None) -> dict[str, Any]:
+        h = {"Authorization": auth} if auth else {}
+        async with self.s.get(f"{self.dev.base}/status", headers=h) as r:
+            assert r.status == 200, await r.text()
+            return dict(await r.json())
