@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import shlex
 import stat
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -393,7 +396,7 @@ def test_unix_runs_main_py_with_the_right_path_and_heap(tmp_path: Path, config: 
 # --- qemu --------------------------------------------------------------------------------------
 
 
-def _need_firmware(name: str) -> None:
+def _need_artifact(name: str) -> None:
     if not (BIN / name).is_file():
         msg = f"{BIN / name} missing: run bash scripts/build_micropython.sh"
         if IN_CI:
@@ -404,7 +407,7 @@ def _need_firmware(name: str) -> None:
 @pytest.mark.qemu
 @pytest.mark.parametrize("heap", ["", "64K"])
 def test_qemu_boots_and_runs_the_device_self_test(heap: str) -> None:
-    _need_firmware("qemu-mps2-an385-64k.elf" if heap else "qemu-mps2-an385.elf")
+    _need_artifact("qemu-mps2-an385-64k.elf" if heap else "qemu-mps2-an385.elf")
     r = flash("qemu", *(["--heap", heap] if heap else []), timeout=900)
     out = r.stdout + r.stderr
     summaries = [line for line in r.stdout.splitlines() if SUMMARY in line and "failed" in line]
@@ -433,10 +436,67 @@ def test_qemu_dry_run_and_missing_qemu(tmp_path: Path) -> None:
 
 def test_qemu_failing_self_test_fails_flash_sh(tmp_path: Path) -> None:
     """A board that never opens its pty makes flash.sh qemu fail, clearly and without hanging."""
-    _need_firmware("qemu-mps2-an385.elf")
+    _need_artifact("qemu-mps2-an385.elf")
     fake = _make_exe(tmp_path / "qemu-system-arm", "#!/bin/sh\necho 'qemu: no pty today'\n"
                      "exec sleep 600\n")
     r = flash("qemu", "--no-build", env={"QEMU": str(fake), "QEMU_BOOT_TIMEOUT": "2"},
               timeout=120)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "no 'char device redirected" in r.stderr and "self-test on QEMU failed" in r.stderr
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.mark.parametrize("bits", ["64", "32"])
+def test_unix_really_starts_the_device(tmp_path: Path, bits: str) -> None:
+    """`flash.sh unix` starts device/main.py; its HTTP producer answers on 127.0.0.1."""
+    import urllib.error
+    import urllib.request
+
+    if bits == "32":
+        _need_artifact("micropython32")
+    base = json.loads((ROOT / "device" / "config.example.json").read_text())
+    port = _free_port()
+    base.update(http_host="127.0.0.1", http_port=port, advertise_host="127.0.0.1",
+                gateway="http://127.0.0.1:9/wsn/broker",  # nothing listens: gateway down
+                sensors=[{"topic": "heartbeat", "kind": "heartbeat", "period_s": 60}])
+    cfg = tmp_path / "unix.json"
+    cfg.write_text(json.dumps(base))
+    e = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}")
+    args = ["bash", str(FLASH), "unix", "--config", str(cfg)]
+    if bits == "32":
+        args.append("--32bit")
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=e, cwd=tmp_path)  # any cwd: flash.sh runs from the repo root
+    try:
+        assert proc.stdout is not None
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout],  # type: ignore[union-attr]
+                         daemon=True).start()
+        seen: list[str] = []
+        deadline = time.monotonic() + 30  # bounded: never hangs on a silent device
+        while not any(f"http://127.0.0.1:{port}/wsn/producer" in x for x in seen):
+            left = deadline - time.monotonic()
+            if left <= 0 or (proc.poll() is not None and lines.empty()):
+                pytest.fail("device did not start:\n" + "".join(seen))
+            try:
+                seen.append(lines.get(timeout=min(left, 0.5)))
+            except queue.Empty:
+                continue
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/wsn/producer", method="GET")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                status = resp.status
+        except urllib.error.HTTPError as err:
+            status = err.code
+        assert 200 <= status < 600  # an HTTP answer from the device's server
+    finally:
+        proc.kill()
+        proc.wait()
