@@ -30,6 +30,8 @@ from .model import WSTOP, ConcreteTopic, Topic, TopicNamespace, make_step, split
 _TOPIC_ATTR = "{" + WSTOP + "}topic"
 _TOPICSET = "{" + WSTOP + "}TopicSet"
 _SERIAL = itertools.count(1)
+#: deepest topic :meth:`TopicSet.grow` accepts (hostile sizes)
+MAX_DEPTH = 64
 
 
 class TopicSet:
@@ -165,6 +167,11 @@ class TopicSet:
         ancestor forbids it (see :meth:`check_permitted`)."""
         if topic in self._members:
             return False
+        if len(topic.path) > MAX_DEPTH:
+            raise TopicNotSupported(
+                f"topic {topic} is {len(topic.path)} levels deep; this producer accepts at "
+                f"most {MAX_DEPTH}"
+            )
         if self.fixed:
             raise TopicNotSupported(
                 f"topic {topic} is not in this producer's fixed topic set (WS-Topics 1.3 §8.5)"
@@ -340,15 +347,25 @@ class TopicSet:
 
         def ensure(t: ConcreteTopic) -> etree._Element:
             e = els.get(t)
-            if e is None:
-                parent = t.parent()
-                pe = root if parent is None else ensure(parent)
+            if e is not None:
+                return e
+            # walk up to the nearest existing ancestor, then create downwards
+            n = len(t.path)
+            while n > 1 and ConcreteTopic(t.namespace, t.path[: n - 1]) not in els:
+                n -= 1
+            for k in range(n, len(t.path) + 1):
+                sub = ConcreteTopic(t.namespace, t.path[:k])
+                if sub in els:
+                    continue
                 # a root is qualified by its namespace (unqualified if ad-hoc); a
                 # child step is an NCName, an extension step is in Clark notation
-                tag = make_step(t.namespace or None, t.path[0]) if parent is None else t.path[-1]
-                e = etree.SubElement(pe, tag)
-                els[t] = e
-            return e
+                if k == 1:
+                    e = etree.SubElement(root, make_step(t.namespace or None, t.path[0]))
+                else:
+                    e = etree.SubElement(els[ConcreteTopic(t.namespace, t.path[: k - 1])],
+                                         t.path[k - 1])
+                els[sub] = e
+            return els[t]
 
         topic_of: dict[etree._Element, ConcreteTopic] = {}
         for t in self._members:

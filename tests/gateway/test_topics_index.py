@@ -116,3 +116,16 @@ def test_hostile_expression_length() -> None:
 
     with pytest.raises(InvalidTopicExpression, match="longer than"):
         compile_expression(XPATH, "*|" * 5000 + "*", NS)
+
+
+def test_deep_topics_are_bounded() -> None:
+    import pytest
+
+    from gateway.topics import TopicNotSupported
+
+    ts = TopicSet()
+    deep = dev(*[f"s{i}" for i in range(64)])
+    assert ts.grow(deep)
+    assert len(ts.document().xpath("//*")) == 65
+    with pytest.raises(TopicNotSupported, match="levels deep"):
+        ts.grow(dev(*[f"s{i}" for i in range(65)]))
