@@ -1046,12 +1046,16 @@ class NotificationBroker:
         )
         try:
             publishers.compile_specs(reg)
+            # §8.5 validation of the expressions as sent (a final device-topics namespace
+            # loaded with --topic-namespace refuses topics it does not define)
+            for dialect, text, nsmap in reg.topic_specs:
+                topics.compile_expression(
+                    dialect, text, {k or None: v for k, v in nsmap.items()}
+                ).validate(self.ts)
             for t in reg.named_topics:
                 # device topics grow under dev:<device_id>/ (design.md) at registration
                 if t not in self.ts:
                     self.ts.grow(t)
-            for e in reg.exprs:
-                e.validate(self.ts)
         except topics.TopicError as e:
             raise faults.from_topic_error(e) from None
         try:

@@ -11,6 +11,7 @@ when a registration appears or goes away and when demand for one of its topics c
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -65,22 +66,36 @@ class PublisherObserver(Protocol):
     ) -> None: ...
 
 
+_NCNAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+def as_topic_name(raw: str) -> str:
+    """A device id usable as a topic name: topic names are NCNames (WS-Topics 1.3 §6), so
+    `127.0.0.1-8080` becomes `_127.0.0.1-8080` and characters outside [A-Za-z0-9_.-] `-`."""
+    if _NCNAME.match(raw):
+        return raw
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", raw)
+    return cleaned if _NCNAME.match(cleaned) else "_" + cleaned
+
+
 def device_id_for(publisher: Epr | None) -> str | None:
-    """design.md: edge:DeviceId in the PublisherReference's wsa:Metadata, else host-port."""
+    """design.md: edge:DeviceId in the PublisherReference's wsa:Metadata, else host-port
+    (both made NCNames by as_topic_name)."""
     if publisher is None:
         return None
     if publisher.metadata is not None:
         for el in publisher.metadata.iter(ns.q(ns.EDGE, "DeviceId")):
             v = text_of(el)
             if v:
-                return v
+                return as_topic_name(v)
     try:
         parts = urlsplit(publisher.address)
+        port = parts.port
     except ValueError:
         return None
     if not parts.hostname:
         return None
-    return f"{parts.hostname}-{parts.port or (443 if parts.scheme == 'https' else 80)}"
+    return as_topic_name(f"{parts.hostname}-{port or (443 if parts.scheme == 'https' else 80)}")
 
 
 def map_device_topic(topic: topics.ConcreteTopic, device_id: str | None) -> topics.ConcreteTopic:

@@ -3,6 +3,7 @@ server, real SQLite under tmp_path) and real HTTP consumers."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from datetime import timedelta
@@ -28,6 +29,7 @@ def test_config(data_dir: Path, **kw: Any) -> Config:
         landing_max_age=0.3,
         default_termination=timedelta(minutes=10),
         max_termination=timedelta(days=1),
+        min_termination=timedelta(milliseconds=100),
     )
     return replace(base, **kw)
 
@@ -47,10 +49,8 @@ async def make_gateway(tmp_path: Path) -> AsyncIterator[GatewayFactory]:
 
     yield factory
     for r in started:
-        try:
+        with contextlib.suppress(Exception):
             await r.stop()
-        except Exception:
-            pass
 
 
 @pytest.fixture

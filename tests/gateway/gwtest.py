@@ -28,12 +28,20 @@ CONCRETE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete"
 FULL = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Full"
 XPATH = "http://www.w3.org/TR/1999/REC-xpath-19991116"
 NS = {
-    "s11": SOAP11, "s12": SOAP12, "wsa": WSA, "wsnt": WSNT, "br": BR, "bf": BF,
-    "wstop": WSTOP, "rp": RP, "rl": RL, "edge": EDGE,
+    "s11": SOAP11,
+    "s12": SOAP12,
+    "wsa": WSA,
+    "wsnt": WSNT,
+    "br": BR,
+    "bf": BF,
+    "wstop": WSTOP,
+    "rp": RP,
+    "rl": RL,
+    "edge": EDGE,
 }
 NSDECL = (
     f'xmlns:wsa="{WSA}" xmlns:wsnt="{WSNT}" xmlns:br="{BR}" xmlns:edge="{EDGE}" '
-    f'xmlns:rp="{RP}" xmlns:rl="{RL}" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"'
+    f'xmlns:rp="{RP}" xmlns:rl="{RL}" xmlns:wstop="{WSTOP}" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"'
 )
 READING = (
     '<rd:Reading xmlns:rd="urn:wsn-edge:reading" device="{dev}"><rd:value>{v}</rd:value>'
@@ -41,8 +49,13 @@ READING = (
 )
 
 
-def envelope(body: str, version: int = 12, action: str | None = None, headers: str = "",
-             to: str | None = None) -> bytes:
+def envelope(
+    body: str,
+    version: int = 12,
+    action: str | None = None,
+    headers: str = "",
+    to: str | None = None,
+) -> bytes:
     sv = SOAP12 if version == 12 else SOAP11
     h = ""
     if action:
@@ -97,8 +110,13 @@ class Reply:
         return el.text if el is not None else None
 
 
-async def post(url: str, data: bytes, version: int = 12, headers: dict[str, str] | None = None,
-               session: aiohttp.ClientSession | None = None) -> Reply:
+async def post(
+    url: str,
+    data: bytes,
+    version: int = 12,
+    headers: dict[str, str] | None = None,
+    session: aiohttp.ClientSession | None = None,
+) -> Reply:
     ct = "application/soap+xml; charset=utf-8" if version == 12 else "text/xml; charset=utf-8"
     hdrs = {"Content-Type": ct, **(headers or {})}
     own = session is None
@@ -115,8 +133,14 @@ async def post(url: str, data: bytes, version: int = 12, headers: dict[str, str]
             await s.close()
 
 
-async def call(url: str, body: str, version: int = 12, action: str | None = None,
-               headers: str = "", http_headers: dict[str, str] | None = None) -> Reply:
+async def call(
+    url: str,
+    body: str,
+    version: int = 12,
+    action: str | None = None,
+    headers: str = "",
+    http_headers: dict[str, str] | None = None,
+) -> Reply:
     return await post(url, envelope(body, version, action, headers), version, http_headers)
 
 
@@ -129,9 +153,9 @@ def schema() -> etree.XMLSchema:
     """b-2 + r-2 (+ bf-2, t-1, ws-addr they import): the official OASIS schemas."""
     doc = f"""<xsd:schema xmlns:xsd="http://www.w3.org/2001/XMLSchema"
       targetNamespace="urn:wsn-edge:test-schema-root">
-      <xsd:import namespace="{WSNT}" schemaLocation="{(WSDL_DIR / 'b-2.xsd').as_uri()}"/>
+      <xsd:import namespace="{WSNT}" schemaLocation="{(WSDL_DIR / "b-2.xsd").as_uri()}"/>
       <xsd:import namespace="http://docs.oasis-open.org/wsrf/r-2"
-                  schemaLocation="{(WSDL_DIR / 'r-2.xsd').as_uri()}"/>
+                  schemaLocation="{(WSDL_DIR / "r-2.xsd").as_uri()}"/>
     </xsd:schema>"""
     return etree.XMLSchema(etree.fromstring(doc.encode(), base_url=str(WSDL_DIR) + "/"))
 
@@ -179,11 +203,14 @@ class Consumer:
         return web.Response(status=self.status)
 
     async def start(self) -> Consumer:
+        return await self.start_on(0)
+
+    async def start_on(self, port: int) -> Consumer:
         app = web.Application()
         app.router.add_post("/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self.url = f"http://127.0.0.1:{port}/consumer"
@@ -214,6 +241,7 @@ class Consumer:
             while (len(self.messages()) if wrapped else len(self.received)) < n:
                 self._event.clear()
                 await self._event.wait()
+
         await asyncio.wait_for(_w(), timeout)
 
 
@@ -230,15 +258,22 @@ def topic_filter(text: str, dialect: str = CONCRETE, nsdecl: str = 'xmlns:tns="u
     return f'<wsnt:TopicExpression Dialect="{dialect}" {nsdecl}>{text}</wsnt:TopicExpression>'
 
 
-def notify_body(*msgs: tuple[str | None, str], nsdecl: str = 'xmlns:tns="urn:test"',
-                dialect: str = CONCRETE, producer: str | None = None) -> str:
+def notify_body(
+    *msgs: tuple[str | None, str],
+    nsdecl: str = 'xmlns:tns="urn:test"',
+    dialect: str = CONCRETE,
+    producer: str | None = None,
+) -> str:
     out = "<wsnt:Notify>"
     for topic, payload in msgs:
         out += "<wsnt:NotificationMessage>"
         if topic is not None:
             out += f'<wsnt:Topic Dialect="{dialect}" {nsdecl}>{topic}</wsnt:Topic>'
         if producer:
-            out += f"<wsnt:ProducerReference><wsa:Address>{producer}</wsa:Address></wsnt:ProducerReference>"
+            out += (
+                f"<wsnt:ProducerReference><wsa:Address>{producer}</wsa:Address>"
+                "</wsnt:ProducerReference>"
+            )
         out += f"<wsnt:Message>{payload}</wsnt:Message></wsnt:NotificationMessage>"
     return out + "</wsnt:Notify>"
 
@@ -257,3 +292,11 @@ def epr_address(reply: Reply, path: str) -> str:
     el = reply.body.find(path, NS)
     assert el is not None and el.text, reply.text
     return el.text
+
+
+def validate_epr(el: etree._Element) -> None:
+    """Validate an element of wsa:EndpointReferenceType whose own name has no schema here
+    (br:PublisherRegistrationReference...) as a wsa:EndpointReference."""
+    copy = etree.fromstring(etree.tostring(el))
+    copy.tag = f"{{{WSA}}}EndpointReference"
+    validate(copy)

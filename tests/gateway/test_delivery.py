@@ -13,7 +13,6 @@ from gwtest import (
     call,
     notify_body,
     reading,
-    subscribe_body,
     topic_filter,
     validate,
 )
@@ -37,7 +36,7 @@ async def _publish(gw, *vals: float) -> None:  # type: ignore[no-untyped-def]
 
 
 async def test_pending_messages_are_batched_into_one_notify(gw, make_consumer):
-    c = await make_consumer(fail=1)  # hold the first attempt so messages pile up
+    c = await make_consumer(fail=1, delay=0.5)  # first attempt hangs then fails: messages pile up
     await _subscribe(gw, c.url)
     for v in range(5):
         await _publish(gw, v)
@@ -85,7 +84,7 @@ async def test_backlog_overflow_drops_oldest(make_gateway):
     assert stats["queued"] == 3 and stats["dropped"] == 3
     rows = [r for r in gw.broker.storage.load().deliveries if r[1] == sid]
     assert len(rows) == 3
-    assert ["3", "4", "5"] == [x.split("<rd:value>")[1].split("<")[0] for _, _, x in rows]
+    assert [x.split("<rd:value>")[1].split("<")[0] for _, _, x in rows] == ["3", "4", "5"]
 
 
 async def test_dead_consumer_ends_its_subscription(make_gateway):

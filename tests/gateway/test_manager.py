@@ -38,16 +38,26 @@ async def _publish(gw, v: float) -> None:  # type: ignore[no-untyped-def]
 async def test_renew_duration_datetime_and_current_time(gw, consumer):
     addr, _ = await _sub(gw, consumer)
     now = datetime.now(UTC)
-    r = await call(addr, "<wsnt:Renew><wsnt:TerminationTime>PT2H</wsnt:TerminationTime></wsnt:Renew>",
-                   action="http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/RenewRequest")
+    r = await call(
+        addr,
+        "<wsnt:Renew><wsnt:TerminationTime>PT2H</wsnt:TerminationTime></wsnt:Renew>",
+        action="http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/RenewRequest",
+    )
     assert r.status == 200, r.text
     validate(r.body)
-    assert r.header("Action") == "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/RenewResponse"
-    tt = datetime.fromisoformat((r.body.findtext(f"{{{WSNT}}}TerminationTime") or "").replace("Z", "+00:00"))
+    assert (
+        r.header("Action")
+        == "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/RenewResponse"
+    )
+    tt = datetime.fromisoformat(
+        (r.body.findtext(f"{{{WSNT}}}TerminationTime") or "").replace("Z", "+00:00")
+    )
     assert timedelta(minutes=119) < tt - now < timedelta(minutes=121)
     assert r.body.findtext(f"{{{WSNT}}}CurrentTime")
     target = (now + timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    r = await call(addr, f"<wsnt:Renew><wsnt:TerminationTime>{target}</wsnt:TerminationTime></wsnt:Renew>", 11)
+    r = await call(
+        addr, f"<wsnt:Renew><wsnt:TerminationTime>{target}</wsnt:TerminationTime></wsnt:Renew>", 11
+    )
     assert r.status == 200 and r.body.findtext(f"{{{WSNT}}}TerminationTime") == target
     validate(r.body)
 
@@ -56,7 +66,9 @@ async def test_renew_faults_and_nil(make_gateway, consumer):
     gw = await make_gateway()
     addr, _ = await _sub(gw, consumer)
     for bad in ("PT0S", "P10D", "2000-01-01T00:00:00Z", "soon"):
-        r = await call(addr, f"<wsnt:Renew><wsnt:TerminationTime>{bad}</wsnt:TerminationTime></wsnt:Renew>")
+        r = await call(
+            addr, f"<wsnt:Renew><wsnt:TerminationTime>{bad}</wsnt:TerminationTime></wsnt:Renew>"
+        )
         assert r.fault_name == "UnacceptableTerminationTimeFault", r.text
         validate(r.fault)
         assert r.fault.find(f"{{{WSNT}}}MinimumTime") is not None
@@ -76,9 +88,15 @@ async def test_unsubscribe_then_resource_unknown(gw, consumer):
     r = await call(addr, "<wsnt:Unsubscribe/>")
     assert r.status == 200, r.text
     validate(r.body)
-    assert r.header("Action") == "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/UnsubscribeResponse"
-    for body in ("<wsnt:Unsubscribe/>", "<wsnt:PauseSubscription/>",
-                 "<wsnt:Renew><wsnt:TerminationTime>PT1M</wsnt:TerminationTime></wsnt:Renew>"):
+    assert (
+        r.header("Action")
+        == "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/UnsubscribeResponse"
+    )
+    for body in (
+        "<wsnt:Unsubscribe/>",
+        "<wsnt:PauseSubscription/>",
+        "<wsnt:Renew><wsnt:TerminationTime>PT1M</wsnt:TerminationTime></wsnt:Renew>",
+    ):
         r = await call(addr, body)
         assert r.fault_name == "ResourceUnknownFault"
         validate(r.fault)
@@ -106,7 +124,10 @@ async def test_pause_resume_policy(gw, consumer):
     r = await call(addr, "<wsnt:PauseSubscription/>")
     assert r.status == 200, r.text
     validate(r.body)
-    assert r.header("Action") == "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/PauseSubscriptionResponse"
+    assert (
+        r.header("Action")
+        == "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/PauseSubscriptionResponse"
+    )
     # pausing twice is fine (idempotent)
     assert (await call(addr, "<wsnt:PauseSubscription/>")).status == 200
     await _publish(gw, 2)  # produced while paused: not queued for this subscription
@@ -136,7 +157,9 @@ async def test_messages_queued_before_pause_wait_for_resume(gw, make_consumer):
 
 
 async def test_subscription_destroyed_at_termination_time_even_when_paused(gw, consumer):
-    addr, sid = await _sub(gw, consumer, "<wsnt:InitialTerminationTime>PT1S</wsnt:InitialTerminationTime>")
+    addr, sid = await _sub(
+        gw, consumer, "<wsnt:InitialTerminationTime>PT1S</wsnt:InitialTerminationTime>"
+    )
     assert (await call(addr, "<wsnt:PauseSubscription/>")).status == 200
     await asyncio.sleep(1.4)
     assert sid not in gw.broker.subs
@@ -157,8 +180,11 @@ async def test_get_resource_property_on_subscription(gw, consumer):
         ("rl:TerminationTime", f"{{{RL}}}TerminationTime"),
         ("rl:CurrentTime", f"{{{RL}}}CurrentTime"),
     ):
-        r = await call(addr, f"<rp:GetResourceProperty>{qn}</rp:GetResourceProperty>",
-                       action="http://docs.oasis-open.org/wsrf/rpw-2/GetResourceProperty/GetResourcePropertyRequest")
+        r = await call(
+            addr,
+            f"<rp:GetResourceProperty>{qn}</rp:GetResourceProperty>",
+            action="http://docs.oasis-open.org/wsrf/rpw-2/GetResourceProperty/GetResourcePropertyRequest",
+        )
         assert r.status == 200, r.text
         assert r.body.tag == f"{{{RP}}}GetResourcePropertyResponse"
         assert [c.tag for c in r.body] == [tag]
@@ -174,11 +200,17 @@ async def test_get_resource_property_on_subscription(gw, consumer):
 
 
 async def test_set_termination_time_on_subscription(gw, consumer):
-    addr, sid = await _sub(gw, consumer)
-    r = await call(addr, "<rl:SetTerminationTime><rl:RequestedLifetimeDuration>PT5M"
-                         "</rl:RequestedLifetimeDuration></rl:SetTerminationTime>")
+    addr, _sid = await _sub(gw, consumer)
+    r = await call(
+        addr,
+        "<rl:SetTerminationTime><rl:RequestedLifetimeDuration>PT5M"
+        "</rl:RequestedLifetimeDuration></rl:SetTerminationTime>",
+    )
     assert r.status == 200, r.text
     assert r.body.findtext(f"{{{RL}}}NewTerminationTime")
-    r = await call(addr, "<rl:SetTerminationTime><rl:RequestedTerminationTime>2000-01-01T00:00:00Z"
-                         "</rl:RequestedTerminationTime></rl:SetTerminationTime>")
+    r = await call(
+        addr,
+        "<rl:SetTerminationTime><rl:RequestedTerminationTime>2000-01-01T00:00:00Z"
+        "</rl:RequestedTerminationTime></rl:SetTerminationTime>",
+    )
     assert r.fault_name == "TerminationTimeChangeRejectedFault"

@@ -20,11 +20,17 @@ from gwtest import (
 
 
 async def _create(gw) -> str:  # type: ignore[no-untyped-def]
-    r = await call(gw.url, "<wsnt:CreatePullPoint/>",
-                   action="http://docs.oasis-open.org/wsn/bw-2/CreatePullPoint/CreatePullPointRequest")
+    r = await call(
+        gw.url,
+        "<wsnt:CreatePullPoint/>",
+        action="http://docs.oasis-open.org/wsn/bw-2/CreatePullPoint/CreatePullPointRequest",
+    )
     assert r.status == 200, r.text
     validate(r.body)
-    assert r.header("Action") == "http://docs.oasis-open.org/wsn/bw-2/CreatePullPoint/CreatePullPointResponse"
+    assert (
+        r.header("Action")
+        == "http://docs.oasis-open.org/wsn/bw-2/CreatePullPoint/CreatePullPointResponse"
+    )
     addr = r.body.findtext(f"{{{WSNT}}}PullPoint/{{{WSA}}}Address")
     assert addr and "/wsn/pullpoints/" in addr
     assert r.body.findtext(f".//{{{EDGE}}}ResourceId") == addr.rsplit("/", 1)[1]
@@ -32,8 +38,10 @@ async def _create(gw) -> str:  # type: ignore[no-untyped-def]
 
 
 def _vals(reply) -> list[str]:  # type: ignore[no-untyped-def]
-    return [m.findtext(".//{urn:wsn-edge:reading}value") or "" for m in
-            reply.body.findall(f"{{{WSNT}}}NotificationMessage")]
+    return [
+        m.findtext(".//{urn:wsn-edge:reading}value") or ""
+        for m in reply.body.findall(f"{{{WSNT}}}NotificationMessage")
+    ]
 
 
 async def test_pullpoint_as_consumer_in_process(gw):
@@ -43,8 +51,11 @@ async def test_pullpoint_as_consumer_in_process(gw):
     sid = r.body.findtext(f".//{{{EDGE}}}ResourceId")
     assert gw.broker.subs[sid].pullpoint == pp.rsplit("/", 1)[1]
     await call(gw.url, notify_body(*[("tns:t", reading(v)) for v in range(5)]))
-    r = await call(pp, "<wsnt:GetMessages><wsnt:MaximumNumber>2</wsnt:MaximumNumber></wsnt:GetMessages>",
-                   action="http://docs.oasis-open.org/wsn/bw-2/PullPoint/GetMessagesRequest")
+    r = await call(
+        pp,
+        "<wsnt:GetMessages><wsnt:MaximumNumber>2</wsnt:MaximumNumber></wsnt:GetMessages>",
+        action="http://docs.oasis-open.org/wsn/bw-2/PullPoint/GetMessagesRequest",
+    )
     assert r.status == 200, r.text
     validate(r.body)
     assert r.header("Action") == "http://docs.oasis-open.org/wsn/bw-2/PullPoint/GetMessagesResponse"
@@ -62,7 +73,9 @@ async def test_notify_posted_to_the_pullpoint_address(gw):
     pp = await _create(gw)
     r = await call(pp, notify_body(("tns:x", reading(9))))
     assert r.status == 202
-    r = await call(pp, "<wsnt:GetMessages><wsnt:MaximumNumber>0</wsnt:MaximumNumber></wsnt:GetMessages>")
+    r = await call(
+        pp, "<wsnt:GetMessages><wsnt:MaximumNumber>0</wsnt:MaximumNumber></wsnt:GetMessages>"
+    )
     assert _vals(r) == []  # MaximumNumber 0 returns nothing and keeps the message
     r = await call(pp, "<wsnt:GetMessages/>")
     assert _vals(r) == ["9"]
@@ -93,11 +106,17 @@ async def test_destroy_pullpoint(gw):
     pp = await _create(gw)
     r = await call(gw.url, subscribe_body(pp))
     sid = r.body.findtext(f".//{{{EDGE}}}ResourceId")
-    r = await call(pp, "<wsnt:DestroyPullPoint/>",
-                   action="http://docs.oasis-open.org/wsn/bw-2/PullPoint/DestroyPullPointRequest")
+    r = await call(
+        pp,
+        "<wsnt:DestroyPullPoint/>",
+        action="http://docs.oasis-open.org/wsn/bw-2/PullPoint/DestroyPullPointRequest",
+    )
     assert r.status == 200, r.text
     validate(r.body)
-    assert r.header("Action") == "http://docs.oasis-open.org/wsn/bw-2/PullPoint/DestroyPullPointResponse"
+    assert (
+        r.header("Action")
+        == "http://docs.oasis-open.org/wsn/bw-2/PullPoint/DestroyPullPointResponse"
+    )
     assert sid not in gw.broker.subs  # its feeding subscription went with it
     for body in ("<wsnt:GetMessages/>", "<wsnt:DestroyPullPoint/>"):
         r = await call(pp, body)
@@ -111,7 +130,9 @@ async def test_pullpoint_faults(make_gateway):
     r = await call(gw.url, "<wsnt:CreatePullPoint/>")
     assert r.fault_name == "UnableToCreatePullPointFault"
     validate(r.fault)
-    r = await call(pp, "<wsnt:GetMessages><wsnt:MaximumNumber>-1</wsnt:MaximumNumber></wsnt:GetMessages>")
+    r = await call(
+        pp, "<wsnt:GetMessages><wsnt:MaximumNumber>-1</wsnt:MaximumNumber></wsnt:GetMessages>"
+    )
     assert r.fault_name == "UnableToGetMessagesFault"
     validate(r.fault)
     r = await call(pp, "<wsnt:GetMessages><edge:Wait>forever</edge:Wait></wsnt:GetMessages>")

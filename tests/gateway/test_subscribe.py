@@ -89,7 +89,9 @@ async def test_no_filter_receives_everything_and_two_identical_subscribes_are_tw
     await _publish(gw.url, ("tns:q", reading(1)), (None, reading(2)))
     await consumer.wait_for(4)
     refs = {
-        m.findtext(f"{{{WSNT}}}SubscriptionReference/{{http://www.w3.org/2005/08/addressing}}Address")
+        m.findtext(
+            f"{{{WSNT}}}SubscriptionReference/{{http://www.w3.org/2005/08/addressing}}Address"
+        )
         for m in consumer.messages()
     }
     assert refs == {sub_address(r1), sub_address(r2)}
@@ -114,9 +116,13 @@ async def test_message_content_filter_faults(gw, consumer):
     bad = f'<wsnt:MessageContent Dialect="{XPATH}">/nope:Reading</wsnt:MessageContent>'
     await _fault(gw.url, subscribe_body(consumer.url, bad), "InvalidMessageContentExpressionFault")
     syntax = f'<wsnt:MessageContent Dialect="{XPATH}">1 +</wsnt:MessageContent>'
-    await _fault(gw.url, subscribe_body(consumer.url, syntax), "InvalidMessageContentExpressionFault")
+    await _fault(
+        gw.url, subscribe_body(consumer.url, syntax), "InvalidMessageContentExpressionFault"
+    )
     dialect = '<wsnt:MessageContent Dialect="urn:sql">x &gt; 1</wsnt:MessageContent>'
-    await _fault(gw.url, subscribe_body(consumer.url, dialect), "InvalidMessageContentExpressionFault")
+    await _fault(
+        gw.url, subscribe_body(consumer.url, dialect), "InvalidMessageContentExpressionFault"
+    )
 
 
 async def test_producer_properties_filter(gw, consumer):
@@ -137,7 +143,9 @@ async def test_producer_properties_filter(gw, consumer):
     await asyncio.sleep(0.2)
     assert len(consumer.messages()) == 1
     bad = f'<wsnt:ProducerProperties Dialect="{XPATH}">//undeclared:x</wsnt:ProducerProperties>'
-    await _fault(gw.url, subscribe_body(consumer.url, bad), "InvalidProducerPropertiesExpressionFault")
+    await _fault(
+        gw.url, subscribe_body(consumer.url, bad), "InvalidProducerPropertiesExpressionFault"
+    )
 
 
 async def test_invalid_filter_names_the_unknown_filters(gw, consumer):
@@ -156,20 +164,24 @@ async def test_invalid_filter_names_the_unknown_filters(gw, consumer):
 async def test_topic_faults(make_gateway, consumer, ns_file):
     gw = await make_gateway(topic_namespace_files=[ns_file])
     await _fault(
-        gw.url, subscribe_body(consumer.url, topic_filter("tns:a", "urn:unknown-dialect")),
+        gw.url,
+        subscribe_body(consumer.url, topic_filter("tns:a", "urn:unknown-dialect")),
         "TopicExpressionDialectUnknownFault",
     )
     await _fault(
-        gw.url, subscribe_body(consumer.url, topic_filter("tns:a//b", CONCRETE)),
+        gw.url,
+        subscribe_body(consumer.url, topic_filter("tns:a//b", CONCRETE)),
         "InvalidTopicExpressionFault",
     )
     await _fault(
-        gw.url, subscribe_body(consumer.url, topic_filter("undeclared:a", CONCRETE)),
+        gw.url,
+        subscribe_body(consumer.url, topic_filter("undeclared:a", CONCRETE)),
         "InvalidTopicExpressionFault",
     )
     # urn:test is a final namespace without a root topic 'zzz' (WS-Topics 1.3 §8.5)
     await _fault(
-        gw.url, subscribe_body(consumer.url, topic_filter("tns:zzz", CONCRETE)),
+        gw.url,
+        subscribe_body(consumer.url, topic_filter("tns:zzz", CONCRETE)),
         "TopicNotSupportedFault",
     )
 
@@ -213,7 +225,10 @@ async def test_unacceptable_initial_termination_time(gw, consumer):
     for bad in ("PT0S", "2001-01-01T00:00:00Z", "P30D", "tomorrow", "-PT5M"):
         r = await call(
             gw.url,
-            subscribe_body(consumer.url, extra=f"<wsnt:InitialTerminationTime>{bad}</wsnt:InitialTerminationTime>"),
+            subscribe_body(
+                consumer.url,
+                extra=f"<wsnt:InitialTerminationTime>{bad}</wsnt:InitialTerminationTime>",
+            ),
         )
         assert r.fault_name == "UnacceptableInitialTerminationTimeFault", (bad, r.text)
         validate(r.fault)
@@ -239,8 +254,11 @@ async def test_policies(make_gateway, consumer):
     gw = await make_gateway()
     r = await call(
         gw.url,
-        subscribe_body(consumer.url, extra='<wsnt:SubscriptionPolicy><p:Rate xmlns:p="urn:p">3</p:Rate>'
-                       "</wsnt:SubscriptionPolicy>"),
+        subscribe_body(
+            consumer.url,
+            extra='<wsnt:SubscriptionPolicy><p:Rate xmlns:p="urn:p">3</p:Rate>'
+            "</wsnt:SubscriptionPolicy>",
+        ),
     )
     assert r.fault_name == "UnrecognizedPolicyRequestFault"
     validate(r.fault)
@@ -278,8 +296,11 @@ async def test_subscribe_creation_failed(make_gateway, consumer):
     r = await call(gw.url, subscribe_body(consumer.url))
     assert r.fault_name == "SubscribeCreationFailedFault"
     assert "limit" in r.fault.findtext("{http://docs.oasis-open.org/wsrf/bf-2}Description", "")
-    await _fault(gw.url, "<wsnt:Subscribe><wsnt:ConsumerReference/></wsnt:Subscribe>",
-                 "SubscribeCreationFailedFault")
+    await _fault(
+        gw.url,
+        "<wsnt:Subscribe><wsnt:ConsumerReference/></wsnt:Subscribe>",
+        "SubscribeCreationFailedFault",
+    )
 
 
 async def test_consumer_address_policy(make_gateway, consumer):

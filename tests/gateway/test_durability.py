@@ -1,0 +1,184 @@
+"""kill -9 durability: the real `python -m gateway` process is killed and started again on
+the same --data-dir; subscriptions, registrations, pull-point messages, pending deliveries
+and landing lines are all still there."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gwtest import BR, EDGE, WSA, WSNT, Consumer, call, notify_body, reading, subscribe_body
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start(data_dir: Path, port: int, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data_dir),
+            "--backoff-initial",
+            "0.05",
+            "--backoff-max",
+            "0.2",
+            "--landing-max-age",
+            "60",
+            *extra,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    if "listening on" not in line:
+        p.kill()
+        raise AssertionError(
+            f"gateway did not start: {line!r} {p.stderr.read() if p.stderr else ''}"
+        )
+    return p, line.strip().rsplit(" ", 1)[1]
+
+
+def landing_ids(d: Path) -> list[str]:
+    ids = []
+    for f in sorted((d / "landing").glob("landing-*.jsonl")):
+        ids.extend(json.loads(x)["id"] for x in f.read_text().splitlines())
+    return ids
+
+
+async def test_port_zero_prints_the_chosen_port(tmp_path):
+    p, url = start(tmp_path / "d", 0)
+    try:
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/wsn/broker")
+        assert int(url.split(":")[2].split("/")[0]) > 0
+        r = await call(url, "<wsnt:CreatePullPoint/>")
+        assert r.status == 200
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(10) == 0
+
+
+async def test_kill_9_and_restart_keeps_everything(tmp_path):
+    data = tmp_path / "state"
+    port = free_port()
+    consumer_port = free_port()
+    consumer_url = f"http://127.0.0.1:{consumer_port}/consumer"
+    p, url = start(data, port)
+    try:
+        # a subscription whose consumer is down: deliveries stay pending
+        r = await call(url, subscribe_body(consumer_url))
+        sub_id = r.body.findtext(f".//{{{EDGE}}}ResourceId")
+        # a pull point fed by a subscription
+        r = await call(url, "<wsnt:CreatePullPoint/>")
+        pp = r.body.findtext(f"{{{WSNT}}}PullPoint/{{{WSA}}}Address")
+        assert (await call(url, subscribe_body(pp or ""))).status == 200
+        r = await call(
+            url,
+            "<br:RegisterPublisher><br:PublisherReference><wsa:Address>"
+            "http://127.0.0.1:1/p</wsa:Address></br:PublisherReference>"
+            "</br:RegisterPublisher>",
+        )
+        reg = r.body.findtext(f"{{{BR}}}PublisherRegistrationReference/{{{WSA}}}Address")
+        for v in range(20):
+            assert (await call(url, notify_body(("tns:t", reading(v))))).status == 202
+        await asyncio.sleep(0.3)
+    finally:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+
+    p, url2 = start(data, port)
+    consumer = await Consumer().start_on(consumer_port)
+    try:
+        assert url2 == url
+        # subscription and registration still there
+        r = await call(
+            f"{url.rsplit('/', 2)[0]}/wsn/subscriptions/{sub_id}",
+            "<rp:GetResourceProperty>wsnt:ConsumerReference</rp:GetResourceProperty>",
+        )
+        assert r.status == 200 and r.body.findtext(f".//{{{WSA}}}Address") == consumer_url
+        r = await call(
+            reg or "", "<rp:GetResourceProperty>br:PublisherReference</rp:GetResourceProperty>"
+        )
+        assert r.status == 200, r.text
+        # all 20 pull-point messages survived
+        r = await call(pp or "", "<wsnt:GetMessages/>")
+        vals = [m.findtext(".//{urn:wsn-edge:reading}value") for m in r.body]
+        assert vals == [str(v) for v in range(20)]
+        # the pending deliveries go out now that the consumer is up
+        await consumer.wait_for(20, timeout=10)
+        got = [m.findtext(".//{urn:wsn-edge:reading}value") for m in consumer.messages()]
+        assert got == [str(v) for v in range(20)]
+    finally:
+        await consumer.stop()
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(10) == 0
+    # landing: every accepted notification exactly once, in published files
+    ids = landing_ids(data)
+    assert len(ids) == 20 and len(set(ids)) == 20
+    assert not list((data / "landing").glob(".landing-*"))
+
+
+async def test_startup_failure_is_reported(tmp_path):
+    port = free_port()
+    p, _ = start(tmp_path / "a", port)
+    try:
+        q = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gateway",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(tmp_path / "b"),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        assert q.returncode != 0 and "wsn-gateway:" in q.stderr
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(10)
+    t0 = time.monotonic()
+    q = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gateway",
+            "--topic-namespace",
+            str(tmp_path / "missing.xml"),
+            "--port",
+            "0",
+            "--data-dir",
+            str(tmp_path / "c"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert q.returncode != 0 and "missing.xml" in q.stderr
+    assert time.monotonic() - t0 < 20

@@ -1,0 +1,115 @@
+"""Landing zone (design.md contract): JSON lines, hidden temporary names, rotation by
+size and age, recovery of a file a crash left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+from gwtest import call, notify_body, reading
+
+from gateway import landing
+from gateway.storage import AcceptBatch, Storage
+
+NAME = re.compile(r"^landing-\d{8}T\d{6}-\d+\.jsonl$")
+
+
+def _lines(d: Path) -> list[dict]:  # type: ignore[type-arg]
+    out = []
+    for p in sorted(d.glob("landing-*.jsonl")):
+        assert NAME.match(p.name), p.name
+        out.extend(json.loads(line) for line in p.read_text().splitlines())
+    return out
+
+
+async def test_records_follow_the_contract_and_rotate_by_age(make_gateway, tmp_path):
+    gw = await make_gateway(data_dir=tmp_path / "d", landing_max_age=0.3)
+    r = await call(
+        gw.url,
+        notify_body(
+            ("tns:a/b", reading(21.5, "esp32-01")),
+            (None, "<plain>7</plain>"),
+            producer="http://127.0.0.1:1/p",
+        ),
+    )
+    assert r.status == 202
+    d = tmp_path / "d" / "landing"
+    for _ in range(50):
+        await asyncio.sleep(0.05)
+        if len(_lines(d)) == 2:
+            break
+    recs = _lines(d)
+    assert len(recs) == 2
+    a, b = recs
+    assert set(a) == {
+        "id",
+        "received_at",
+        "producer",
+        "topic_namespace",
+        "topic_path",
+        "message_type",
+        "fields",
+        "payload",
+    }
+    assert re.fullmatch(r"[0-9a-f]{32}", a["id"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", a["received_at"])
+    assert a["producer"] == "http://127.0.0.1:1/p"
+    assert a["topic_namespace"] == "urn:test" and a["topic_path"] == "a/b"
+    assert a["message_type"] == "{urn:wsn-edge:reading}Reading"
+    assert a["fields"] == {
+        "device": "esp32-01",
+        "value": "21.5",
+        "unit": "Cel",
+        "time": "2026-11-21T05:00:00Z",
+    }
+    assert a["payload"].startswith("<rd:Reading")
+    assert b["topic_namespace"] is None and b["topic_path"] is None
+    assert b["message_type"] == "plain" and b["fields"] == {"plain": "7"}
+    # nothing hidden stays behind once the age passed
+    await asyncio.sleep(0.5)
+    assert not list(d.glob(".landing-*"))
+
+
+async def test_rotation_by_size(make_gateway, tmp_path):
+    gw = await make_gateway(data_dir=tmp_path / "d", landing_max_bytes=600, landing_max_age=30)
+    for v in range(6):
+        assert (await call(gw.url, notify_body(("tns:t", reading(v))))).status == 202
+        await asyncio.sleep(0.02)
+    await gw.stop()  # graceful stop publishes the open file
+    d = tmp_path / "d" / "landing"
+    files = sorted(d.glob("landing-*.jsonl"))
+    assert len(files) >= 3
+    recs = _lines(d)
+    assert [r["fields"]["value"] for r in recs] == [str(v) for v in range(6)]
+    assert not list(d.glob(".landing-*"))
+
+
+async def test_recovery_of_a_torn_temporary_file(tmp_path):
+    st = Storage(tmp_path / "db.sqlite3")
+    st.open()
+    try:
+        lines = [json.dumps({"id": f"id{i}", "payload": "<x/>"}) for i in range(3)]
+        await st.accept(AcceptBatch(landing=[(f"id{i}", ln) for i, ln in enumerate(lines)]))
+        d = tmp_path / "landing"
+        d.mkdir()
+        # crash after id0 and id1 reached the file, in the middle of a third line
+        tmp = d / ".landing-20260101T000000-000001.jsonl.tmp"
+        tmp.write_text(lines[0] + "\n" + lines[1] + "\n" + lines[2][:10])
+        w = landing.LandingWriter(d, st, max_age=0.1)
+        w.recover()
+        assert not tmp.exists()
+        published = d / "landing-20260101T000000-000001.jsonl"
+        assert published.read_text().splitlines() == lines[:2]
+        # what is left in the outbox is exactly the line that was not on disk
+        assert [r[1] for r in await st.landing_pending(10)] == ["id2"]
+        await w.flush()
+        await asyncio.sleep(0)
+        w._rotate()
+        ids = [r["id"] for r in _lines(d)]
+        assert sorted(ids) == ["id0", "id1", "id2"]
+        # new files never reuse a name
+        assert len(list(d.glob("landing-*.jsonl"))) == 2
+    finally:
+        st.close()

@@ -1,0 +1,123 @@
+"""NotificationProducer side of the broker: GetCurrentMessage (§4.3) and the §4.1
+resource properties (+ br:RequiresRegistration) through GetResourceProperty."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gwtest import (
+    BR,
+    CONCRETE,
+    FULL,
+    RP,
+    SIMPLE,
+    WSNT,
+    WSTOP,
+    call,
+    notify_body,
+    reading,
+    validate,
+)
+
+NS_DOC = b"""<wstop:TopicNamespace xmlns:wstop="http://docs.oasis-open.org/wsn/t-1"
+  name="Test" targetNamespace="urn:test" final="true">
+  <wstop:Topic name="a"><wstop:Topic name="b"/></wstop:Topic>
+</wstop:TopicNamespace>"""
+
+
+def _gcm(expr: str, dialect: str = CONCRETE) -> str:
+    return (
+        f'<wsnt:GetCurrentMessage><wsnt:Topic Dialect="{dialect}" xmlns:tns="urn:test">{expr}'
+        "</wsnt:Topic></wsnt:GetCurrentMessage>"
+    )
+
+
+async def test_get_current_message(gw):
+    await call(
+        gw.url, notify_body(("tns:a/b", reading(1)), ("tns:a/b", reading(2)), ("tns:c", reading(3)))
+    )
+    r = await call(
+        gw.url,
+        _gcm("tns:a/b"),
+        action="http://docs.oasis-open.org/wsn/bw-2/NotificationProducer/GetCurrentMessageRequest",
+    )
+    assert r.status == 200, r.text
+    validate(r.body)
+    assert r.header("Action") == (
+        "http://docs.oasis-open.org/wsn/bw-2/NotificationProducer/GetCurrentMessageResponse"
+    )
+    assert r.body.findtext(".//{urn:wsn-edge:reading}value") == "2"  # the last one
+    r = await call(gw.url, _gcm("tns:c", SIMPLE), 11)
+    assert r.body.findtext(".//{urn:wsn-edge:reading}value") == "3"
+    # a Full expression naming exactly one topic of the set is fine
+    r = await call(gw.url, _gcm("tns:c", FULL))
+    assert r.body.findtext(".//{urn:wsn-edge:reading}value") == "3"
+
+
+async def test_get_current_message_faults(make_gateway, tmp_path: Path):
+    f = tmp_path / "ns.xml"
+    f.write_bytes(NS_DOC)
+    gw = await make_gateway(topic_namespace_files=[f])
+    await call(gw.url, notify_body(("tns:a/b", reading(1)), ("tns:a", reading(2))))
+    cases = [
+        (_gcm("tns:a//.", FULL), "MultipleTopicsSpecifiedFault"),
+        (_gcm("tns:a|tns:a/b", FULL), "MultipleTopicsSpecifiedFault"),
+        (_gcm("tns:zzz"), "TopicNotSupportedFault"),
+        (_gcm("tns:a", "urn:bogus-dialect"), "TopicExpressionDialectUnknownFault"),
+        (_gcm("tns:a///"), "InvalidTopicExpressionFault"),
+        ("<wsnt:GetCurrentMessage/>", "InvalidTopicExpressionFault"),
+    ]
+    for body, name in cases:
+        r = await call(gw.url, body)
+        assert r.fault_name == name, (body, r.text)
+        validate(r.fault)
+    # a topic of the set that never had a message
+    r = await call(gw.url, _gcm("o:t", CONCRETE).replace('xmlns:tns="urn:test"', 'xmlns:o="urn:o"'))
+    assert r.fault_name == "NoCurrentMessageOnTopicFault"
+    validate(r.fault)
+
+
+async def test_producer_resource_properties(gw):
+    await call(gw.url, notify_body(("tns:a/b", reading(1))))
+
+    async def prop(qn: str) -> list:  # type: ignore[type-arg]
+        r = await call(gw.url, f"<rp:GetResourceProperty>{qn}</rp:GetResourceProperty>")
+        assert r.status == 200, r.text
+        assert r.body.tag == f"{{{RP}}}GetResourcePropertyResponse"
+        validate(r.body)
+        return list(r.body)
+
+    exprs = await prop("wsnt:TopicExpression")
+    assert {(e.get("Dialect"), e.text) for e in exprs} >= {(CONCRETE, exprs[0].text)}
+    assert any(e.text and e.text.endswith(":a/b") for e in exprs)
+    fixed = await prop("wsnt:FixedTopicSet")
+    assert [e.text for e in fixed] == ["false"]
+    dialects = {e.text for e in await prop("wsnt:TopicExpressionDialect")}
+    assert {SIMPLE, CONCRETE, FULL, "http://www.w3.org/TR/1999/REC-xpath-19991116"} <= dialects
+    ts = await prop("wstop:TopicSet")
+    assert ts[0].tag == f"{{{WSTOP}}}TopicSet"
+    rr = await prop("br:RequiresRegistration")
+    assert rr[0].tag == f"{{{BR}}}RequiresRegistration" and rr[0].text == "false"
+    r = await call(gw.url, "<rp:GetResourceProperty>wsnt:Bogus</rp:GetResourceProperty>")
+    assert r.fault_name == "InvalidResourcePropertyQNameFault"
+    assert r.fault.tag == "{http://docs.oasis-open.org/wsrf/rp-2}InvalidResourcePropertyQNameFault"
+
+
+async def test_fixed_topic_set_property(make_gateway, tmp_path: Path):
+    f = tmp_path / "ns.xml"
+    f.write_bytes(NS_DOC)
+    gw = await make_gateway(topic_namespace_files=[f], fixed_topic_set=True)
+    r = await call(gw.url, "<rp:GetResourceProperty>wsnt:FixedTopicSet</rp:GetResourceProperty>")
+    assert r.body[0].text == "true"
+    r = await call(
+        gw.url,
+        "<rp:GetResourceProperty xmlns:wstop='http://docs.oasis-open.org/wsn/t-1'>"
+        "wstop:TopicSet</rp:GetResourceProperty>",
+    )
+    ts = r.body[0]
+    assert ts.find("{urn:test}a") is not None
+    # Notify on a topic outside a fixed set is refused and nothing is stored
+    r = await call(gw.url, notify_body(("o:t", reading(1)), nsdecl='xmlns:o="urn:o"'))
+    assert r.fault_name == "TopicNotSupportedFault"
+    assert gw.broker.storage.load().current == []
+    assert WSNT
