@@ -29,7 +29,7 @@ class Server:
         buf = b""
         while True:
             k = buf.find(b"\r\n\r\n")
-            if k >= 0:
+            if k >= 0 and k <= MAX_HEAD:
                 return buf[:k], buf[k + 4:]
             if len(buf) > MAX_HEAD:
                 raise H.HTTPError(431, "request head larger than %d bytes" % MAX_HEAD)
@@ -70,6 +70,20 @@ class Server:
         body = await self._read_body(r, rest, n) if n else b""
         return method, path, query, headers, body
 
+    async def _linger(self, r):
+        # "lingering close" (RFC 9112 §9.6): after an error answer, read and discard what the
+        # client is still sending for a moment, so closing does not reset the connection
+        # before the client has read the answer.
+        left = DRAIN_LIMIT
+        try:
+            while left > 0:
+                chunk = await asyncio.wait_for(r.read(2048), 0.2)
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except Exception:  # noqa: BLE001 - timeout or reset: done either way
+            pass
+
     async def _conn(self, r, w):
         status = 500
         try:
@@ -86,6 +100,8 @@ class Server:
             if body:
                 w.write(body)
             await asyncio.wait_for(w.drain(), self.read_timeout)
+            if status >= 400:
+                await self._linger(r)
         except Exception as e:  # noqa: BLE001 - a broken connection must not stop the server
             print("http: connection error:", repr(e))
         finally:
