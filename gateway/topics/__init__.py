@@ -22,6 +22,8 @@ from .errors import (
     MultipleTopicsSpecified,
     TopicError,
     TopicExpressionDialectUnknown,
+    TopicNotInFixedSet,
+    TopicNotPermitted,
     TopicNotSupported,
 )
 from .expression import TopicExpression
@@ -53,6 +55,8 @@ __all__ = [
     "TopicExpression",
     "TopicExpressionDialectUnknown",
     "TopicNamespace",
+    "TopicNotInFixedSet",
+    "TopicNotPermitted",
     "TopicNotSupported",
     "TopicSet",
     "XPathExpression",

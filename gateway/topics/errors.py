@@ -45,6 +45,17 @@ class TopicNotSupported(TopicError):
     fault = "TopicNotSupportedFault"
 
 
+class TopicNotPermitted(TopicNotSupported):
+    """§8.5 first rule / §9: a final Topic Namespace or a final Topic does not
+    permit the topic. -> ``wsnt:TopicNotSupportedFault``."""
+
+
+class TopicNotInFixedSet(TopicNotSupported):
+    """§8.5 second rule: the producer's Topic Set is fixed and the expression
+    selects none of its topics (or a new topic would have to be added).
+    -> ``wsnt:TopicNotSupportedFault``."""
+
+
 class MultipleTopicsSpecified(TopicError):
     """An operation needs exactly one concrete topic and the expression (after
     alias resolution, WS-Topics 2004 §8) identifies several or uses wildcards.

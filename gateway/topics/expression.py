@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .errors import InvalidTopicExpression, TopicNotSupported
+from .errors import InvalidTopicExpression, TopicNotInFixedSet
 from .model import ConcreteTopic
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ class TopicExpression:
         for topic in self.explicit_topics():
             ts.check_permitted(topic)
         if ts.fixed and not any(t in ts for t in self.resolve(ts)):
-            raise TopicNotSupported(
+            raise TopicNotInFixedSet(
                 f"topic expression {self.text!r} selects no topic of this producer's "
                 "fixed topic set"
             )

@@ -24,7 +24,13 @@ from collections.abc import Iterable, Iterator
 
 from lxml import etree
 
-from .errors import InvalidTopicExpression, InvalidTopicNamespace, TopicNotSupported
+from .errors import (
+    InvalidTopicExpression,
+    InvalidTopicNamespace,
+    TopicNotInFixedSet,
+    TopicNotPermitted,
+    TopicNotSupported,
+)
 from .model import WSTOP, ConcreteTopic, Topic, TopicNamespace, make_step, split_step
 
 _TOPIC_ATTR = "{" + WSTOP + "}topic"
@@ -130,7 +136,7 @@ class TopicSet:
                     "its parent (WS-Topics 1.3 §6.1, §8.2)"
                 )
             if d is None and nsdoc.final:
-                raise TopicNotSupported(
+                raise TopicNotPermitted(
                     f"{root!r} is not a root topic of the final topic namespace "
                     f"{topic.namespace!r}, so {topic} is not permitted (WS-Topics 1.3 §5, §8.5)"
                 )
@@ -146,13 +152,13 @@ class TopicSet:
                 if nxt is None:
                     ext_ns = self._namespaces.get(sns)
                     if ext_ns is not None and ext_ns.final:
-                        raise TopicNotSupported(
+                        raise TopicNotPermitted(
                             f"{local!r} is not an extension topic of {here} defined by the "
                             f"final topic namespace {sns!r}, so {topic} is not permitted "
                             "(WS-Topics 1.3 §6.1, §8.5)"
                         )
             if nxt is None and d is not None and d.final:
-                raise TopicNotSupported(
+                raise TopicNotPermitted(
                     f"topic {here} is final: it has no child {step!r}, so {topic} is not "
                     "permitted (WS-Topics 1.3 §6 @final, §8.5, §9)"
                 )
@@ -173,7 +179,7 @@ class TopicSet:
                 f"most {MAX_DEPTH}"
             )
         if self.fixed:
-            raise TopicNotSupported(
+            raise TopicNotInFixedSet(
                 f"topic {topic} is not in this producer's fixed topic set (WS-Topics 1.3 §8.5)"
             )
         d = self.check_permitted(topic)

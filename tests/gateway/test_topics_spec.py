@@ -19,6 +19,8 @@ from gateway.topics import (
     InvalidTopicExpression,
     SubscriptionIndex,
     TopicExpressionDialectUnknown,
+    TopicNotInFixedSet,
+    TopicNotPermitted,
     TopicNotSupported,
     TopicSet,
     canonical_dialect,
@@ -330,24 +332,24 @@ def check(text: str, ts: TopicSet, dialect: str = FULL) -> set[str]:
 @pytest.mark.parametrize("fixed", [True, False])
 def test_85_tns1_D_is_rejected(fixed: bool) -> None:
     for text in ["tns1:D", "tns1:B|tns1:D", "tns1:D/x", "tns1:D//."]:
-        with pytest.raises(TopicNotSupported, match="final topic namespace"):
+        with pytest.raises(TopicNotPermitted, match="final topic namespace"):
             check(text, producer_x(fixed))
 
 
 @pytest.mark.parametrize("fixed", [True, False])
 def test_85_tns1_A_X_is_rejected(fixed: bool) -> None:
-    with pytest.raises(TopicNotSupported, match="is final"):
+    with pytest.raises(TopicNotPermitted, match="is final"):
         check("tns1:A/X", producer_x(fixed), CONCRETE)
 
 
 def test_85_tns1_B_X_rejected_only_with_fixed_set() -> None:
-    with pytest.raises(TopicNotSupported, match="fixed topic set"):
+    with pytest.raises(TopicNotInFixedSet, match="fixed topic set"):
         check("tns1:B/X", producer_x(True), CONCRETE)
     check("tns1:B/X", producer_x(False), CONCRETE)
 
 
 def test_85_tns1_A_rejected_only_with_fixed_set() -> None:
-    with pytest.raises(TopicNotSupported, match="fixed topic set"):
+    with pytest.raises(TopicNotInFixedSet, match="fixed topic set"):
         check("tns1:A", producer_x(True), SIMPLE)
     assert check("tns1:A", producer_x(False), SIMPLE) == {"A"}
 
