@@ -89,25 +89,35 @@ class ConcreteTopic:
             ns, sep, rest = text[1:].partition("}")
             if not sep:
                 raise InvalidTopicExpression(f"unterminated namespace in {text!r}")
+        return cls.from_path(ns, rest)
+
+    @classmethod
+    def from_path(cls, namespace: str, path_text: str) -> ConcreteTopic:
+        """Inverse of :attr:`path_text`: splits on "/" outside ``{...}`` (the
+        namespace URIs of extension steps contain slashes); "" -> empty path."""
+        if not path_text:
+            return cls(namespace, ())
         steps: list[str] = []
-        i = 0
-        # split on "/" but not inside "{...}" (namespace URIs contain slashes)
-        buf = ""
+        buf: list[str] = []
         depth = 0
-        while i < len(rest):
-            c = rest[i]
+        for c in path_text:
             if c == "{":
                 depth += 1
             elif c == "}":
                 depth -= 1
             if c == "/" and depth == 0:
-                steps.append(buf)
-                buf = ""
+                steps.append("".join(buf))
+                buf = []
             else:
-                buf += c
-            i += 1
-        steps.append(buf)
-        return cls(ns, tuple(steps))
+                buf.append(c)
+        steps.append("".join(buf))
+        return cls(namespace, tuple(steps))
+
+    @property
+    def path_text(self) -> str:
+        """``"a/b"``, extension steps in Clark notation (for storage and the
+        landing zone's ``topic_path``); :meth:`from_path` reads it back."""
+        return "/".join(self.path)
 
     @property
     def name(self) -> str:

@@ -433,6 +433,8 @@ def test_concrete_topic_str_roundtrip() -> None:
     assert str(t) == f"{{{EX1}}}t1/{{{EX2}}}t3"
     assert ConcreteTopic.parse(str(t)) == t
     assert ConcreteTopic.parse("a/b") == ConcreteTopic("", ("a", "b"))
+    assert ConcreteTopic.from_path(EX1, t.path_text) == t  # URI slashes survive
+    assert ConcreteTopic.from_path(EX1, "") == ConcreteTopic(EX1, ())
     with pytest.raises(InvalidTopicExpression):
         ConcreteTopic(EX1, ("bad name",))
     # the empty path is a "no topic" key: never a member, never grown
