@@ -443,3 +443,32 @@ def test_concrete_topic_str_roundtrip() -> None:
     assert none not in ts and none.name == "" and none.element_names() == ()
     with pytest.raises(InvalidTopicExpression):
         ts.grow(none)
+
+
+def test_xpath_prefix_scan_ignores_axes_and_literals() -> None:
+    from gateway.topics.xpath import prefixes_used
+
+    assert prefixes_used("child::tns:t1[@wstop:topic='x:y']") == {"tns", "wstop"}
+    assert prefixes_used('ancestor-or-self::*[namespace-uri()="urn:a:b"]') == set()
+    assert sel(XPATH, "child::tns:t1/child::*", section4_set()) == {"t1/t2"}
+
+
+def test_topic_expression_element_edge_cases() -> None:
+    def el(xml: bytes) -> etree._Element:
+        return etree.fromstring(xml)
+
+    with pytest.raises(InvalidTopicExpression, match="no Dialect"):
+        parse_topic_expression_element(el(b"<Topic>a</Topic>"))
+    with pytest.raises(InvalidTopicExpression, match="child element"):
+        parse_topic_expression_element(el(
+            b'<Topic Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple">'
+            b"<x/></Topic>"))
+    with pytest.raises(InvalidTopicExpression, match="empty"):
+        parse_topic_expression_element(el(
+            b'<Topic Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple">'
+            b" </Topic>"))
+    # the 2004 drafts' lower-case @dialect and URI
+    expr = parse_topic_expression_element(el(
+        b'<Topic xmlns:tns="http://example.org/topicSpace/example1" dialect="http://www.ibm.com/'
+        b'xmlns/stdwip/web-services/WS-Topics/TopicExpression/simple">tns:t1</Topic>'))
+    assert expr.dialect == SIMPLE and expr.single_topic() == T("t1")
