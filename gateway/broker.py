@@ -268,8 +268,9 @@ class NotificationBroker:
         m = _RES_PATH.match(path)
         if m:
             kind, rid = m.group(1), m.group(2)
-        elif tag not in self._broker_ops and req.wsa.resource_id():
-            # design.md: a request to /wsn/broker carrying the EPR's edge:ResourceId header
+        elif req.wsa.resource_id():
+            # design.md: a request to /wsn/broker carrying a resource EPR's edge:ResourceId
+            # header is that resource's request (the broker's own EPR has no ResourceId)
             rid = req.wsa.resource_id() or ""
             kind = (
                 "subscriptions"

@@ -126,6 +126,9 @@ class Storage:
         #: cumulative seconds spent inside SQLite (for benchmarks)
         self.busy_seconds = 0.0
         self.transactions = 0
+        self.groups = 0
+        self._pending: list[tuple[AcceptBatch, asyncio.Future[AcceptResult]]] = []
+        self._group_task: asyncio.Future[None] | None = None
 
     # ---- lifecycle ----
     def open(self) -> None:
@@ -258,40 +261,71 @@ class Storage:
 
     # ---- Notify ----
     async def accept(self, b: AcceptBatch) -> AcceptResult:
-        def fn(c: sqlite3.Connection) -> AcceptResult:
-            if b.grown:
-                c.executemany("INSERT OR IGNORE INTO grown_topics VALUES (?,?)", b.grown)
-            if b.current:
-                c.executemany("INSERT OR REPLACE INTO current_messages VALUES (?,?,?)", b.current)
-            now = time.time()
-            seqs: list[int] = []
-            for sub_id, xml in b.deliveries:
-                cur = c.execute(
-                    "INSERT INTO deliveries(sub_id, xml, created) VALUES (?,?,?)",
-                    (sub_id, xml, now),
-                )
-                seqs.append(int(cur.lastrowid or 0))
-            if b.drop_deliveries:
-                c.executemany(
-                    "DELETE FROM deliveries WHERE seq=?", [(s,) for s in b.drop_deliveries]
-                )
-            dropped: dict[str, int] = {}
-            if b.pp_messages:
-                c.executemany("INSERT INTO pp_messages(pp_id, xml) VALUES (?,?)", b.pp_messages)
-                if b.pp_limit > 0:
-                    for pp in {p for p, _ in b.pp_messages}:
+        """Commit one accepted Notify. Group commit: Notify requests arriving while a
+        commit is in flight are committed together in the next transaction (one fsync for
+        all of them); each caller still returns only after its own data is committed."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[AcceptResult] = loop.create_future()
+        self._pending.append((b, fut))
+        if self._group_task is None or self._group_task.done():
+            self._group_task = asyncio.ensure_future(self._group_commit())
+        return await fut
+
+    async def _group_commit(self) -> None:
+        while self._pending:
+            group, self._pending = self._pending, []
+
+            def fn(c: sqlite3.Connection, group: list[Any] = group) -> list[AcceptResult]:
+                return [self._accept_one(c, b) for b, _ in group]
+
+            try:
+                results = await self._run(fn)
+            except Exception as e:
+                for _, f in group:
+                    if not f.done():
+                        f.set_exception(e)
+                continue
+            self.groups += 1
+            for (_, f), r in zip(group, results, strict=True):
+                if not f.done():
+                    f.set_result(r)
+
+    @staticmethod
+    def _accept_one(c: sqlite3.Connection, b: AcceptBatch) -> AcceptResult:
+        if b.grown:
+            c.executemany("INSERT OR IGNORE INTO grown_topics VALUES (?,?)", b.grown)
+        if b.current:
+            c.executemany("INSERT OR REPLACE INTO current_messages VALUES (?,?,?)", b.current)
+        now = time.time()
+        seqs: list[int] = []
+        for sub_id, xml in b.deliveries:
+            cur = c.execute(
+                "INSERT INTO deliveries(sub_id, xml, created) VALUES (?,?,?)",
+                (sub_id, xml, now),
+            )
+            seqs.append(int(cur.lastrowid or 0))
+        if b.drop_deliveries:
+            c.executemany("DELETE FROM deliveries WHERE seq=?", [(s,) for s in b.drop_deliveries])
+        dropped: dict[str, int] = {}
+        if b.pp_messages:
+            c.executemany("INSERT INTO pp_messages(pp_id, xml) VALUES (?,?)", b.pp_messages)
+            if b.pp_limit > 0:
+                for pp in {p for p, _ in b.pp_messages}:
+                    # the oldest message to keep, then drop everything before it
+                    row = c.execute(
+                        "SELECT seq FROM pp_messages WHERE pp_id=? ORDER BY seq DESC"
+                        " LIMIT 1 OFFSET ?",
+                        (pp, b.pp_limit - 1),
+                    ).fetchone()
+                    if row is not None:
                         cur = c.execute(
-                            "DELETE FROM pp_messages WHERE pp_id=? AND seq NOT IN (SELECT seq FROM"
-                            " pp_messages WHERE pp_id=? ORDER BY seq DESC LIMIT ?)",
-                            (pp, pp, b.pp_limit),
+                            "DELETE FROM pp_messages WHERE pp_id=? AND seq<?", (pp, row[0])
                         )
                         if cur.rowcount:
                             dropped[pp] = cur.rowcount
-            if b.landing:
-                c.executemany("INSERT INTO landing_outbox(msg_id, line) VALUES (?,?)", b.landing)
-            return AcceptResult(seqs, dropped)
-
-        return await self._run(fn)
+        if b.landing:
+            c.executemany("INSERT INTO landing_outbox(msg_id, line) VALUES (?,?)", b.landing)
+        return AcceptResult(seqs, dropped)
 
     async def delete_deliveries(self, seqs: Sequence[int]) -> None:
         def fn(c: sqlite3.Connection) -> None:
@@ -379,3 +413,74 @@ class Storage:
             c.executemany("DELETE FROM landing_outbox WHERE msg_id=?", [(i,) for i in ids])
 
         self._executor.submit(self._tx, fn).result()
+
+    # ---- demand-based publishing (gateway.demand) --------------------------------------
+    # Owned by gateway/demand.py: the broker's own subscriptions AT publishers registered
+    # with Demand=true, so they survive a restart (no duplicate Subscribe, Pause/Resume/Renew
+    # keep addressing the same remote subscription). Self-contained: the table is created on
+    # first use, nothing else in this module reads it.
+    async def demand_load(self) -> list[DemandRow]:
+        def fn(c: sqlite3.Connection) -> list[DemandRow]:
+            c.execute(DEMAND_SCHEMA)
+            return [
+                DemandRow(r[0], r[1], r[2], r[3], r[4], bool(r[5]))
+                for r in c.execute(
+                    "SELECT reg_id, topic_ns, topic_path, epr, termination, paused"
+                    " FROM demand_subscriptions ORDER BY rowid"
+                )
+            ]
+
+        return await self._run(fn)
+
+    async def demand_put(self, row: DemandRow) -> None:
+        def fn(c: sqlite3.Connection) -> None:
+            c.execute(DEMAND_SCHEMA)
+            c.execute(
+                "INSERT OR REPLACE INTO demand_subscriptions VALUES (?,?,?,?,?,?)",
+                (
+                    row.reg_id,
+                    row.topic_ns,
+                    row.topic_path,
+                    row.epr,
+                    row.termination,
+                    int(row.paused),
+                ),
+            )
+
+        await self._run(fn)
+
+    async def demand_delete(self, reg_id: str, topic: tuple[str, str] | None = None) -> None:
+        """Forget one remote subscription of a registration, or all of them (topic None)."""
+
+        def fn(c: sqlite3.Connection) -> None:
+            c.execute(DEMAND_SCHEMA)
+            if topic is None:
+                c.execute("DELETE FROM demand_subscriptions WHERE reg_id=?", (reg_id,))
+            else:
+                c.execute(
+                    "DELETE FROM demand_subscriptions WHERE reg_id=? AND topic_ns=?"
+                    " AND topic_path=?",
+                    (reg_id, *topic),
+                )
+
+        await self._run(fn)
+
+
+DEMAND_SCHEMA = """CREATE TABLE IF NOT EXISTS demand_subscriptions(
+  reg_id TEXT NOT NULL, topic_ns TEXT NOT NULL, topic_path TEXT NOT NULL,
+  epr TEXT NOT NULL, termination REAL, paused INTEGER NOT NULL,
+  PRIMARY KEY(reg_id, topic_ns, topic_path))"""
+
+
+@dataclass
+class DemandRow:
+    """A subscription the broker holds at a demand-based publisher (gateway.demand):
+    registration id, broker-side topic, the SubscriptionReference EPR (XML), its
+    termination as broker-clock epoch seconds (None: none), paused at the publisher."""
+
+    reg_id: str
+    topic_ns: str
+    topic_path: str
+    epr: str
+    termination: float | None
+    paused: bool

@@ -152,3 +152,19 @@ async def test_pullpoint_overflow_drops_oldest(make_gateway):
     r = await call(pp, "<wsnt:GetMessages/>")
     assert _vals(r) == ["2", "3", "4"]
     assert gw.broker.pullpoints[pp.rsplit("/", 1)[1]].dropped == 2
+
+
+async def test_pullpoint_addressed_by_reference_parameter_on_the_broker_url(gw):
+    pp = await _create(gw)
+    hdr = f'<edge:ResourceId wsa:IsReferenceParameter="true">{pp.rsplit("/", 1)[1]}</edge:ResourceId>'
+    r = await call(gw.url, notify_body(("tns:x", reading(5))), headers=hdr)
+    assert r.status == 202
+    r = await call(gw.url, "<wsnt:GetMessages/>", headers=hdr)
+    assert _vals(r) == ["5"]
+    bogus = '<edge:ResourceId wsa:IsReferenceParameter="true">nope</edge:ResourceId>'
+    r = await call(gw.url, "<wsnt:GetMessages/>", headers=bogus)
+    assert r.fault_name == "ResourceUnknownFault"
+    # a broker operation sent to a resource address is not that resource's operation
+    r = await call(pp, subscribe_body("http://127.0.0.1:1/x"))
+    assert r.fault_name == "ResourceUnknownFault"
+    validate(r.fault)
