@@ -20,13 +20,16 @@
 #   bash scripts/build_micropython.sh --only qemu|unix32
 #   bash scripts/build_micropython.sh --print-key qemu|qemu-64k   # print a firmware's cache key
 #   bash scripts/build_micropython.sh --print-frozen     # list the files frozen into the firmware
-# Environment: JOBS (make -j, default 2), WSN_MP_CACHE (cache dir, default .cache/micropython).
+# Environment: JOBS (make -j, default 2), WSN_MP_CACHE (cache dir, default .cache/micropython),
+# WSN_MP_VERSION (Debian source version to fetch, default 1.25.0+ds-1; the newest trixie one if
+# Debian no longer offers it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 CACHE=${WSN_MP_CACHE:-$ROOT/.cache/micropython}
 JOBS=${JOBS:-2}
 SUITE=trixie
+PIN=${WSN_MP_VERSION:-1.25.0+ds-1}   # the Debian version the project is tested with
 REFRESH=0
 FORCE=0
 ONLY=all
@@ -119,8 +122,15 @@ fetch_source() {
            -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o Debug::NoLocking=1)
   log "fetching the index of Debian $SUITE sources (private apt dirs under $(rel "$apt"))"
   run "$apt/update.log" apt-get "${A[@]}" update
-  VERSION=$(apt-cache "${A[@]}" showsrc micropython 2>/dev/null | awk '/^Version:/{print $2}' | sort -V | tail -n1)
-  [ -n "$VERSION" ] || die "Debian $SUITE has no micropython source package (see $(rel "$apt")/update.log)"
+  local offered
+  offered=$(apt-cache "${A[@]}" showsrc micropython 2>/dev/null | awk '/^Version:/{print $2}' | sort -uV)
+  [ -n "$offered" ] || die "Debian $SUITE has no micropython source package (see $(rel "$apt")/update.log)"
+  if printf '%s\n' "$offered" | grep -qxF "$PIN"; then
+    VERSION=$PIN
+  else
+    VERSION=$(printf '%s\n' "$offered" | tail -n1)
+    log "Debian $SUITE no longer offers micropython $PIN (tested); using $VERSION"
+  fi
   local dir=$CACHE/$VERSION
   if [ -f "$dir/source.ok" ]; then
     log "Debian micropython $VERSION already fetched"

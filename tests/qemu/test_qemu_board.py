@@ -85,7 +85,7 @@ def test_core_unit_tests_on_qemu(board: tuple[str, Any]) -> None:
     variant, b = board
     modules = require_core_tests()
     expected = count_core_tests()
-    rc, out = b.run(qemu_run.core_tests_script(modules), timeout=300)
+    rc, out = b.run(qemu_run.core_tests_script(modules), timeout=240)  # < pytest timeout
     line = record_summary(f"QEMU {variant} ({len(modules)} core test modules)", out)
     found = qemu_run.summary(out)
     assert found is not None, f"no 'N passed, N failed' line (mpremote exit {rc}):\n{tail(out)}"
