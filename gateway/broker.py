@@ -1080,6 +1080,17 @@ class NotificationBroker:
                 f"could not store the registration: {e}",
                 RECEIVER,
             ) from None
+        # A publisher registering again (a device after a reboot) replaces its previous
+        # registration, so stale ones do not pile up until they expire and the demand
+        # logic follows the new one (design.md, demand-based publishing step 2).
+        if reg.publisher is not None:
+            for old in [
+                o
+                for o in self.registrations.values()
+                if o.publisher is not None and o.publisher.address == reg.publisher.address
+            ]:
+                with contextlib.suppress(StorageError):
+                    await self._destroy_registration(old)
         self.registrations[reg.id] = reg
         self._notify_observers("registration_created", reg)
         self._recompute_demand()

@@ -28,7 +28,7 @@ from typing import IO
 from lxml import etree
 
 from gateway.storage import Storage
-from gateway.xmlutil import Element, format_datetime
+from gateway.xmlutil import Element
 
 log = logging.getLogger("gateway.landing")
 
@@ -206,6 +206,3 @@ class LandingWriter:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-
-    def describe(self) -> str:
-        return format_datetime(datetime.now(UTC))

@@ -14,7 +14,18 @@ import sys
 import time
 from pathlib import Path
 
-from gwtest import BR, EDGE, WSA, WSNT, Consumer, call, notify_body, reading, subscribe_body
+from gwtest import (
+    BR,
+    CONCRETE,
+    EDGE,
+    WSA,
+    WSNT,
+    Consumer,
+    call,
+    notify_body,
+    reading,
+    subscribe_body,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -125,6 +136,15 @@ async def test_kill_9_and_restart_keeps_everything(tmp_path):
         r = await call(pp or "", "<wsnt:GetMessages/>")
         vals = [m.findtext(".//{urn:wsn-edge:reading}value") for m in r.body]
         assert vals == [str(v) for v in range(20)]
+        # current message and grown topic survived too
+        r = await call(
+            url,
+            f'<wsnt:GetCurrentMessage><wsnt:Topic Dialect="{CONCRETE}" xmlns:tns="urn:test">'
+            "tns:t</wsnt:Topic></wsnt:GetCurrentMessage>",
+        )
+        assert r.body.findtext(".//{urn:wsn-edge:reading}value") == "19"
+        r = await call(url, "<rp:GetResourceProperty>wstop:TopicSet</rp:GetResourceProperty>")
+        assert r.body[0].find("{urn:test}t") is not None
         # the pending deliveries go out now that the consumer is up
         await consumer.wait_for(20, timeout=10)
         got = [m.findtext(".//{urn:wsn-edge:reading}value") for m in consumer.messages()]

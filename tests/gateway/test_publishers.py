@@ -234,8 +234,8 @@ async def test_register_publisher_faults(make_gateway, tmp_path):
         assert r.fault_name == name, (body, r.text)
         if r.fault.tag.startswith(f"{{{WSNT}}}"):
             validate(r.fault)
-    await _register(gw)
-    await _register(gw)
+    await _register(gw, publisher="http://127.0.0.1:1/a")
+    await _register(gw, publisher="http://127.0.0.1:1/b")
     r = await call(gw.url, register_body())
     assert r.fault_name == "PublisherRegistrationRejectedFault"
     assert "limit" in r.text
@@ -277,3 +277,15 @@ async def test_demand_seam(gw, consumer):
     await call(reg, "<br:DestroyRegistration/>")
     assert rec.events[-1] == ("destroyed", rid, None)
     assert EDGE
+
+
+async def test_registering_again_replaces_the_previous_registration(gw):
+    rec = Recorder()
+    gw.broker.add_observer(rec)
+    first = await _register(gw)
+    second = await _register(gw)  # same PublisherReference: a device after a reboot
+    assert first != second
+    assert list(gw.broker.registrations) == [second.rsplit("/", 1)[1]]
+    r = await call(first, notify_body(("dt:temperature", reading(1)), nsdecl=DT))
+    assert r.fault_name == "ResourceUnknownFault"
+    assert [e[0] for e in rec.events] == ["created", "destroyed", "created"]

@@ -156,7 +156,8 @@ async def test_pullpoint_overflow_drops_oldest(make_gateway):
 
 async def test_pullpoint_addressed_by_reference_parameter_on_the_broker_url(gw):
     pp = await _create(gw)
-    hdr = f'<edge:ResourceId wsa:IsReferenceParameter="true">{pp.rsplit("/", 1)[1]}</edge:ResourceId>'
+    rid = pp.rsplit("/", 1)[1]
+    hdr = f'<edge:ResourceId wsa:IsReferenceParameter="true">{rid}</edge:ResourceId>'
     r = await call(gw.url, notify_body(("tns:x", reading(5))), headers=hdr)
     assert r.status == 202
     r = await call(gw.url, "<wsnt:GetMessages/>", headers=hdr)
