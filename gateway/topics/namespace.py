@@ -3,7 +3,8 @@
 A caller may rely on:
 
 * documents are parsed with a hardened parser: no entity expansion, no DTD
-  loading, no network, no huge trees; anything malformed, or breaking a rule of
+  loading, no network, no huge trees, at most 16 MiB, 100 000 topics and 64
+  levels; anything malformed, or breaking a rule of
   §5/§6, raises :class:`InvalidTopicNamespace` with the reason;
 * ``name``, ``targetNamespace`` (required, non-empty: "" is the ad-hoc
   namespace of §10 and cannot be declared), ``final``; per Topic ``name``
@@ -37,6 +38,8 @@ from .model import (
 MAX_TOPICS = 100_000
 #: at most this nesting depth of Topic elements
 MAX_DEPTH = 64
+#: at most this many bytes in one document
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 
 _NAMESPACES = (WSTOP, WSTOP_2004)
 
@@ -177,6 +180,11 @@ def load_topic_namespace(data: bytes | str | etree._Element) -> TopicNamespace:
         root = data
     else:
         raw = data.encode("utf-8") if isinstance(data, str) else data
+        if len(raw) > MAX_DOCUMENT_BYTES:
+            raise InvalidTopicNamespace(
+                f"topic namespace document of {len(raw)} bytes is larger than the "
+                f"{MAX_DOCUMENT_BYTES} accepted"
+            )
         try:
             root = etree.fromstring(raw, parser=hardened_parser())
         except etree.XMLSyntaxError as e:

@@ -222,3 +222,14 @@ def test_duplicate_namespace_is_refused() -> None:
     ts.add_namespace(ns)  # same object: no-op
     with pytest.raises(InvalidTopicNamespace, match="already loaded"):
         ts.add_namespace(load_topic_namespace(BASE))
+
+
+def test_hostile_sizes() -> None:
+    from gateway.topics import namespace
+
+    deep = "".join(f'<wstop:Topic name="d{i}">' for i in range(70)) + "</wstop:Topic>" * 70
+    with pytest.raises(InvalidTopicNamespace, match="deeper than"):
+        load_topic_namespace(doc(EX1, deep))
+    big = b" " * (namespace.MAX_DOCUMENT_BYTES + 1)
+    with pytest.raises(InvalidTopicNamespace, match="larger than"):
+        load_topic_namespace(big)
