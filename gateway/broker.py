@@ -413,6 +413,21 @@ class NotificationBroker:
             return None
         return m.group(2)
 
+    def _loops_back(self, address: str) -> str | None:
+        """Refuse consumers that are this broker's own endpoints (other than its pull
+        points): a subscription delivering to /wsn/broker or a registration address would
+        publish its own notifications again, forever."""
+        try:
+            parts = urlsplit(address)
+        except ValueError:
+            return None
+        if parts.netloc in self.own_netlocs and parts.path.startswith("/wsn/"):
+            return (
+                f"consumer address {address!r} is this broker itself: delivering there would "
+                "loop; use a pull point (CreatePullPoint) to consume in the broker"
+            )
+        return None
+
     async def subscribe(self, req: SoapRequest) -> Reply:
         now = self.clock()
         if len(self.subs) >= self.cfg.max_subscriptions:
@@ -427,7 +442,7 @@ class NotificationBroker:
             addr = text_of(child(cons_el, ns.q(ns.WSA, "Address")))
             pp_id = self._own_pullpoint(addr)
             if pp_id is None and addr:
-                why = self.cfg.consumer_allowed(addr)
+                why = self.cfg.consumer_allowed(addr) or self._loops_back(addr)
                 if why:
                     raise faults.wsnt("SubscribeCreationFailedFault", why)
         parsed = subscriptions.parse_subscribe(

@@ -316,3 +316,21 @@ async def test_consumer_address_policy(make_gateway, consumer):
     gw3 = await make_gateway(allow_loopback=False)
     r = await call(gw3.url, subscribe_body(consumer.url))
     assert r.fault_name == "SubscribeCreationFailedFault"
+
+
+async def test_consumer_pointing_at_the_broker_itself_is_refused(gw):
+    base = gw.url.rsplit("/wsn/", 1)[0]
+    r = await call(gw.url, "<br:RegisterPublisher/>")
+    reg = r.body.findtext(
+        "{http://docs.oasis-open.org/wsn/br-2}ConsumerReference/"
+        "{http://www.w3.org/2005/08/addressing}Address"
+    )
+    for addr in (
+        gw.url,
+        reg,
+        f"{base}/wsn/pullpoints/unknown",
+        gw.url.replace("127.0.0.1", "localhost"),
+    ):
+        r = await call(gw.url, subscribe_body(addr or ""))
+        assert r.fault_name == "SubscribeCreationFailedFault", addr
+        assert "loop" in r.text
