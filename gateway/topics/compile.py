@@ -73,12 +73,15 @@ def parse_topic_expression_element(el: etree._Element) -> TopicExpression:
         raise InvalidTopicExpression(
             f"{etree.QName(el).localname} has no Dialect attribute (WS-Topics 1.3 §8)"
         )
-    if len(el):
-        raise InvalidTopicExpression(
-            f"{etree.QName(el).localname} must contain only the expression text, found a "
-            f"child element {el[0].tag!r}"
-        )
-    return compile_expression(dialect, el.text or "", el.nsmap)
+    text = el.text or ""
+    for kid in el:
+        if isinstance(kid.tag, str):
+            raise InvalidTopicExpression(
+                f"{etree.QName(el).localname} must contain only the expression text, found a "
+                f"child element {kid.tag!r}"
+            )
+        text += kid.tail or ""  # comments and PIs are not part of the text
+    return compile_expression(dialect, text, el.nsmap)
 
 
 def render_topic(topic: ConcreteTopic, dialect: str) -> tuple[str, str, dict[str, str]]:

@@ -467,6 +467,11 @@ def test_topic_expression_element_edge_cases() -> None:
         parse_topic_expression_element(el(
             b'<Topic Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple">'
             b" </Topic>"))
+    expr = parse_topic_expression_element(el(
+        b'<Topic xmlns:tns="http://example.org/topicSpace/example1" '
+        b'Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete">'
+        b"tns:t1<!-- a comment -->/t2</Topic>"))
+    assert expr.single_topic() == T("t1", "t2")
     # the 2004 drafts' lower-case @dialect and URI
     expr = parse_topic_expression_element(el(
         b'<Topic xmlns:tns="http://example.org/topicSpace/example1" dialect="http://www.ibm.com/'
