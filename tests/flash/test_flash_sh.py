@@ -15,12 +15,12 @@ import re
 import shlex
 import stat
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from flash_report import flash_summaries
 
 ROOT = Path(__file__).resolve().parents[2]
 FLASH = ROOT / "flash.sh"
@@ -411,8 +411,8 @@ def test_qemu_boots_and_runs_the_device_self_test(heap: str) -> None:
     r = flash("qemu", *(["--heap", heap] if heap else []), timeout=900)
     out = r.stdout + r.stderr
     summaries = [line for line in r.stdout.splitlines() if SUMMARY in line and "failed" in line]
-    print(f"\n[flash.sh qemu {heap or 'default'}] " + " | ".join(summaries),
-          file=sys.__stdout__, flush=True)
+    flash_summaries.append(f"flash.sh qemu {'--heap ' + heap if heap else '(default heap)'}: "
+                           + " | ".join(summaries))
     assert r.returncode == 0, f"flash.sh qemu failed: {summaries}\n{out[-6000:]}"
     assert "booted, serial on /dev/pts/" in r.stdout
     assert summaries and all(s.endswith(" 0 failed") for s in summaries), out[-6000:]
