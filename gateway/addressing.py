@@ -112,6 +112,8 @@ def parse_headers(header: Element | None) -> Addressing:
         if not isinstance(h.tag, str):
             continue
         tag = h.tag
+        if tag.startswith("{" + ns.WSA2004 + "}"):  # older stacks: same meaning
+            tag = ns.q(ns.WSA, tag.split("}", 1)[1])
         if tag == ns.q(ns.WSA, "Action"):
             a.action = a.action or text_of(h)
         elif tag == ns.q(ns.WSA, "To"):

@@ -158,15 +158,19 @@ class NotificationBroker:
         by_sub: dict[str, list[tuple[int, str]]] = {}
         for seq, sid, xml in snap.deliveries:
             by_sub.setdefault(sid, []).append((seq, xml))
+        unusable: list[str] = []
         for row in snap.subscriptions:
             try:
                 sub = self._restore_subscription(row)
-            except Exception as e:
+            except Exception as e:  # e.g. the topic set was made fixed since
                 log.warning("dropping subscription %s that no longer compiles: %s", row.id, e)
+                unusable.append(row.id)
                 continue
             self._activate(sub)
             for seq, xml in by_sub.get(sub.id, []):
                 self.delivery.enqueue(sub.id, seq, xml)
+        if unusable:
+            await self.storage.delete_subscriptions(unusable)
         if self.landing is not None:
             self.landing.recover()
             self.landing.start()

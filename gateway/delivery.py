@@ -150,9 +150,18 @@ class DeliveryManager:
             return
         bisect.insort(q.items, (seq, xml))
         if len(q.items) > self.max_backlog:  # concurrent Notify raced past overflow()
-            q.items.pop(0)
-            q.dropped += 1
+            excess = len(q.items) - self.max_backlog
+            drop = [s for s, _ in q.items[:excess]]
+            del q.items[:excess]
+            q.dropped += excess
+            self._forget(drop)
         q.wake.set()
+
+    def _forget(self, seqs: list[int]) -> None:
+        """Delete dropped rows in the background (they must not come back on restart)."""
+        fut = asyncio.ensure_future(self.storage.delete_deliveries(seqs))
+        self._bg.add(fut)
+        fut.add_done_callback(self._bg.discard)
 
     # ---- the worker ----
     async def _worker(self, q: _Queue) -> None:
@@ -189,9 +198,9 @@ class DeliveryManager:
                 )
                 if self.on_dead is not None:
                     # this task is about to be cancelled by remove(): run the callback apart
-                    self._bg.add(asyncio.ensure_future(self.on_dead(q.target.sub_id)))
-                    for t in [t for t in self._bg if t.done()]:
-                        self._bg.discard(t)
+                    fut = asyncio.ensure_future(self.on_dead(q.target.sub_id))
+                    self._bg.add(fut)
+                    fut.add_done_callback(self._bg.discard)
                 return
             delay = min(self.backoff_max, self.backoff_initial * (2 ** (q.attempts - 1)))
             delay *= random.uniform(0.5, 1.0)

@@ -9,6 +9,8 @@ from __future__ import annotations
 SOAP11 = "http://schemas.xmlsoap.org/soap/envelope/"
 SOAP12 = "http://www.w3.org/2003/05/soap-envelope"
 WSA = "http://www.w3.org/2005/08/addressing"
+#: the 2004/08 member submission, still sent by older stacks: its headers are understood
+WSA2004 = "http://schemas.xmlsoap.org/ws/2004/08/addressing"
 WSA_ANONYMOUS = WSA + "/anonymous"
 WSA_NONE = WSA + "/none"
 WSA_FAULT_ACTION = WSA + "/fault"

@@ -73,7 +73,7 @@ def parse_request(data: bytes) -> SoapRequest:
     return SoapRequest(version, root, header, body, kids[0], wsa)
 
 
-_UNDERSTOOD = {ns.WSA, ns.EDGE}
+_UNDERSTOOD = {ns.WSA, ns.WSA2004, ns.EDGE}
 
 
 def _check_must_understand(header: Element | None, version: str) -> None:

@@ -121,3 +121,13 @@ async def test_notify_accepts_many_messages_and_both_versions(gw, consumer):
     assert r.status == 202
     await consumer.wait_for(2)
     assert consumer.received[0].tag == f"{{{SOAP12}}}Envelope"
+
+
+async def test_one_notify_larger_than_the_backlog_keeps_only_the_newest(make_gateway):
+    gw = await make_gateway(max_backlog=2)
+    sid = await _subscribe(gw, "http://127.0.0.1:9/dead")
+    await _publish(gw, *range(5))
+    await asyncio.sleep(0.2)
+    assert gw.broker.delivery.stats(sid)["queued"] == 2
+    rows = [r for r in gw.broker.storage.load().deliveries if r[1] == sid]
+    assert len(rows) == 2  # dropped rows are gone from storage too

@@ -177,3 +177,14 @@ async def test_unknown_operation_and_misdirected_manager_op(gw):
     r = await call(gw.url, "<wsnt:Unsubscribe/>")
     assert r.is_fault and r.fault_name == "ResourceUnknownFault"
     validate(r.fault)
+
+
+async def test_wsa_2004_headers_with_must_understand_are_understood(gw, consumer):
+    old = "http://schemas.xmlsoap.org/ws/2004/08/addressing"
+    hdr = (
+        f'<a:Action xmlns:a="{old}" s:mustUnderstand="1">{A_SUB}</a:Action>'
+        f'<a:MessageID xmlns:a="{old}">urn:uuid:old-style</a:MessageID>'
+    )
+    r = await call(gw.url, subscribe_body(consumer.url), 12, headers=hdr)
+    assert r.status == 200, r.text
+    assert r.header("RelatesTo") == "urn:uuid:old-style"
