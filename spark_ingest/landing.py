@@ -46,8 +46,9 @@ def _reason(j: Column, ts: Column, raw: Column) -> Column:
     )
 
 
-def classify_lines(lines: DataFrame) -> DataFrame:
-    """(raw, source_file) -> CLASSIFIED columns; `raw` is kept only for quarantined lines."""
+def classify_lines(lines: DataFrame, keep_raw: bool = False) -> DataFrame:
+    """(raw, source_file) -> CLASSIFIED columns; `raw` is kept only for quarantined lines,
+    unless `keep_raw` (streaming keeps it to write late lines verbatim)."""
     j = F.from_json(
         F.col("raw"),
         LANDING_JSON,
@@ -61,7 +62,7 @@ def classify_lines(lines: DataFrame) -> DataFrame:
     return parsed.select(
         reason.alias("reason"),
         F.col("source_file"),
-        F.when(reason.isNotNull(), F.col("raw")).alias("raw"),
+        (F.col("raw") if keep_raw else F.when(reason.isNotNull(), F.col("raw"))).alias("raw"),
         F.col("j.id").alias("id"),
         ts.alias("received_at"),
         F.col("j.producer").alias("producer"),
@@ -70,7 +71,7 @@ def classify_lines(lines: DataFrame) -> DataFrame:
     )
 
 
-def classify_parquet(rows: DataFrame) -> DataFrame:
+def classify_parquet(rows: DataFrame, keep_raw: bool = False) -> DataFrame:
     """Parquet landing rows (+ source_file) -> CLASSIFIED columns; raw is the row as JSON."""
     raw = F.to_json(F.struct(*[F.col(f.name) for f in LANDING_PARQUET.fields]))
     reason = (
@@ -81,7 +82,7 @@ def classify_parquet(rows: DataFrame) -> DataFrame:
     return rows.select(
         reason.alias("reason"),
         F.col("source_file"),
-        F.when(reason.isNotNull(), raw).alias("raw"),
+        (raw if keep_raw else F.when(reason.isNotNull(), raw)).alias("raw"),
         "id",
         "received_at",
         "producer",

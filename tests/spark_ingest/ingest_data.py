@@ -183,3 +183,25 @@ def assert_same_aggregates(got: dict[Key, dict[str, Any]], want: dict[Key, dict[
                 assert gv == wv or math.isclose(gv, wv, rel_tol=1e-12), (key, col, gv, wv)
             else:
                 assert gv == wv, (key, col, gv, wv)
+
+
+# ---- streaming landing zones ------------------------------------------------------------
+
+def steady(t_from: float, t_to: float, step: float = 10.0,
+           devices: tuple[str, ...] = ("esp32-01", "esp32-02")) -> list[Message]:
+    """Every device publishes temperature every `step` seconds in [t_from, t_to)."""
+    out = []
+    s = t_from
+    k = 0
+    while s < t_to:
+        for d, dev in enumerate(devices):
+            v = f"{20 + ((k * 7 + d * 3) % 13) / 4:.2f}"
+            out.append(reading(s + d * 0.25, producer_of(dev), f"{dev}/temperature", v))
+        s += step
+        k += 1
+    return out
+
+
+def closed(aggs: dict[Key, dict[str, Any]], watermark: datetime) -> dict[Key, dict[str, Any]]:
+    """The windows a streaming run has written: those ending at or before the watermark."""
+    return {k: v for k, v in aggs.items() if v["window_end"] <= watermark}
