@@ -33,7 +33,7 @@ class Server:
                 return buf[:k], buf[k + 4:]
             if len(buf) > MAX_HEAD:
                 raise H.HTTPError(431, "request head larger than %d bytes" % MAX_HEAD)
-            chunk = await r.read(1024)
+            chunk = await r.read(512)
             if not chunk:
                 raise H.HTTPError(400, "connection closed inside the request head")
             buf += chunk
@@ -42,7 +42,7 @@ class Server:
         parts = [rest] if rest else []
         have = len(rest)
         while have < n:
-            chunk = await r.read(min(2048, n - have))
+            chunk = await r.read(min(1024, n - have))
             if not chunk:
                 raise H.HTTPError(400, "truncated body: %d of %d bytes" % (have, n))
             parts.append(chunk)
@@ -62,7 +62,7 @@ class Server:
                     # read and discard it, so the client is reading when the 413 comes
                     left = int(cl) - len(rest)
                     while left > 0:
-                        chunk = await r.read(min(2048, left))
+                        chunk = await r.read(min(512, left))
                         if not chunk:
                             break
                         left -= len(chunk)
@@ -77,7 +77,7 @@ class Server:
         left = DRAIN_LIMIT
         try:
             while left > 0:
-                chunk = await asyncio.wait_for(r.read(2048), 0.2)
+                chunk = await asyncio.wait_for(r.read(512), 0.2)
                 if not chunk:
                     break
                 left -= len(chunk)
@@ -114,14 +114,15 @@ class Server:
                 self.on_done(status)
 
 
-async def _exchange(host, port, data, max_resp):
+async def _exchange(host, port, head, body, max_resp):
     r, w = await asyncio.open_connection(host, port)
     try:
-        w.write(data)
+        w.write(head)
+        w.write(body)
         await w.drain()
         buf = b""
         while True:
-            chunk = await r.read(2048)
+            chunk = await r.read(512)  # answers to pushes are small: small reads, small heap
             if not chunk:
                 break
             buf += chunk
@@ -140,8 +141,8 @@ async def post(url, body, ctype, timeout_s=5, extra_headers="", max_resp=16384):
     # POST body to url -> (status, response body bytes). Raises OSError / asyncio.TimeoutError
     # when the peer is unreachable or slow, H.HTTPError for a malformed answer.
     host, port, path = H.split_url(url)
-    req = H.request_head("POST", host, port, path, ctype, len(body), extra_headers) + body
-    data = await asyncio.wait_for(_exchange(host, port, req, max_resp), timeout_s)
+    head = H.request_head("POST", host, port, path, ctype, len(body), extra_headers)
+    data = await asyncio.wait_for(_exchange(host, port, head, body, max_resp), timeout_s)
     k = data.find(b"\r\n\r\n")
     if k < 0:
         raise H.HTTPError(502, "truncated response from %s" % url)
@@ -150,3 +151,21 @@ async def post(url, body, ctype, timeout_s=5, extra_headers="", max_resp=16384):
     if headers.get("transfer-encoding", "").lower() == "chunked":
         rbody = H.dechunk(rbody)
     return status, rbody
+
+
+class Limiter:
+    # a counting semaphore (MicroPython's asyncio has Lock and Event, no Semaphore): bounds
+    # how many pushes are in flight, so their buffers fit a small heap
+    def __init__(self, n):
+        self.n = n
+        self.ev = asyncio.Event()
+
+    async def acquire(self):
+        while self.n <= 0:
+            self.ev.clear()
+            await self.ev.wait()
+        self.n -= 1
+
+    def release(self):
+        self.n += 1
+        self.ev.set()

@@ -15,24 +15,20 @@ The MicroPython test modules under ``core/`` are run by ``mp_runner.py`` inside 
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import fwbuild
 import pytest
 from devtest import (
-    DEVICE_DIR,
     INTERPRETERS,
     Client,
     Consumer,
     DeviceProcess,
-    compile_mpy,
-    free_port,
-    make_config,
+    launch,
     resolve_interpreter,
 )
 
@@ -48,38 +44,37 @@ def interpreter(request: pytest.FixtureRequest) -> Path:
 def start_device(
     interpreter: Path, tmp_path: Path
 ) -> Iterator[Callable[..., DeviceProcess]]:
+    """start(heapsize=None, mode="source"|"mpy", **config) -> a running device."""
     started: list[DeviceProcess] = []
 
-    def start(heapsize: str | None = None, mpy: bool = False, **overrides: Any) -> DeviceProcess:
-        last_error = ""
-        for _attempt in range(3):  # a free port can be taken between probe and bind
-            port = free_port()
-            conf = make_config(port, **overrides)
-            cfg = tmp_path / f"config-{port}.json"
-            cfg.write_text(json.dumps(conf))
-            if mpy:
-                app = compile_mpy(tmp_path / "mpy")
-                main, path = app / "main.py", f".frozen:{app}"
-            else:
-                main, path = DEVICE_DIR / "main.py", f".frozen:{DEVICE_DIR}"
-            cmd = [str(interpreter)]
-            if heapsize:
-                cmd += ["-X", f"heapsize={heapsize}"]
-            cmd += [str(main), str(cfg)]
-            env = {**os.environ, "MICROPYPATH": path}
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, env=env, cwd=str(tmp_path))
-            dev = DeviceProcess(proc, port, conf)
-            started.append(dev)
-            try:
-                dev.wait_line(r"^producer http://127\.0\.0\.1:\d+/wsn/producer$", 15)
-                return dev
-            except AssertionError as e:
-                last_error = str(e)
-                dev.stop()
-                if "EADDRINUSE" not in dev.output() and "Errno 98" not in dev.output():
-                    break
-        raise AssertionError(f"device did not start: {last_error}")
+    def start(heapsize: str | None = None, mode: str = "source", **overrides: Any) -> DeviceProcess:
+        return launch(interpreter, tmp_path, started, heapsize, mode, **overrides)
+
+    yield start
+    for dev in started:
+        dev.stop()
+
+
+@pytest.fixture(scope="session")
+def device_firmware() -> Path:
+    """The 32-bit unix port with the device frozen in (tests/device/fwbuild.py)."""
+    try:
+        return fwbuild.device_firmware()
+    except fwbuild.FirmwareUnavailable as e:
+        if os.environ.get("CI") == "true":
+            pytest.fail(str(e))
+        pytest.skip(str(e))
+
+
+@pytest.fixture
+def start_frozen_device(
+    device_firmware: Path, tmp_path: Path
+) -> Iterator[Callable[..., DeviceProcess]]:
+    """Like start_device, on the frozen-device firmware (the device code is not in the heap)."""
+    started: list[DeviceProcess] = []
+
+    def start(heapsize: str | None = "64K", **overrides: Any) -> DeviceProcess:
+        return launch(device_firmware, tmp_path, started, heapsize, "frozen", **overrides)
 
     yield start
     for dev in started:

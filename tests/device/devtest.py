@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -143,6 +144,50 @@ def compile_mpy(dest: Path) -> Path:
     shutil.copy(DEVICE_DIR / "main.py", dest / "main.py")
     shutil.copy(DEVICE_DIR / "topics.xml", dest / "topics.xml")
     return dest
+
+
+def launch(interpreter: Path, tmp_path: Path, started: list[DeviceProcess],
+           heapsize: str | None = None, mode: str = "source", **overrides: Any) -> DeviceProcess:
+    """Start `interpreter main.py CONFIG.json` and wait for its producer line.
+
+    mode: "source" (device/ as is), "mpy" (compiled with mpy-cross into tmp_path/mpy, as
+    deployed with mip/mpremote), "frozen" (the interpreter has the device frozen in: only
+    main.py and topics.xml are on the "filesystem")."""
+    last_error = ""
+    for _attempt in range(3):  # a free port can be taken between probe and bind
+        port = free_port()
+        conf = make_config(port, **overrides)
+        cfg = tmp_path / f"config-{port}.json"
+        cfg.write_text(json.dumps(conf))
+        if mode == "mpy":
+            app = compile_mpy(tmp_path / "mpy")
+            main, path = app / "main.py", f".frozen:{app}"
+        elif mode == "frozen":
+            app = tmp_path / "fs"
+            app.mkdir(exist_ok=True)
+            shutil.copy(DEVICE_DIR / "main.py", app / "main.py")
+            shutil.copy(DEVICE_DIR / "topics.xml", app / "topics.xml")
+            main, path = app / "main.py", ".frozen"
+        else:
+            main, path = DEVICE_DIR / "main.py", f".frozen:{DEVICE_DIR}"
+        cmd = [str(interpreter)]
+        if heapsize:
+            cmd += ["-X", f"heapsize={heapsize}"]
+        cmd += [str(main), str(cfg)]
+        env = {**os.environ, "MICROPYPATH": path}
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=env, cwd=str(tmp_path))
+        dev = DeviceProcess(proc, port, conf)
+        started.append(dev)
+        try:
+            dev.wait_line(r"^producer http://127\.0\.0\.1:\d+/wsn/producer$", 15)
+            return dev
+        except AssertionError as e:
+            last_error = str(e)
+            dev.stop()
+            if "EADDRINUSE" not in dev.output() and "Errno 98" not in dev.output():
+                break
+    raise AssertionError(f"device did not start: {last_error}")
 
 
 # --------------------------------------------------------------------------- SOAP helpers

@@ -27,7 +27,19 @@ PREFIX = {
     WSA: "wsa", WSNT: "wsnt", WSTOP: "wstop", BR: "br", BF: "wsrf-bf", WSRF_R: "wsrf-r",
     WSRF_RP: "wsrf-rp", WSRF_RL: "wsrf-rl", EDGE: "edge", DT: "dt",
 }
-DECLS = "".join([' xmlns:%s="%s"' % (PREFIX[u], u) for u in PREFIX])
+# a literal, not computed: frozen into flash it costs no heap
+DECLS = (
+    ' xmlns:wsa="http://www.w3.org/2005/08/addressing"'
+    ' xmlns:wsnt="http://docs.oasis-open.org/wsn/b-2"'
+    ' xmlns:wstop="http://docs.oasis-open.org/wsn/t-1"'
+    ' xmlns:br="http://docs.oasis-open.org/wsn/br-2"'
+    ' xmlns:wsrf-bf="http://docs.oasis-open.org/wsrf/bf-2"'
+    ' xmlns:wsrf-r="http://docs.oasis-open.org/wsrf/r-2"'
+    ' xmlns:wsrf-rp="http://docs.oasis-open.org/wsrf/rp-2"'
+    ' xmlns:wsrf-rl="http://docs.oasis-open.org/wsrf/rl-2"'
+    ' xmlns:edge="urn:wsn-edge"'
+    ' xmlns:dt="urn:wsn-edge:device-topics"'
+)
 
 _BW = "http://docs.oasis-open.org/wsn/bw-2/"
 NOTIFY = _BW + "NotificationConsumer/Notify"

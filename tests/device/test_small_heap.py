@@ -1,0 +1,66 @@
+"""A small board's heap: the device frozen into a 32-bit single-precision MicroPython (as on an
+ESP32 / Pico W, where the bytecode lives in flash), run with `-X heapsize=64K`, holding a full
+table of 8 subscriptions and a 32-message pull point, over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+from devtest import RD, WSA, WSNT, Client, Consumer, DeviceProcess, body_child, parse
+
+Consumers = Callable[..., Awaitable[Consumer]]
+
+
+async def test_8_subscriptions_and_32_message_pullpoint_in_64k(
+    start_frozen_device: Callable[..., DeviceProcess], consumers: Consumers
+) -> None:
+    dev = start_frozen_device(
+        "64K", limits={"max_subscriptions": 8, "pullpoint_size": 32, "max_pullpoints": 1,
+                       "queue_len": 4})
+    assert "heapsize" not in dev.output()
+    cons = [await consumers(path=f"/c{i}") for i in range(7)]
+    async with aiohttp.ClientSession() as s:
+        cl = Client(dev, s)
+        st, data = await cl.soap("<wsnt:CreatePullPoint/>")
+        assert st == 200, data
+        pp = body_child(parse(data)).findtext(f"{{{WSNT}}}PullPoint/{{{WSA}}}Address")
+        assert pp
+        await cl.subscribe(pp, topic=None)
+        for i, c in enumerate(cons):
+            await cl.subscribe(c.url, version=11 if i % 2 else 12, raw=bool(i % 3 == 0),
+                               topic=None)
+        status = await cl.status()
+        assert status["subscriptions"] == 8
+        # 40 readings (bursts of 3, within the per-subscription queue of 4): every consumer
+        # gets each one; the pull point keeps the newest 32 and counts 8 dropped
+        for _ in range(13):
+            assert await cl.sample("", count=1) == 3  # temperature, humidity, heartbeat
+            for c in cons:
+                for _ in range(3):
+                    await c.next(10)
+        assert await cl.sample("temperature") == 1
+        for c in cons:
+            await c.next(10)
+        status = await cl.status()
+        assert status["pullpoint_list"][0]["queued"] == 32
+        assert status["pullpointDropped"] == 40 - 32
+        got: list[str] = []
+        while True:
+            st, data = await cl.soap(
+                "<wsnt:GetMessages><wsnt:MaximumNumber>8</wsnt:MaximumNumber></wsnt:GetMessages>",
+                pp)
+            assert st == 200, data
+            msgs = body_child(parse(data)).findall(f"{{{WSNT}}}NotificationMessage")
+            if not msgs:
+                break
+            got += [m.findtext(f".//{{{RD}}}value") or "" for m in msgs]
+        assert len(got) == 32
+        status = await cl.status()
+        assert status["pushFailed"] == 0 and status["queueDropped"] == 0
+        print(f"64K heap: in use {status['mem_alloc']} B after GC, peak seen "
+              f"{status['mem_peak']} B, free {status['mem_free']} B")
+        assert status["mem_alloc"] + status["mem_free"] <= 64 * 1024
+    await asyncio.sleep(0)
+    assert "MemoryError" not in dev.output() and "out of memory" not in dev.output()
