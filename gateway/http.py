@@ -20,6 +20,7 @@ from aiohttp import web
 from gateway import ns, soap
 from gateway.broker import NotificationBroker
 from gateway.config import Config
+from gateway.demand import DemandManager
 from gateway.faults import RECEIVER, WsnFault
 
 log = logging.getLogger("gateway.http")
@@ -140,12 +141,15 @@ class Running:
     broker: NotificationBroker
     runner: web.AppRunner
     port: int
+    demand: DemandManager | None = None
 
     @property
     def url(self) -> str:
         return f"{self.broker.base_url}/wsn/broker"
 
     async def stop(self) -> None:
+        if self.demand is not None:
+            await self.demand.stop()
         await self.runner.cleanup()
         await self.broker.stop()
 
@@ -167,6 +171,7 @@ async def start(cfg: Config, broker: NotificationBroker | None = None) -> Runnin
         raise
     port = int(sock.getsockname()[1])
     broker.set_listening(cfg.host, port)
+    demand = DemandManager(broker)  # observes the registrations broker.start() reloads
     try:
         await broker.start()
     except BaseException:
@@ -175,4 +180,5 @@ async def start(cfg: Config, broker: NotificationBroker | None = None) -> Runnin
     runner = web.AppRunner(create_app(broker), access_log=None, handle_signals=False)
     await runner.setup()
     await web.SockSite(runner, sock).start()
-    return Running(broker, runner, port)
+    await demand.start()  # after serving: a publisher may push as soon as it is subscribed
+    return Running(broker, runner, port, demand)

@@ -1,0 +1,592 @@
+"""Demand-based publishing (WS-BrokeredNotification 1.0 §4 and §6.1 `Demand`, in its 1.3
+form): the broker subscribes to publishers that registered with `br:Demand` true, and
+pauses those subscriptions while nobody at the broker wants what they publish.
+
+For every Demand=true registration the DemandManager keeps, per registered topic, one
+wrapped (non-raw) subscription at the publisher's NotificationProducer (the
+PublisherReference address; design.md "Device <-> gateway" step 2):
+
+- ConsumerReference = the registration's own address (`/wsn/registrations/<id>` with its
+  `edge:ResourceId`), so every Notify it causes is attributed to that publisher;
+- Filter = a TopicExpression of that one topic in the publisher's own namespace (a
+  device's `dt:temperature`, Simple dialect for a root topic, Concrete otherwise), not the
+  broker-side name `dev:<device_id>/temperature`;
+- paused (WS-BaseNotification 1.3 §6.2) while no active broker subscription selects the
+  broker-side topic (NotificationBroker.has_demand), resumed when one does
+  ("the NotificationBroker is expected to pause its Subscription whenever it has no active
+  Subscribers ... it is obliged to resume", WS-BrokeredNotification 1.0 §4);
+- renewed (§6.1 Renew) before it expires; a lifetime is requested as a duration and the
+  answer's TerminationTime is read against its CurrentTime, so clock skew between broker
+  and publisher does not matter;
+- subscribed again when the publisher lost it: a ResourceUnknownFault (or HTTP 404) to
+  Pause/Resume/Renew, a termination time that has passed, or a fresh RegisterPublisher from
+  the same publisher address (a rebooted device registers again: the older registration
+  is no longer served, its remote subscriptions are unsubscribed best-effort and
+  forgotten).
+
+Each registration has its own worker task; a publisher that cannot be reached is retried
+with a jittered exponential backoff (the broker's --backoff-initial/--backoff-max) without
+delaying any other publisher or the broker. The remote SubscriptionReferences, their
+termination and paused state are stored (Storage.demand_*), so a restarted broker keeps
+managing the same remote subscriptions instead of subscribing twice. Stopping the broker
+does not unsubscribe: the publisher keeps buffering for the registration address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiohttp
+from lxml import etree
+
+from gateway import ns, publishers, soap, topics
+from gateway.addressing import Epr, EprError, parse_epr, request_headers, resource_epr
+from gateway.broker import NotificationBroker
+from gateway.publishers import Registration
+from gateway.storage import DemandRow, StorageError
+from gateway.xmlutil import (
+    Element,
+    XmlRejected,
+    child,
+    elements,
+    is_nil,
+    parse_datetime,
+    parse_xml,
+    text_of,
+)
+
+log = logging.getLogger("gateway.demand")
+
+
+class RemoteFault(Exception):
+    """The publisher answered with a SOAP fault (or an HTTP error without one)."""
+
+    def __init__(self, name: str, reason: str, status: int) -> None:
+        super().__init__(f"{name}: {reason} (HTTP {status})" if reason else f"{name} ({status})")
+        self.name = name
+        self.reason = reason
+        self.status = status
+
+    @property
+    def resource_unknown(self) -> bool:
+        # WS-ResourceFramework r-2 ResourceUnknownFault: the publisher no longer knows the
+        # subscription (rebooted, expired, unsubscribed). A bare 404 at a manager address
+        # means the same for publishers that answer without SOAP.
+        return self.name == "ResourceUnknownFault" or self.status == 404
+
+
+class Unreachable(Exception):
+    """No usable answer: connection refused, timeout, not SOAP."""
+
+
+@dataclass
+class _Topic:
+    """One registered topic: its broker-side name and the filter sent to the publisher."""
+
+    broker_topic: topics.ConcreteTopic
+    dialect: str
+    text: str
+    nsmap: dict[str, str]
+
+
+@dataclass
+class Remote:
+    """Our subscription at the publisher for one topic."""
+
+    epr: Epr
+    termination: float | None  # broker-clock epoch seconds; None = none scheduled
+    paused: bool
+    renew_at: float | None = None  # broker-clock epoch seconds
+
+
+@dataclass
+class _Pub:
+    reg: Registration
+    wanted: list[_Topic]
+    remote: dict[topics.ConcreteTopic, Remote] = field(default_factory=dict)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    failures: int = 0
+    last_error: str = ""
+
+
+def topics_of(reg: Registration) -> list[_Topic]:
+    """The registered single topics of `reg` (Simple/Concrete expressions), each with the
+    filter to send to the publisher. Wildcard expressions name no topic to subscribe to:
+    such a publisher must push on its own (logged)."""
+    out: list[_Topic] = []
+    seen: set[topics.ConcreteTopic] = set()
+    for dialect, text, nsmap in reg.topic_specs:
+        try:
+            e = topics.compile_expression(dialect, text, {k or None: v for k, v in nsmap.items()})
+        except topics.TopicError:
+            continue
+        one = e.single_topic()
+        if one is None or not one.path:
+            log.info(
+                "registration %s: %r is not one topic; no demand-based subscription for it",
+                reg.id,
+                text,
+            )
+            continue
+        mapped = publishers.map_device_topic(one, reg.device_id)
+        if mapped in seen:
+            continue
+        seen.add(mapped)
+        d, t, m = topics.render_topic(one, topics.SIMPLE)
+        out.append(_Topic(mapped, d, t, {k: v for k, v in m.items() if k}))
+    return out
+
+
+def _duration(seconds: float) -> str:
+    return f"PT{max(1, math.ceil(seconds))}S"
+
+
+def _fault_of(root: Element) -> tuple[str, str] | None:
+    """(name, reason) of a SOAP 1.1/1.2 Fault envelope, else None. The name is the
+    WS-BaseFaults detail element's local name, else the SOAP 1.2 subcode or the code."""
+    body = child(root, ns.q(ns.SOAP12, "Body"))
+    if body is None:
+        body = child(root, ns.q(ns.SOAP11, "Body"))
+    if body is None:
+        return None
+    kids = elements(body)
+    if not kids or etree.QName(kids[0]).localname != "Fault":
+        return None
+    f = kids[0]
+    detail = child(f, ns.q(ns.SOAP12, "Detail"))
+    if detail is None:
+        detail = child(f, "detail")
+    name = ""
+    if detail is not None and elements(detail):
+        name = etree.QName(elements(detail)[0]).localname
+    if not name:
+        for path in (
+            f"{{{ns.SOAP12}}}Code/{{{ns.SOAP12}}}Subcode/{{{ns.SOAP12}}}Value",
+            f"{{{ns.SOAP12}}}Code/{{{ns.SOAP12}}}Value",
+            "faultcode",
+        ):
+            v = f.find(path)
+            if v is not None and text_of(v):
+                name = text_of(v).rpartition(":")[2]
+                break
+    reason = text_of(f.find(f"{{{ns.SOAP12}}}Reason")) or text_of(f.find("faultstring"))
+    return name or "Fault", reason
+
+
+class DemandManager:
+    """Observer of a NotificationBroker (gateway.publishers.PublisherObserver) that runs
+    demand-based publishing for its Demand=true registrations. Create it before
+    `broker.start()` (it observes the registrations the broker reloads), call `start()`
+    after, `stop()` before `broker.stop()`."""
+
+    def __init__(
+        self,
+        broker: NotificationBroker,
+        *,
+        lifetime: timedelta = timedelta(hours=1),
+        renew_fraction: float = 1 / 3,
+        timeout: float | None = None,
+        backoff_initial: float | None = None,
+        backoff_max: float | None = None,
+        max_response_bytes: int = 64 * 1024,
+    ) -> None:
+        self.broker = broker
+        #: lifetime requested in Subscribe and Renew
+        self.lifetime = lifetime
+        #: renew when less than this fraction of the granted lifetime is left
+        self.renew_fraction = renew_fraction
+        self.timeout = timeout if timeout is not None else broker.cfg.delivery_timeout
+        self.backoff_initial = (
+            backoff_initial if backoff_initial is not None else broker.cfg.backoff_initial
+        )
+        self.backoff_max = backoff_max if backoff_max is not None else broker.cfg.backoff_max
+        self.max_response_bytes = max_response_bytes
+        self.counters = {
+            "subscribe": 0,
+            "pause": 0,
+            "resume": 0,
+            "renew": 0,
+            "resubscribe": 0,
+            "unsubscribe": 0,
+            "failures": 0,
+        }
+        self._pubs: dict[str, _Pub] = {}
+        self._started = False
+        self._closing = False
+        self._session: aiohttp.ClientSession | None = None
+        self._bg: set[asyncio.Task[None]] = set()
+        broker.add_observer(self)
+
+    # ------------------------------------------------------------------ observer (sync)
+    def registration_created(self, reg: Registration) -> None:
+        if not reg.demand or reg.publisher is None:
+            return
+        # A fresh RegisterPublisher from the same publisher (a rebooted device) supersedes
+        # the older registrations: the publisher now sends to the new consumer address and
+        # has lost (or dropped) the subscriptions made for the old one.
+        for old in [
+            p
+            for p in self._pubs.values()
+            if p.reg.publisher is not None and p.reg.publisher.address == reg.publisher.address
+        ]:
+            log.info("registration %s supersedes %s: subscribing again", reg.id, old.reg.id)
+            self._retire(old)
+        pub = _Pub(reg, topics_of(reg))
+        self._pubs[reg.id] = pub
+        if self._started:
+            self._spawn(pub)
+
+    def registration_destroyed(self, reg: Registration) -> None:
+        pub = self._pubs.get(reg.id)
+        if pub is not None and pub.reg is reg:
+            self._retire(pub)
+
+    def demand_changed(
+        self, reg: Registration, topic: topics.ConcreteTopic, demanded: bool
+    ) -> None:
+        pub = self._pubs.get(reg.id)
+        if pub is not None:
+            pub.wake.set()
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Load the stored remote subscriptions, clean up those of registrations that are
+        gone, start one worker per Demand=true registration."""
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=2)
+        )
+        try:
+            rows = await self.broker.storage.demand_load()
+        except StorageError:
+            log.exception("could not load demand-based subscriptions; subscribing anew")
+            rows = []
+        for row in rows:
+            topic = topics.ConcreteTopic(row.topic_ns, tuple(row.topic_path.split("/")))
+            pub = self._pubs.get(row.reg_id)
+            epr: Epr | None = None
+            with contextlib.suppress(EprError, XmlRejected, ValueError):
+                epr = Epr.from_xml(row.epr)
+            if pub is None or epr is None or all(t.broker_topic != topic for t in pub.wanted):
+                self._background(self._forget_remote(row.reg_id, topic, epr))
+                continue
+            renew_at = None
+            if row.termination is not None:
+                renew_at = row.termination - self.lifetime.total_seconds() * self.renew_fraction
+            pub.remote[topic] = Remote(epr, row.termination, row.paused, renew_at)
+        self._started = True
+        for pub in self._pubs.values():
+            self._spawn(pub)
+
+    async def stop(self) -> None:
+        """Stop the workers. Remote subscriptions are kept (they are stored): a restarted
+        broker goes on with them."""
+        self._closing = True
+        tasks = [p.task for p in self._pubs.values() if p.task is not None] + list(self._bg)
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def status(self) -> list[dict[str, Any]]:
+        """One entry per managed (registration, topic): for tests, logs and operators."""
+        out: list[dict[str, Any]] = []
+        for pub in self._pubs.values():
+            for t in pub.wanted:
+                r = pub.remote.get(t.broker_topic)
+                out.append(
+                    {
+                        "registration": pub.reg.id,
+                        "publisher": pub.reg.publisher.address if pub.reg.publisher else None,
+                        "topic": str(t.broker_topic),
+                        "subscription": r.epr.address if r else None,
+                        "paused": r.paused if r else None,
+                        "termination": r.termination if r else None,
+                        "failures": pub.failures,
+                        "last_error": pub.last_error,
+                    }
+                )
+        return out
+
+    # ------------------------------------------------------------------ workers
+    def _spawn(self, pub: _Pub) -> None:
+        if pub.task is None and not self._closing:
+            pub.task = asyncio.create_task(self._run(pub), name=f"demand-{pub.reg.id}")
+
+    def _background(self, coro: Any) -> None:
+        if self._closing:
+            coro.close()
+            return
+        t: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._bg.add(t)
+        t.add_done_callback(self._bg.discard)
+
+    def _retire(self, pub: _Pub) -> None:
+        """Stop managing `pub`: its remote subscriptions are unsubscribed (best-effort, one
+        attempt) and forgotten. Before start() only the in-memory entry goes; the stored
+        rows are found orphaned and cleaned up by start()."""
+        self._pubs.pop(pub.reg.id, None)
+        if pub.task is not None:
+            pub.task.cancel()
+        if self._started:
+            for t in pub.wanted:
+                r = pub.remote.get(t.broker_topic)
+                self._background(
+                    self._forget_remote(pub.reg.id, t.broker_topic, r.epr if r else None)
+                )
+
+    async def _forget_remote(
+        self, reg_id: str, topic: topics.ConcreteTopic, epr: Epr | None
+    ) -> None:
+        with contextlib.suppress(StorageError):
+            await self.broker.storage.demand_delete(reg_id, (topic.namespace, "/".join(topic.path)))
+        if epr is not None:
+            try:
+                await self._call(epr, ns.A_UNSUBSCRIBE, etree.Element(ns.q(ns.WSNT, "Unsubscribe")))
+                self.counters["unsubscribe"] += 1
+            except (RemoteFault, Unreachable) as e:
+                log.debug("best-effort Unsubscribe of %s failed: %s", epr.address, e)
+
+    async def _run(self, pub: _Pub) -> None:
+        while True:
+            pub.wake.clear()
+            delay, backoff = await self._pass(pub)
+            if backoff:
+                # unreachable or refusing: wait the backoff even if demand changes meanwhile
+                # (pub.wake stays set, so the next pass sees the change)
+                await asyncio.sleep(delay or 0)
+                continue
+            if delay is None:
+                await pub.wake.wait()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(pub.wake.wait(), max(0.0, delay))
+
+    async def _pass(self, pub: _Pub) -> tuple[float | None, bool]:
+        """Bring every topic of `pub` to its wanted state. -> (seconds until the next
+        renewal or retry, True if that is a backoff)."""
+        due: list[float] = []
+        try:
+            for t in pub.wanted:
+                d = await self._reconcile(pub, t)
+                if d is not None:
+                    due.append(d)
+        except (Unreachable, RemoteFault) as e:
+            pub.failures += 1
+            self.counters["failures"] += 1
+            pub.last_error = str(e)
+            delay = min(self.backoff_max, self.backoff_initial * 2 ** min(pub.failures - 1, 30))
+            delay *= random.uniform(0.5, 1.0)
+            (log.warning if pub.failures == 1 else log.info)(
+                "demand-based publishing: publisher %s (registration %s): %s; retry %d in %.2fs",
+                pub.reg.publisher.address if pub.reg.publisher else "?",
+                pub.reg.id,
+                e,
+                pub.failures,
+                delay,
+            )
+            return delay, True
+        pub.failures = 0
+        if not due:
+            return None, False
+        return min(due) - time.time(), False
+
+    async def _reconcile(self, pub: _Pub, t: _Topic) -> float | None:
+        """One topic: subscribe if needed, pause/resume to match demand, renew when due.
+        -> broker-clock time of the next renewal (None: no expiry)."""
+        for attempt in range(2):
+            r = pub.remote.get(t.broker_topic)
+            now = time.time()
+            if r is not None and r.termination is not None and r.termination <= now:
+                # expired at the publisher (e.g. the broker was down past its lifetime)
+                await self._drop(pub, t)
+                r = None
+            fresh = r is None
+            if r is None:
+                r = await self._subscribe(pub, t)
+            want_paused = not self.broker.has_demand(t.broker_topic)
+            try:
+                if r.paused != want_paused:
+                    # WS-BaseNotification 1.3 §6.2.1 / §6.2.2
+                    if want_paused:
+                        await self._call(
+                            r.epr, ns.A_PAUSE, etree.Element(ns.q(ns.WSNT, "PauseSubscription"))
+                        )
+                        self.counters["pause"] += 1
+                    else:
+                        await self._call(
+                            r.epr, ns.A_RESUME, etree.Element(ns.q(ns.WSNT, "ResumeSubscription"))
+                        )
+                        self.counters["resume"] += 1
+                    r.paused = want_paused
+                    await self._persist(pub, t, r)
+                if r.renew_at is not None and r.renew_at <= time.time():
+                    await self._renew(pub, t, r)
+            except RemoteFault as f:
+                if f.resource_unknown and not fresh and attempt == 0:
+                    log.info(
+                        "publisher %s lost subscription %s (%s): subscribing again",
+                        pub.reg.publisher.address if pub.reg.publisher else "?",
+                        r.epr.address,
+                        f.name,
+                    )
+                    self.counters["resubscribe"] += 1
+                    await self._drop(pub, t)
+                    continue
+                raise
+            return r.renew_at
+        return None  # unreachable: the second attempt returns or raises
+
+    async def _drop(self, pub: _Pub, t: _Topic) -> None:
+        pub.remote.pop(t.broker_topic, None)
+        try:
+            await self.broker.storage.demand_delete(
+                pub.reg.id, (t.broker_topic.namespace, "/".join(t.broker_topic.path))
+            )
+        except StorageError:
+            log.exception("could not forget a lost demand-based subscription")
+
+    async def _persist(self, pub: _Pub, t: _Topic, r: Remote) -> None:
+        try:
+            await self.broker.storage.demand_put(
+                DemandRow(
+                    pub.reg.id,
+                    t.broker_topic.namespace,
+                    "/".join(t.broker_topic.path),
+                    r.epr.to_xml(),
+                    r.termination,
+                    r.paused,
+                )
+            )
+        except StorageError:
+            # the in-memory state is right; a restart before the next change may
+            # subscribe once more (the old remote subscription then expires on its own)
+            log.exception("could not store the demand-based subscription %s", r.epr.address)
+
+    def _termination(self, resp: Element, sent_at: float) -> tuple[float | None, float | None]:
+        """(termination, renew_at) in broker-clock seconds from a SubscribeResponse or
+        RenewResponse: TerminationTime is read relative to the answer's CurrentTime
+        (WS-BaseNotification 1.3 §4.2, §6.1.1) so the publisher's clock may be off."""
+        tt = child(resp, ns.q(ns.WSNT, "TerminationTime"))
+        if tt is None or is_nil(tt) or not text_of(tt):
+            return None, None
+        try:
+            remote_tt = parse_datetime(text_of(tt))
+            ct = child(resp, ns.q(ns.WSNT, "CurrentTime"))
+            remote_now = (
+                parse_datetime(text_of(ct))
+                if ct is not None and text_of(ct)
+                else datetime.fromtimestamp(sent_at, UTC)
+            )
+        except ValueError as e:
+            raise RemoteFault("BadResponse", f"unreadable TerminationTime: {e}", 200) from None
+        left = (remote_tt - remote_now).total_seconds()
+        term = sent_at + left
+        return term, sent_at + left * (1 - self.renew_fraction)
+
+    async def _subscribe(self, pub: _Pub, t: _Topic) -> Remote:
+        # WS-BaseNotification 1.3 §4.2: wrapped (no UseRaw policy), one topic, our lifetime
+        assert pub.reg.publisher is not None
+        sub = etree.Element(ns.q(ns.WSNT, "Subscribe"), nsmap={"wsnt": ns.WSNT, "wsa": ns.WSA})
+        consumer = resource_epr(self.broker.urls("registrations", pub.reg.id), pub.reg.id)
+        sub.append(consumer.to_element(ns.q(ns.WSNT, "ConsumerReference")))
+        f = etree.SubElement(sub, ns.q(ns.WSNT, "Filter"))
+        te = etree.SubElement(f, ns.q(ns.WSNT, "TopicExpression"), nsmap=t.nsmap or None)
+        te.set("Dialect", t.dialect)
+        te.text = t.text
+        itt = etree.SubElement(sub, ns.q(ns.WSNT, "InitialTerminationTime"))
+        itt.text = _duration(self.lifetime.total_seconds())
+        sent_at = time.time()
+        resp = await self._call(pub.reg.publisher, ns.A_SUBSCRIBE, sub)
+        ref = child(resp, ns.q(ns.WSNT, "SubscriptionReference"))
+        if resp.tag != ns.q(ns.WSNT, "SubscribeResponse") or ref is None:
+            raise RemoteFault("BadResponse", "no wsnt:SubscriptionReference in the answer", 200)
+        try:
+            epr = parse_epr(ref)
+        except EprError as e:
+            raise RemoteFault("BadResponse", str(e), 200) from None
+        term, renew_at = self._termination(resp, sent_at)
+        r = Remote(epr, term, False, renew_at)
+        pub.remote[t.broker_topic] = r
+        self.counters["subscribe"] += 1
+        log.info(
+            "subscribed to %s for %s at %s", pub.reg.publisher.address, t.broker_topic, epr.address
+        )
+        await self._persist(pub, t, r)
+        return r
+
+    async def _renew(self, pub: _Pub, t: _Topic, r: Remote) -> None:
+        # WS-BaseNotification 1.3 §6.1.1
+        body = etree.Element(ns.q(ns.WSNT, "Renew"), nsmap={"wsnt": ns.WSNT})
+        etree.SubElement(body, ns.q(ns.WSNT, "TerminationTime")).text = _duration(
+            self.lifetime.total_seconds()
+        )
+        sent_at = time.time()
+        resp = await self._call(r.epr, ns.A_RENEW, body)
+        r.termination, r.renew_at = self._termination(resp, sent_at)
+        self.counters["renew"] += 1
+        await self._persist(pub, t, r)
+
+    # ------------------------------------------------------------------ SOAP client
+    async def _call(self, epr: Epr, action: str, body: Element) -> Element:
+        """Send one SOAP 1.2 request to `epr` (reference parameters as headers, WS-Addressing
+        1.0 SOAP binding §2.3) and return the response body's first element; raise
+        RemoteFault for a fault, Unreachable when there is no usable answer."""
+        if self._session is None:
+            raise Unreachable("demand manager not started")
+        data = soap.envelope(ns.SOAP12, request_headers(epr, action), [body])
+        headers = {"Content-Type": soap.content_type(ns.SOAP12, action)}
+        try:
+            async with self._session.post(
+                epr.address,
+                data=data,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                allow_redirects=False,
+            ) as resp:
+                status = resp.status
+                raw = bytearray()
+                async for chunk in resp.content.iter_chunked(16384):
+                    raw += chunk
+                    if len(raw) > self.max_response_bytes:
+                        raise Unreachable(
+                            f"answer from {epr.address} exceeds {self.max_response_bytes} bytes"
+                        )
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as e:
+            raise Unreachable(f"{epr.address}: {type(e).__name__}: {e}") from None
+        root: Element | None = None
+        if raw.strip():
+            with contextlib.suppress(XmlRejected, ValueError):
+                root = parse_xml(bytes(raw))
+        if root is None or etree.QName(root).localname != "Envelope":
+            if 200 <= status < 300 and not raw.strip():
+                return etree.Element(ns.q(ns.WSNT, "Empty"))
+            if status >= 400 and status != 404 and status < 500:
+                raise RemoteFault(
+                    f"HTTP {status}", bytes(raw[:200]).decode(errors="replace"), status
+                )
+            if status == 404:
+                raise RemoteFault("HTTP 404", "not found", 404)
+            raise Unreachable(f"{epr.address}: HTTP {status} without a SOAP envelope")
+        fault = _fault_of(root)
+        if fault is not None:
+            raise RemoteFault(fault[0], fault[1], status)
+        if not 200 <= status < 300:
+            raise RemoteFault(f"HTTP {status}", "", status)
+        b = child(root, ns.q(etree.QName(root).namespace or "", "Body"))
+        kids = elements(b) if b is not None else []
+        if not kids:
+            return etree.Element(ns.q(ns.WSNT, "Empty"))
+        return kids[0]
