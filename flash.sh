@@ -250,7 +250,8 @@ check_board_mpy() {  # the board must load the .mpy version mpy-cross emits
     || err 1 "the board loads .mpy v$got but $MPY_CROSS emits v$want: pass --mpy-cross for the board's MicroPython version, flash a newer firmware, or use --no-compile"
 }
 
-# Remove the previous module from the board (a stale .py would shadow a new .mpy).
+# Remove the previous module from the board (a stale .py would shadow a new .mpy). Relative to
+# the working directory, which is / after the soft reset mpremote does before exec.
 CLEAN_SNIPPET='import os
 def rm(p):
     try:
@@ -263,7 +264,7 @@ def rm(p):
         os.rmdir(p)
     else:
         os.remove(p)
-rm("/wsn")'
+rm("wsn")'
 
 deploy_board() {
   need_config
@@ -301,7 +302,9 @@ deploy_board() {
     [ -e "$f" ] && run cp "$f" "$stage/"
   done
   run "$MPREMOTE" connect "$PORT" exec "$CLEAN_SNIPPET"
-  run "$MPREMOTE" connect "$PORT" cp -r "$stage/wsn" :
+  # :wsn does not exist after the clean step, so mpremote copies the tree's contents into it
+  # (`cp -r DIR :` depends on whether the board can stat "", which differs between builds).
+  run "$MPREMOTE" connect "$PORT" cp -r "$stage/wsn" :wsn
   for f in "$stage"/*.xml; do
     [ -e "$f" ] && run "$MPREMOTE" connect "$PORT" cp "$f" ":$(basename "$f")"
   done

@@ -131,8 +131,8 @@ def test_esp32_dry_run_sequence(config: Path) -> None:
     assert [c[:3] for c in tail if c[0] == "mpremote"] == [mp] * len(
         [c for c in tail if c[0] == "mpremote"])
     board_steps = [c[3:] for c in tail if c[0] == "mpremote"]
-    assert board_steps[0][0] == "exec" and 'rm("/wsn")' in board_steps[0][1]
-    assert ["cp", "-r", f"{stage}/wsn", ":"] in board_steps
+    assert board_steps[0][0] == "exec" and 'rm("wsn")' in board_steps[0][1]
+    assert ["cp", "-r", f"{stage}/wsn", ":wsn"] in board_steps
     assert ["cp", str(config), ":config.json"] in board_steps
     assert ["cp", str(ROOT / "device" / "main.py"), ":main.py"] in board_steps
     assert board_steps[-1] == ["reset"]
@@ -454,12 +454,40 @@ def _free_port() -> int:
         return port
 
 
-@pytest.mark.parametrize("bits", ["64", "32"])
-def test_unix_really_starts_the_device(tmp_path: Path, bits: str) -> None:
-    """`flash.sh unix` starts device/main.py; its HTTP producer answers on 127.0.0.1."""
+def _wait_for_line(proc: subprocess.Popen[str], needle: str, timeout: float = 30) -> list[str]:
+    """Read proc's output until a line contains needle; bounded, never hangs."""
+    assert proc.stdout is not None
+    stream = proc.stdout
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in stream], daemon=True).start()
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while not any(needle in x for x in seen):
+        left = deadline - time.monotonic()
+        if left <= 0 or (proc.poll() is not None and lines.empty()):
+            pytest.fail(f"no line with {needle!r}; output:\n" + "".join(seen))
+        try:
+            seen.append(lines.get(timeout=min(left, 0.5)))
+        except queue.Empty:
+            continue
+    return seen
+
+
+def _http_status(url: str) -> int:
     import urllib.error
     import urllib.request
 
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            status: int = resp.status
+            return status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+@pytest.mark.parametrize("bits", ["64", "32"])
+def test_unix_really_starts_the_device(tmp_path: Path, bits: str) -> None:
+    """`flash.sh unix` starts device/main.py; its HTTP producer answers on 127.0.0.1."""
     if bits == "32":
         _need_artifact("micropython32")
     base = json.loads((ROOT / "device" / "config.example.json").read_text())
@@ -476,27 +504,67 @@ def test_unix_really_starts_the_device(tmp_path: Path, bits: str) -> None:
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=e, cwd=tmp_path)  # any cwd: flash.sh runs from the repo root
     try:
-        assert proc.stdout is not None
-        lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout],  # type: ignore[union-attr]
-                         daemon=True).start()
-        seen: list[str] = []
-        deadline = time.monotonic() + 30  # bounded: never hangs on a silent device
-        while not any(f"http://127.0.0.1:{port}/wsn/producer" in x for x in seen):
-            left = deadline - time.monotonic()
-            if left <= 0 or (proc.poll() is not None and lines.empty()):
-                pytest.fail("device did not start:\n" + "".join(seen))
-            try:
-                seen.append(lines.get(timeout=min(left, 0.5)))
-            except queue.Empty:
-                continue
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/wsn/producer", method="GET")
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                status = resp.status
-        except urllib.error.HTTPError as err:
-            status = err.code
-        assert 200 <= status < 600  # an HTTP answer from the device's server
+        _wait_for_line(proc, f"http://127.0.0.1:{port}/wsn/producer")
+        assert 200 <= _http_status(f"http://127.0.0.1:{port}/wsn/producer") < 600
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# --- a whole deploy, over a serial line, to a board stand-in ----------------------------------
+
+
+def _board_micropython() -> Path:
+    mp = BIN / "micropython32"  # the 1.25 build: closest to a board's firmware
+    return mp if mp.exists() else VENV_BIN / "micropython"
+
+
+@pytest.mark.parametrize("target", ["esp32", "rp2"])
+def test_deploy_over_serial_then_the_deployed_tree_boots(tmp_path: Path, target: str) -> None:
+    """flash.sh (no --dry-run) against a pty speaking MicroPython's raw REPL: the board's
+    flash ends up with wsn/**.mpy only (stale files gone), /config.json, /main.py,
+    /topics.xml, and was reset; then that tree boots the device, which answers HTTP."""
+    from fake_board import FakeBoard
+
+    flash_root = tmp_path / "board-flash"
+    (flash_root / "wsn" / "core").mkdir(parents=True)
+    (flash_root / "wsn" / "core" / "xml.py").write_text("raise ImportError('stale source')\n")
+    (flash_root / "keep.txt").write_text("user data\n")
+    port = _free_port()
+    cfg = json.loads((ROOT / "device" / "config.example.json").read_text())
+    cfg.update(http_host="127.0.0.1", http_port=port, advertise_host="127.0.0.1",
+               gateway="http://127.0.0.1:9/wsn/broker",
+               sensors=[{"topic": "heartbeat", "kind": "heartbeat", "period_s": 60}])
+    cfg_file = tmp_path / "dev.json"
+    cfg_file.write_text(json.dumps(cfg))
+    with FakeBoard(flash_root, _board_micropython()) as board:
+        r = flash(target, "--port", board.port, "--config", str(cfg_file), timeout=300)
+        deadline = time.monotonic() + 10  # `mpremote reset` does not wait for the board
+        while board.resets == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        resets = board.resets
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-5000:]
+    assert resets == 1, out[-3000:]
+    deployed = sorted(p.relative_to(flash_root).as_posix() for p in flash_root.rglob("*")
+                      if p.is_file() and p.name != ".fake-board-resets")
+    want_mpy = sorted(f"{p.relative_to(ROOT / 'device').as_posix()[:-3]}.mpy"
+                      for p in device_modules())
+    extras = ["config.json", "keep.txt", "main.py",
+              *sorted(p.name for p in (ROOT / "device").glob("*.xml"))]
+    assert deployed == sorted(want_mpy + extras)
+    assert json.loads((flash_root / "config.json").read_text()) == cfg
+    assert (flash_root / "main.py").read_bytes() == (ROOT / "device" / "main.py").read_bytes()
+    for mpy in want_mpy:
+        assert (flash_root / mpy).read_bytes()[:2] == b"M\x06", f"{mpy} is not .mpy v6"
+
+    # Boot what was deployed, the way the board does (main.py, config.json next to it).
+    proc = subprocess.Popen([str(_board_micropython()), "main.py", "config.json"], cwd=flash_root,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, MICROPYPATH=".frozen"))
+    try:
+        _wait_for_line(proc, f"http://127.0.0.1:{port}/wsn/producer")
+        assert 200 <= _http_status(f"http://127.0.0.1:{port}/wsn/producer") < 600
     finally:
         proc.kill()
         proc.wait()
