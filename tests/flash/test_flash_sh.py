@@ -568,3 +568,23 @@ def test_deploy_over_serial_then_the_deployed_tree_boots(tmp_path: Path, target:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_mpy_version_mismatch_stops_before_copying(tmp_path: Path, config: Path) -> None:
+    """The board is asked which .mpy version it loads; another mpy-cross is refused."""
+    from fake_board import FakeBoard
+
+    old = _make_exe(tmp_path / "mpy-cross-old", (
+        "#!/bin/sh\n"
+        'if [ "$1" = --version ]; then\n'
+        '  echo "MicroPython v1.18 on 2022-01-17; mpy-cross emitting mpy v5"; exit 0\n'
+        "fi\nexit 1\n"
+    ))
+    flash_root = tmp_path / "board-flash"
+    with FakeBoard(flash_root, _board_micropython()) as board:
+        r = flash("esp32", "--port", board.port, "--config", str(config),
+                  "--mpy-cross", str(old), timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "the board loads .mpy v6 but" in r.stderr and "emits v5" in r.stderr, r.stderr
+    assert not any(c[0] == str(old) for c in commands(r.stdout))
+    assert not list(flash_root.iterdir()), "nothing may be copied"
