@@ -7,9 +7,10 @@
 #   esp32   Copy the device module to an ESP32 over USB serial with mpremote: device/wsn/**.py
 #           cross-compiled to .mpy by mpy-cross (for the board's .mpy version, checked on the
 #           board first), the JSON config as /config.json, device/main.py as /main.py and
-#           device/*.xml (topics.xml) next to it; then a hard reset starts it. With --firmware, first erases the flash and writes a
-#           MicroPython image with esptool at the chip's offset (esp32/esp32s2: 0x1000,
-#           esp32s3/esp32c3/esp32c6: 0x0). Needs --port and --config.
+#           device/*.xml (topics.xml) next to it; then a hard reset starts it. With
+#           --firmware, first erases the flash and writes a MicroPython image with esptool at
+#           the chip's offset (esp32/esp32s2: 0x1000, esp32s3/esp32c3/esp32c6: 0x0).
+#           Needs --port and --config.
 #   rp2     The same for a Raspberry Pi Pico W (RP2040). With --firmware, first copies the
 #           MicroPython .uf2 to the Pico's RPI-RP2 mass-storage drive (hold BOOTSEL while
 #           plugging it in) and waits for its serial port. Needs --config; --port defaults to
