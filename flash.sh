@@ -223,8 +223,8 @@ write_rp2_firmware() {
   # The Pico reboots into MicroPython when the copy completes; wait for its serial port.
   comment "wait (up to ${RP2_WAIT:-30} s) for the Pico W's USB serial port: $MPREMOTE connect $PORT exec pass"
   [ "$DRY" = 1 ] && return 0
-  local i
-  for i in $(seq "${RP2_WAIT:-30}"); do
+  local _
+  for _ in $(seq "${RP2_WAIT:-30}"); do
     sleep 1
     "$MPREMOTE" connect "$PORT" exec pass >/dev/null 2>&1 && return 0
   done
@@ -236,8 +236,8 @@ check_board_mpy() {  # the board must load the .mpy version mpy-cross emits
   want=$("$MPY_CROSS" --version 2>/dev/null | sed -n 's/.*emitting mpy v\([0-9]*\).*/\1/p')
   show "$MPREMOTE" connect "$PORT" exec "import sys; print('MPY', getattr(sys.implementation, '_mpy', 0) & 255)"
   [ "$DRY" = 1 ] && return 0
-  local i ok=0
-  for i in 1 2 3 4 5; do  # a freshly flashed board may still be booting
+  local ok=0 _
+  for _ in 1 2 3 4 5; do  # a freshly flashed board may still be booting
     if got=$("$MPREMOTE" connect "$PORT" exec "import sys; print('MPY', getattr(sys.implementation, '_mpy', 0) & 255)" 2>&1); then
       ok=1; break
     fi

@@ -201,8 +201,8 @@ fi
 
 # --- 4. 32-bit single-precision unix port -------------------------------------------------------
 if [ "$ONLY" = all ] || [ "$ONLY" = unix32 ]; then
-  [ -e /usr/lib/gcc/x86_64-linux-gnu/*/32/libgcc.a ] 2>/dev/null || [ -d /usr/lib32 ] \
-    || die "32-bit C libraries missing: install the Debian package gcc-multilib"
+  [ -f "$(gcc -m32 -print-libgcc-file-name 2>/dev/null)" ] \
+    || die "32-bit C libraries missing (gcc -m32): install the Debian package gcc-multilib"
   U_ARGS=(VARIANT=standard MICROPY_PY_FFI=0 MICROPY_PY_BTREE=0 MICROPY_PY_SSL=0 MICROPY_FORCE_32BIT=1
           "CFLAGS_EXTRA=-DMICROPY_FLOAT_IMPL=MICROPY_FLOAT_IMPL_FLOAT"
           FROZEN_MANIFEST="$ROOT/tools/micropython/unix32_manifest.py")
@@ -219,4 +219,8 @@ if [ "$ONLY" = all ] || [ "$ONLY" = unix32 ]; then
   install_bin "$ubuild/micropython" micropython32
 fi
 
-log "ready in $(( $(date +%s) - T0 )) s: $(rel "$BIN")/ ($(cd "$BIN" && ls | tr '\n' ' '))"
+ready=""
+for f in qemu-mps2-an385.elf qemu-mps2-an385-64k.elf micropython32 mpy-cross; do
+  [ -e "$BIN/$f" ] && ready+=" $f"
+done
+log "ready in $(( $(date +%s) - T0 )) s: $(rel "$BIN")/ ($VERSION):$ready"
