@@ -275,8 +275,9 @@ class Device:
             await asyncio.sleep_ms(500)
             try:
                 last = self._housekeeping_step(period, last)
-            except MemoryError:
+            except Exception as e:  # noqa: BLE001 - housekeeping must outlive any error
                 gc.collect()
+                self.log("housekeeping: %r" % e)
 
     def _housekeeping_step(self, period, last):
         # expiry (WS-BaseNotification 1.3 §6.4 scheduled termination) and the status line,
@@ -286,7 +287,7 @@ class Device:
         self._sample_mem()
         p = self.producer
         key = (p.outbox.dropped, dict(p.counters())["pullpointDropped"], p.push_failed)
-        if key != self.last_status and self.last_status is not None:
+        if key != self.last_status:
             self.status_line("drops")
             last = clock.ticks_ms()
         elif period > 0 and clock.elapsed_ms(last) >= period * 1000:
@@ -316,7 +317,7 @@ class Device:
             asyncio.create_task(self.link.run())
         for ti, sensor, spec in self.sensors:
             asyncio.create_task(self._sampler(ti, sensor, spec))
-        self.last_status = None
+        self.last_status = (0, 0, 0)
         await self._housekeeping()
 
 

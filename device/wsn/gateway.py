@@ -25,6 +25,7 @@ class GatewayLink:
         self.ttl = int(conf.get("registration_ttl_s", 600))
         self.renew_s = int(conf.get("renew_period_s") or max(1, self.ttl // 2))
         self.retry_s = float(conf.get("gateway_retry_s", 2))
+        self.retry_max_s = float(conf.get("gateway_retry_max_s", 30))
         self.timeout = float(conf.get("gateway_timeout_s", 5))
         self.reg = None  # registration address
         self.reg_rp = ""
@@ -48,6 +49,8 @@ class GatewayLink:
         if st != self.state:
             self.state = st
             self.dev.status_line("gateway " + st)
+            if st == "registered":
+                self.out.set()  # reachable again: the sender retries now, not after its backoff
 
     def _down(self, err):
         self.last_error = err
@@ -140,7 +143,7 @@ class GatewayLink:
             except Exception as e:  # noqa: BLE001 - unreachable: keep it, retry with backoff
                 self._down("push: %r" % e)
                 await self._sleep(self.out, delay)
-                delay = min(delay * 2, max(self.retry_s, 30))
+                delay = min(delay * 2, max(self.retry_s, self.retry_max_s))
                 continue
             delay = self.retry_s
             was_down = self.state == "down"

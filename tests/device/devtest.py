@@ -99,6 +99,22 @@ class DeviceProcess:
                         f"exit={self.proc.poll()} output:\n" + "\n".join(self.lines[-40:]))
                 self._cond.wait(min(left, 0.2))
 
+    async def await_line(self, pattern: str, timeout: float = 10.0) -> re.Match[str]:
+        """wait_line for async tests: polls without blocking the event loop (servers of the
+        test, e.g. a consumer, keep running meanwhile)."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._cond:
+                for line in self.lines:
+                    m = rx.search(line)
+                    if m:
+                        return m
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no line matching {pattern!r} within {timeout}s; output:\n"
+                                     + self.output()[-4000:])
+            await asyncio.sleep(0.05)
+
     def output(self) -> str:
         with self._cond:
             return "\n".join(self.lines)
@@ -336,3 +352,105 @@ class Client:
         async with self.s.get(f"{self.dev.base}/status", headers=h) as r:
             assert r.status == 200, await r.text()
             return dict(await r.json())
+
+
+# --------------------------------------------------------------------------- a stand-in gateway
+
+BR = "http://docs.oasis-open.org/wsn/br-2"
+RL = "http://docs.oasis-open.org/wsrf/rl-2"
+EDGE = "urn:wsn-edge"
+
+
+class FakeGateway:
+    """Just enough of the gateway's side of the device link (design.md) to test the device:
+    RegisterPublisher at /wsn/broker, SetTerminationTime and Notify at /wsn/registrations/<n>.
+    The real broker is another part; the end-to-end tests with it live elsewhere.
+    `forget()` drops every registration (a restart without state); `stop()`/`start()` take it
+    off the network and back on the same port."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/wsn/broker"
+        self.registrations: dict[str, etree._Element] = {}
+        self.register_requests: list[etree._Element] = []
+        self.renewals: list[tuple[str, str]] = []
+        self.notifications: asyncio.Queue[tuple[str, etree._Element]] = asyncio.Queue()
+        self.runner: web.AppRunner | None = None
+        self.n = 0
+
+    def reg_url(self, rid: str) -> str:
+        return f"http://127.0.0.1:{self.port}/wsn/registrations/{rid}"
+
+    async def start(self) -> FakeGateway:
+        app = web.Application()
+        app.router.add_post("/wsn/broker", self._broker)
+        app.router.add_post("/wsn/registrations/{rid}", self._registration)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
+        return self
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+    def forget(self) -> None:
+        self.registrations.clear()
+
+    @staticmethod
+    def _reply(version: str, body: str, status: int = 200) -> web.Response:
+        env = (f'<s:Envelope xmlns:s="{version}" xmlns:wsa="{WSA}" xmlns:br="{BR}" '
+               f'xmlns:wsrf-rl="{RL}" xmlns:wsrf-r="http://docs.oasis-open.org/wsrf/r-2" '
+               f'xmlns:wsrf-bf="{BF}" xmlns:edge="{EDGE}"><s:Body>{body}</s:Body></s:Envelope>')
+        ct = "application/soap+xml" if version == S12 else "text/xml"
+        return web.Response(status=status, body=env.encode(), content_type=ct)
+
+    def _unknown(self, version: str, rid: str) -> web.Response:
+        code = "s:Sender" if version == S12 else "s:Client"
+        if version == S12:
+            fault = (f"<s:Fault><s:Code><s:Value>{code}</s:Value></s:Code><s:Reason><s:Text "
+                     f'xml:lang="en">no registration {rid}</s:Text></s:Reason><s:Detail>')
+            end = "</s:Detail></s:Fault>"
+        else:
+            fault = (f"<s:Fault><faultcode>{code}</faultcode><faultstring>no registration "
+                     f"{rid}</faultstring><detail>")
+            end = "</detail></s:Fault>"
+        detail = ("<wsrf-r:ResourceUnknownFault><wsrf-bf:Timestamp>2026-01-01T00:00:00Z"
+                  "</wsrf-bf:Timestamp></wsrf-r:ResourceUnknownFault>")
+        return self._reply(version, fault + detail + end, 400 if version == S12 else 500)
+
+    async def _broker(self, request: web.Request) -> web.Response:
+        root = parse(await request.read())
+        version = etree.QName(root).namespace or S11
+        rp = body_child(root)
+        assert rp.tag == f"{{{BR}}}RegisterPublisher", rp.tag
+        self.register_requests.append(rp)
+        self.n += 1
+        rid = f"r{self.n}"
+        self.registrations[rid] = rp
+        addr = self.reg_url(rid)
+        epr = (f"<wsa:Address>{addr}</wsa:Address><wsa:ReferenceParameters><edge:ResourceId>"
+               f"{rid}</edge:ResourceId></wsa:ReferenceParameters>")
+        return self._reply(version, (
+            f"<br:RegisterPublisherResponse><br:PublisherRegistrationReference>{epr}"
+            f"</br:PublisherRegistrationReference><br:ConsumerReference>{epr}"
+            "</br:ConsumerReference></br:RegisterPublisherResponse>"))
+
+    async def _registration(self, request: web.Request) -> web.Response:
+        rid = request.match_info["rid"]
+        root = parse(await request.read())
+        version = etree.QName(root).namespace or S11
+        rp_header = root.find(f"*/{{{EDGE}}}ResourceId")
+        assert rp_header is not None and rp_header.text == rid  # reference parameter echoed
+        if rid not in self.registrations:
+            return self._unknown(version, rid)
+        b = body_child(root)
+        if b.tag == f"{{{RL}}}SetTerminationTime":
+            self.renewals.append((rid, b.findtext(f"{{{RL}}}RequestedTerminationTime") or ""))
+            return self._reply(version, (
+                "<wsrf-rl:SetTerminationTimeResponse><wsrf-rl:NewTerminationTime>"
+                f"{self.renewals[-1][1]}</wsrf-rl:NewTerminationTime>"
+                "</wsrf-rl:SetTerminationTimeResponse>"))
+        await self.notifications.put((rid, b))
+        return web.Response(status=202)

@@ -140,7 +140,7 @@ async def test_expiry_destroys_the_subscription(client: Client, consumers: Consu
     await client.sample("temperature")
     assert await c.nothing(0.5)
     assert (await client.status())["subscriptions"] == 0
-    client.dev.wait_line(r"^expired s[0-9a-f]{16}$", 5)
+    await client.dev.await_line(r"^expired s[0-9a-f]{16}$", 5)
     _, data = await client.soap("<wsnt:Unsubscribe/>", sub)
     assert fault_name(data) == "ResourceUnknownFault"
 

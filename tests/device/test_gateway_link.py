@@ -1,0 +1,152 @@
+"""The device's link to the gateway (design.md "Device <-> gateway"): RegisterPublisher at
+boot, renewal with SetTerminationTime, re-registration after a ResourceUnknownFault (a gateway
+that forgot us), pushes to the registration address buffered while the gateway is down and
+delivered in order when it returns, overflow dropped and counted. A stand-in gateway
+(devtest.FakeGateway) plays the broker's side; the real broker is tested end to end elsewhere."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+
+import aiohttp
+import pytest
+from devtest import (
+    BR,
+    DT,
+    EDGE,
+    RD,
+    SIMPLE,
+    WSA,
+    WSNT,
+    Client,
+    DeviceProcess,
+    FakeGateway,
+)
+
+LINK = {"registration_ttl_s": 6, "renew_period_s": 1, "gateway_retry_s": 0.3,
+        "gateway_retry_max_s": 0.6}
+
+
+@pytest.fixture
+async def gateway() -> AsyncIterator[FakeGateway]:
+    gw = await FakeGateway().start()
+    yield gw
+    await gw.stop()
+
+
+async def _wait(pred: Callable[[], object], timeout: float = 10.0) -> None:
+    for _ in range(int(timeout / 0.05)):
+        if pred():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+async def test_register_and_renew(start_device: Callable[..., DeviceProcess],
+                                  gateway: FakeGateway) -> None:
+    dev = start_device(gateway=gateway.url, **LINK)
+    await _wait(lambda: gateway.register_requests)
+    rp = gateway.register_requests[0]
+    pub = rp.find(f"{{{BR}}}PublisherReference")
+    assert pub is not None
+    assert pub.findtext(f"{{{WSA}}}Address") == dev.producer
+    assert pub.findtext(f"{{{WSA}}}Metadata/{{{EDGE}}}DeviceId") == "dev-test"
+    topics = rp.findall(f"{{{BR}}}Topic")
+    assert [t.get("Dialect") for t in topics] == [SIMPLE] * 3
+    names = []
+    for t in topics:
+        p, _, local = (t.text or "").partition(":")
+        assert t.nsmap[p] == DT
+        names.append(local)
+    assert names == ["temperature", "humidity", "heartbeat"]
+    assert rp.findtext(f"{{{BR}}}Demand") == "true"
+    itt = datetime.strptime(rp.findtext(f"{{{BR}}}InitialTerminationTime") or "",
+                            "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    assert 3 <= (itt - datetime.now(UTC)).total_seconds() <= 8
+    await _wait(lambda: len(gateway.renewals) >= 2, 6)
+    assert gateway.renewals[0][0] == "r1"
+    await dev.await_line(r"^status \[gateway registered\]", 5)
+    async with aiohttp.ClientSession() as s:
+        st = await Client(dev, s).status()
+    assert st["gateway"]["state"] == "registered"
+    assert st["gateway"]["registration"] == gateway.reg_url("r1")
+
+
+async def test_reregisters_when_the_gateway_forgets(start_device: Callable[..., DeviceProcess],
+                                                   gateway: FakeGateway) -> None:
+    dev = start_device(gateway=gateway.url, **LINK)
+    await _wait(lambda: gateway.register_requests)
+    async with aiohttp.ClientSession() as s:
+        cl = Client(dev, s)
+        # the gateway's subscription for its registration (wrapped, to the registration address)
+        old_sub = await cl.subscribe(gateway.reg_url("r1"), topic="dt:heartbeat")
+        gateway.forget()  # a restart without state: renewals now get ResourceUnknownFault
+        await _wait(lambda: len(gateway.register_requests) >= 2, 8)
+        await dev.await_line(r"registering again", 5)
+        await _wait(lambda: "r2" in gateway.registrations)
+        for _ in range(100):
+            st = await cl.status()
+            if st["gateway"]["registration"] == gateway.reg_url("r2"):
+                break
+            await asyncio.sleep(0.05)
+        assert st["gateway"]["registration"] == gateway.reg_url("r2")
+        assert st["gateway"]["registrations"] == 2
+        # the subscription made for the lost registration is an orphan: removed
+        assert old_sub not in [x["id"] for x in st["subscription_list"]]
+        assert st["subscriptions"] == 0
+
+
+async def test_pushes_wait_for_the_gateway_in_order(start_device: Callable[..., DeviceProcess],
+                                                    gateway: FakeGateway) -> None:
+    dev = start_device(gateway=gateway.url, gateway_buffer=10, **LINK)
+    await _wait(lambda: gateway.register_requests)
+    async with aiohttp.ClientSession() as s:
+        cl = Client(dev, s)
+        await cl.subscribe(gateway.reg_url("r1"), topic="dt:heartbeat")
+        await cl.sample("heartbeat")
+        rid, notify = await asyncio.wait_for(gateway.notifications.get(), 10)
+        assert rid == "r1" and notify.tag == f"{{{WSNT}}}Notify"
+        nm = notify.find(f"{{{WSNT}}}NotificationMessage")
+        assert nm is not None
+        topic = nm.find(f"{{{WSNT}}}Topic")
+        assert topic is not None and topic.text == "dt:heartbeat" and topic.nsmap["dt"] == DT
+        assert nm.findtext(f"{{{WSNT}}}ProducerReference/{{{WSA}}}Address") == dev.producer
+        await gateway.stop()  # outage
+        for _ in range(5):
+            await cl.sample("heartbeat")
+        await _wait(lambda: "gateway down" in dev.output(), 10)
+        st = await cl.status()
+        assert st["gateway"]["buffered"] == 5 and st["gateway"]["dropped"] == 0
+        await gateway.start()  # back, same port, same state
+        values = []
+        for _ in range(5):
+            _, n = await asyncio.wait_for(gateway.notifications.get(), 15)
+            values.append(n.findtext(f".//{{{RD}}}value"))
+        assert values == ["2", "3", "4", "5", "6"]  # nothing lost, in order
+        st = await cl.status()
+        assert st["gateway"]["buffered"] == 0 and st["gatewayDropped"] == 0
+
+
+async def test_buffer_overflow_is_counted_and_reported(
+    start_device: Callable[..., DeviceProcess], gateway: FakeGateway
+) -> None:
+    dev = start_device(gateway=gateway.url, gateway_buffer=3, **LINK)
+    await _wait(lambda: gateway.register_requests)
+    async with aiohttp.ClientSession() as s:
+        cl = Client(dev, s)
+        await cl.subscribe(gateway.reg_url("r1"), topic="dt:heartbeat")
+        await gateway.stop()
+        for _ in range(5):
+            await cl.sample("heartbeat")
+        st = await cl.status()
+        assert st["gateway"]["buffered"] == 3 and st["gateway"]["dropped"] == 2
+        assert st["gatewayDropped"] == 2
+        await dev.await_line(r"^status \[drops\] gateway=\w+ buffered=3 dropped=2 ", 15)
+        await gateway.start()
+        values = []
+        for _ in range(3):
+            _, n = await asyncio.wait_for(gateway.notifications.get(), 15)
+            values.append(n.findtext(f".//{{{RD}}}value"))
+        assert values == ["3", "4", "5"]  # the oldest two were dropped
