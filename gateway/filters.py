@@ -15,15 +15,21 @@ from gateway import faults, ns
 from gateway.xmlutil import Element
 
 _PROBE = etree.fromstring(b"<probe/>")
+MAX_EXPRESSION_CHARS = 4096
 
 
 class XPathFilter:
     """A compiled boolean XPath 1.0 expression."""
 
     def __init__(self, text: str, nsmap: Mapping[str | None, str]) -> None:
+        if len(text) > MAX_EXPRESSION_CHARS:
+            raise ValueError(f"longer than {MAX_EXPRESSION_CHARS} characters")
         self.text = text
         self.nsmap = {k: v for k, v in nsmap.items() if k}
-        self._xpath = etree.XPath(text, namespaces=self.nsmap)
+        # regexp=False: no EXSLT regular expressions (a subscriber could otherwise bind the
+        # EXSLT namespace and make every Notify run a catastrophic regex). XPath 1.0 itself
+        # has no function that reaches outside the document.
+        self._xpath = etree.XPath(text, namespaces=self.nsmap, regexp=False, smart_strings=False)
         # Undeclared prefixes and unknown functions only show at evaluation in libxml2:
         # evaluate once on a probe document so they fault at Subscribe time.
         self._xpath(_PROBE)

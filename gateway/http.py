@@ -84,7 +84,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         return web.Response(
             status=400, text="empty request body: POST a SOAP 1.1 or 1.2 envelope\n"
         )
-    if request.host:
+    if request.host and len(broker.own_netlocs) < 64:  # bounded: Host is client-chosen
         broker.own_netlocs.add(request.host)
     try:
         req = soap.parse_request(data)

@@ -334,3 +334,16 @@ async def test_consumer_pointing_at_the_broker_itself_is_refused(gw):
         r = await call(gw.url, subscribe_body(addr or ""))
         assert r.fault_name == "SubscribeCreationFailedFault", addr
         assert "loop" in r.text
+
+
+async def test_message_content_has_no_exslt_regex_and_a_length_limit(gw, consumer):
+    rx = (
+        f'<wsnt:MessageContent Dialect="{XPATH}" xmlns:re="http://exslt.org/regular-expressions">'
+        "re:test(string(.), '(a+)+$')</wsnt:MessageContent>"
+    )
+    r = await call(gw.url, subscribe_body(consumer.url, rx))
+    assert r.fault_name == "InvalidMessageContentExpressionFault"
+    long = f'<wsnt:MessageContent Dialect="{XPATH}">{"1=1 and " * 600}1=1</wsnt:MessageContent>'
+    r = await call(gw.url, subscribe_body(consumer.url, long))
+    assert r.fault_name == "InvalidMessageContentExpressionFault"
+    assert "4096" in r.text
