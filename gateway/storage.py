@@ -127,7 +127,7 @@ class Storage:
         self.busy_seconds = 0.0
         self.transactions = 0
         self.groups = 0
-        self._pending: list[tuple[AcceptBatch, asyncio.Future[AcceptResult]]] = []
+        self._pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
         self._group_task: asyncio.Future[None] | None = None
 
     # ---- lifecycle ----
@@ -261,34 +261,40 @@ class Storage:
 
     # ---- Notify ----
     async def accept(self, b: AcceptBatch) -> AcceptResult:
-        """Commit one accepted Notify. Group commit: Notify requests arriving while a
-        commit is in flight are committed together in the next transaction (one fsync for
-        all of them); each caller still returns only after its own data is committed."""
+        """Commit one accepted Notify (see _grouped: returns once it is committed)."""
+        return await self._grouped(lambda c: self._accept_one(c, b))
+
+    async def _grouped(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Group commit: small writes (Notify acceptance, delivered-row deletion) arriving
+        while a commit is in flight are committed together in the next transaction, one
+        fsync for all of them; each caller still returns only after its own write is
+        committed (or gets the StorageError that failed the group)."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[AcceptResult] = loop.create_future()
-        self._pending.append((b, fut))
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._pending.append((fn, fut))
         if self._group_task is None or self._group_task.done():
             self._group_task = asyncio.ensure_future(self._group_commit())
-        return await fut
+        result: T = await fut
+        return result
 
     async def _group_commit(self) -> None:
         while self._pending:
             group, self._pending = self._pending, []
 
-            def fn(c: sqlite3.Connection, group: list[Any] = group) -> list[AcceptResult]:
-                return [self._accept_one(c, b) for b, _ in group]
+            def run_all(c: sqlite3.Connection, group: list[Any] = group) -> list[Any]:
+                return [f(c) for f, _ in group]
 
             try:
-                results = await self._run(fn)
+                results = await self._run(run_all)
             except Exception as e:
-                for _, f in group:
-                    if not f.done():
-                        f.set_exception(e)
+                for _, fut in group:
+                    if not fut.done():
+                        fut.set_exception(e)
                 continue
             self.groups += 1
-            for (_, f), r in zip(group, results, strict=True):
-                if not f.done():
-                    f.set_result(r)
+            for (_, fut), r in zip(group, results, strict=True):
+                if not fut.done():
+                    fut.set_result(r)
 
     @staticmethod
     def _accept_one(c: sqlite3.Connection, b: AcceptBatch) -> AcceptResult:
@@ -331,7 +337,7 @@ class Storage:
         def fn(c: sqlite3.Connection) -> None:
             c.executemany("DELETE FROM deliveries WHERE seq=?", [(s,) for s in seqs])
 
-        await self._run(fn)
+        await self._grouped(fn)
 
     # ---- pull points ----
     async def add_pullpoint(self, pp_id: str, created: float) -> None:
