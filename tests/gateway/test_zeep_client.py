@@ -442,3 +442,32 @@ def test_the_official_wsdl_is_used_unmodified(wsdl_path: Path) -> None:
         for port_type, ops in OPERATIONS.items():
             b = client.wsdl.bindings[f"{{{BINDINGS_NS}}}{port_type}_{v}"]
             assert sorted(b._operations) == sorted(o for o, _, _ in ops)
+
+
+async def test_reference_parameters_echoed_as_headers_address_the_subscription(
+    gateway: GatewayProcess, wsdl_path: Path
+) -> None:
+    """A WS-Addressing client that sends the EPR's reference parameters as SOAP headers
+    (WS-Addressing 1.0 SOAP binding §2.3) reaches the subscription even when it posts to
+    the broker's address (design.md: edge:ResourceId)."""
+    c = Client(wsdl_path, "soap12")
+    producer = c.service("NotificationProducer", gateway.url)
+    r = await asyncio.to_thread(
+        producer.Subscribe, ConsumerReference={"Address": "http://127.0.0.1:9/c"}
+    )
+    c.last_exchange("Subscribe")
+    rid = r.SubscriptionReference.ReferenceParameters._value_1[0]
+    header = etree.fromstring(etree.tostring(rid))
+    header.set(f"{{{WSA}}}IsReferenceParameter", "true")
+    manager = c.service("PausableSubscriptionManager", gateway.url)
+    r = await asyncio.to_thread(manager.Renew, TerminationTime="PT5M", _soapheaders=[header])
+    c.last_exchange("Renew")
+    sent = etree.fromstring(c.rec.sent[-1][1])
+    assert sent.find(f".//{{{SOAP12}}}Header/{header.tag}") is not None
+    assert _close(r.TerminationTime, datetime.now(UTC) + timedelta(minutes=5))
+    await asyncio.to_thread(manager.Unsubscribe, _soapheaders=[header])
+    c.last_exchange("Unsubscribe")
+    with pytest.raises(Fault) as e:
+        await asyncio.to_thread(manager.Unsubscribe, _soapheaders=[header])
+    c.last_exchange("Unsubscribe")
+    assert etree.QName(c.fault_detail(e.value)).localname == "ResourceUnknownFault"
