@@ -96,9 +96,16 @@ class Server:
                 status, ctype, body = e.status, "text/plain", (str(e) + "\n").encode()
             except MemoryError:
                 status, ctype, body = 503, "text/plain", b"out of memory; try again\n"
-            w.write(H.response_head(status, ctype, len(body)))
-            if body:
-                w.write(body)
+            if isinstance(body, list):  # chunks of a large answer: no big contiguous block
+                w.write(H.response_head(status, ctype, sum([len(c) for c in body])))
+                for c in body:
+                    w.write(c)
+                    await asyncio.wait_for(w.drain(), self.read_timeout)
+                body = None
+            else:
+                w.write(H.response_head(status, ctype, len(body)))
+                if body:
+                    w.write(body)
             await asyncio.wait_for(w.drain(), self.read_timeout)
             if status >= 400:
                 await self._linger(r)

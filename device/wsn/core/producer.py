@@ -27,7 +27,7 @@ DEFAULTS = {
     "pullpoint_idle_s": 3600,  # a pull point not used for this long may be reclaimed
     "max_request_bytes": 8192,  # larger bodies: HTTP 413
     "max_xml_depth": 16,
-    "max_xml_elements": 256,
+    "max_xml_elements": 128,  # ~133 B each on a 32-bit board
     "default_ttl_s": 3600,  # subscription lifetime when Subscribe names none (0: unlimited)
     "max_ttl_s": 604800,  # longest accepted lifetime (0: unlimited, xsi:nil accepted)
     "queue_len": 4,  # pushes waiting per subscription (drops the oldest)
@@ -40,11 +40,16 @@ PRODUCER_PATH = "/wsn/producer"
 
 
 class Response:
+    # body: bytes, or a list of bytes chunks (large answers, written one after the other)
     def __init__(self, status, ctype, body, actions=None):
         self.status = status
         self.ctype = ctype
         self.body = body
         self.actions = actions or []
+
+    def data(self):
+        # the whole body as one bytes object (tests; small answers)
+        return self.body if isinstance(self.body, bytes) else b"".join(self.body)
 
 
 def _text_response(status, msg):
@@ -128,7 +133,11 @@ class Producer:
         if action is None:  # one-way message (Notify): HTTP 202, no envelope
             return Response(202, ns.content_type(version), b"", actions)
         env = envelope(version, action, out, req.message_id)
-        return Response(200, ns.content_type(version), env.encode(), actions)
+        if isinstance(env, list):
+            body = [p.encode() for p in env]
+        else:
+            body = env.encode()
+        return Response(200, ns.content_type(version), body, actions)
 
     def _unknown(self, req):
         el = req.body
@@ -378,11 +387,10 @@ class Producer:
             items = pp.ring.take(n)
             out = ["<wsnt:GetMessagesResponse>"]
             for it in items:
-                out.append("<wsnt:NotificationMessage>")
-                out.append(it if isinstance(it, str) else self._nm_content(it))
-                out.append("</wsnt:NotificationMessage>")
+                out.append("<wsnt:NotificationMessage>%s</wsnt:NotificationMessage>" % (
+                    it if isinstance(it, str) else self._nm_content(it)))
             out.append("</wsnt:GetMessagesResponse>")
-            return ns.GET_MESSAGES + "Response", "".join(out)
+            return ns.GET_MESSAGES + "Response", out  # in pieces: one per message
         if el.ns == ns.WSNT and el.name == "DestroyPullPoint":
             self.pps.remove(pid)
             # subscriptions delivering into it would have nowhere to go: they end with it

@@ -91,9 +91,11 @@ def parse_request(buf, max_depth=16, max_elements=256):
 
 
 def envelope(version, action, body, relates_to=None, to=None, headers=""):
-    # A complete envelope string. body: the XML of the Body's content; headers: extra header
-    # XML (e.g. echoed reference parameters). The device's prefixes (ns.DECLS) are declared on
-    # the Envelope, so body fragments may use wsnt:, wsa:, dt:, ... freely.
+    # A complete envelope. body: the XML of the Body's content, a str (-> a str) or a list of
+    # str (-> a list of str: large answers stay in pieces, so a small heap needs no big
+    # contiguous block); headers: extra header XML (e.g. echoed reference parameters). The
+    # device's prefixes (ns.DECLS) are declared on the Envelope, so body fragments may use
+    # wsnt:, wsa:, dt:, ... freely.
     parts = ['<s:Envelope xmlns:s="', ns.soap_ns(version), '"', ns.DECLS, "><s:Header><wsa:Action>",
              action, "</wsa:Action>"]
     if relates_to:
@@ -103,9 +105,11 @@ def envelope(version, action, body, relates_to=None, to=None, headers=""):
     if headers:
         parts.append(headers)
     parts.append("</s:Header><s:Body>")
-    parts.append(body)
-    parts.append("</s:Body></s:Envelope>")
-    return "".join(parts)
+    head = "".join(parts)
+    tail = "</s:Body></s:Envelope>"
+    if isinstance(body, list):
+        return [head] + body + [tail]
+    return head + body + tail
 
 
 def _qname(uri, local):

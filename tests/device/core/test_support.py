@@ -80,7 +80,8 @@ def call(p, path, body, now=NOW, version=12):
         body = env(body, version)
     r = p.handle("POST", path, body, now,
                  "application/soap+xml" if version == 12 else "text/xml")
-    root = X.parse(r.body) if r.body and r.ctype.find("xml") >= 0 else None
+    data = r.data()
+    root = X.parse(data) if data and r.ctype.find("xml") >= 0 else None
     return r.status, root, r
 
 
