@@ -214,3 +214,34 @@ async def test_set_termination_time_on_subscription(gw, consumer):
         "</rl:RequestedTerminationTime></rl:SetTerminationTime>",
     )
     assert r.fault_name == "TerminationTimeChangeRejectedFault"
+
+
+async def test_expiry_with_an_injected_clock(tmp_path, consumer):
+    from conftest import test_config
+
+    from gateway import http
+    from gateway.broker import NotificationBroker
+
+    now = [datetime(2030, 1, 1, tzinfo=UTC)]
+    cfg = test_config(tmp_path / "d", sweep_interval=3600)  # sweeps only when called
+    broker = NotificationBroker(cfg, clock=lambda: now[0])
+    gw = await http.start(cfg, broker)
+    try:
+        addr, sid = await _sub(
+            gw, consumer, "<wsnt:InitialTerminationTime>PT1H</wsnt:InitialTerminationTime>"
+        )
+        r = await call(addr, "<rp:GetResourceProperty>rl:TerminationTime</rp:GetResourceProperty>")
+        assert r.body[0].text == "2030-01-01T01:00:00Z"
+        now[0] += timedelta(minutes=59)
+        await broker.sweep()
+        assert sid in broker.subs
+        now[0] += timedelta(minutes=2)
+        # past TerminationTime: unknown at once, destroyed by the next sweep
+        r = await call(
+            addr, "<wsnt:Renew><wsnt:TerminationTime>PT1H</wsnt:TerminationTime></wsnt:Renew>"
+        )
+        assert r.fault_name == "ResourceUnknownFault"
+        await broker.sweep()
+        assert sid not in broker.subs
+    finally:
+        await gw.stop()
