@@ -87,8 +87,6 @@ class Producer:
 
     # ------------------------------------------------------------------ HTTP entry point
     def handle(self, method, path, body, now, ctype=""):
-        if method != "POST":
-            return _text_response(405, "use POST with a SOAP envelope")
         sub_id = pp_id = None
         if path.startswith(_PATH_SUBS):
             sub_id = path[len(_PATH_SUBS):]
@@ -96,6 +94,8 @@ class Producer:
             pp_id = path[len(_PATH_PPS):]
         elif path != PRODUCER_PATH:
             return _text_response(404, "no such endpoint %s" % path)
+        if method != "POST":
+            return _text_response(405, "use POST with a SOAP envelope")
         if len(body) > self.L["max_request_bytes"]:
             return _text_response(413, "request body larger than %d bytes" %
                                   self.L["max_request_bytes"])
