@@ -5,34 +5,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gwtest import Consumer
+from gwtest import Consumer, make_config
 
 from gateway import http
-from gateway.config import Config
-
-
-def test_config(data_dir: Path, **kw: Any) -> Config:
-    base = Config(
-        data_dir=data_dir,
-        host="127.0.0.1",
-        port=0,
-        backoff_initial=0.05,
-        backoff_max=0.2,
-        delivery_timeout=2.0,
-        sweep_interval=0.1,
-        landing_max_age=0.3,
-        default_termination=timedelta(minutes=10),
-        max_termination=timedelta(days=1),
-        min_termination=timedelta(milliseconds=100),
-    )
-    return replace(base, **kw)
-
 
 GatewayFactory = Callable[..., Awaitable[http.Running]]
 
@@ -43,7 +22,7 @@ async def make_gateway(tmp_path: Path) -> AsyncIterator[GatewayFactory]:
 
     async def factory(**kw: Any) -> http.Running:
         data_dir = kw.pop("data_dir", tmp_path / f"gw{len(started)}")
-        r = await http.start(test_config(data_dir, **kw))
+        r = await http.start(make_config(data_dir, **kw))
         started.append(r)
         return r
 

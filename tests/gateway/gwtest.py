@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import onvif
 from aiohttp import web
 from lxml import etree
+
+from gateway.config import Config
 
 SOAP11 = "http://schemas.xmlsoap.org/soap/envelope/"
 SOAP12 = "http://www.w3.org/2003/05/soap-envelope"
@@ -300,3 +304,21 @@ def validate_epr(el: etree._Element) -> None:
     copy = etree.fromstring(etree.tostring(el))
     copy.tag = f"{{{WSA}}}EndpointReference"
     validate(copy)
+
+
+def make_config(data_dir: Path, **kw: Any) -> Config:
+    """The broker configuration of the tests: short backoffs, sweeps and rotation."""
+    base = Config(
+        data_dir=data_dir,
+        host="127.0.0.1",
+        port=0,
+        backoff_initial=0.05,
+        backoff_max=0.2,
+        delivery_timeout=2.0,
+        sweep_interval=0.1,
+        landing_max_age=0.3,
+        default_termination=timedelta(minutes=10),
+        max_termination=timedelta(days=1),
+        min_termination=timedelta(milliseconds=100),
+    )
+    return replace(base, **kw)

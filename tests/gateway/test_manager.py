@@ -13,6 +13,7 @@ from gwtest import (
     WSA,
     WSNT,
     call,
+    make_config,
     notify_body,
     reading,
     sub_address,
@@ -217,13 +218,11 @@ async def test_set_termination_time_on_subscription(gw, consumer):
 
 
 async def test_expiry_with_an_injected_clock(tmp_path, consumer):
-    from conftest import test_config
-
     from gateway import http
     from gateway.broker import NotificationBroker
 
     now = [datetime(2030, 1, 1, tzinfo=UTC)]
-    cfg = test_config(tmp_path / "d", sweep_interval=3600)  # sweeps only when called
+    cfg = make_config(tmp_path / "d", sweep_interval=3600)  # sweeps only when called
     broker = NotificationBroker(cfg, clock=lambda: now[0])
     gw = await http.start(cfg, broker)
     try:
