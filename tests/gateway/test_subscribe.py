@@ -347,3 +347,56 @@ async def test_message_content_has_no_exslt_regex_and_a_length_limit(gw, consume
     r = await call(gw.url, subscribe_body(consumer.url, long))
     assert r.fault_name == "InvalidMessageContentExpressionFault"
     assert "4096" in r.text
+
+
+@pytest.mark.parametrize("version", [11, 12])
+async def test_faults_in_both_soap_versions(gw, consumer, version):
+    await _fault(
+        gw.url,
+        subscribe_body(consumer.url, topic_filter("tns:a", "urn:nope")),
+        "TopicExpressionDialectUnknownFault",
+        version,
+    )
+    await _fault(
+        gw.url,
+        subscribe_body(consumer.url, '<x:Geo xmlns:x="urn:geo"/>'),
+        "InvalidFilterFault",
+        version,
+    )
+    await _fault(
+        gw.url,
+        subscribe_body(
+            consumer.url,
+            extra="<wsnt:InitialTerminationTime>P9Y</wsnt:InitialTerminationTime>",
+        ),
+        "UnacceptableInitialTerminationTimeFault",
+        version,
+    )
+
+
+async def test_bad_notify_is_refused_whole(gw, consumer):
+    r = await call(gw.url, subscribe_body(consumer.url))
+    assert r.status == 200
+    bad = [
+        ("<wsnt:Notify/>", "BaseFault"),
+        (
+            "<wsnt:Notify><wsnt:NotificationMessage><wsnt:Message/></wsnt:NotificationMessage>"
+            "</wsnt:Notify>",
+            "BaseFault",
+        ),
+        (
+            notify_body(("tns:a", reading(1)), ("tns:*", reading(2)), dialect=FULL),
+            "InvalidTopicExpressionFault",
+        ),
+        (
+            notify_body(("tns:a", reading(1)), ("tns:a", reading(2)), dialect="urn:nope"),
+            "TopicExpressionDialectUnknownFault",
+        ),
+    ]
+    for body, name in bad:
+        r = await call(gw.url, body)
+        assert r.fault_name == name, (body, r.text)
+        validate(r.fault)
+    await asyncio.sleep(0.2)
+    assert consumer.messages() == []  # all-or-nothing: the good first message was not sent
+    assert gw.broker.storage.load().current == []
