@@ -100,6 +100,10 @@ class DeliveryManager:
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        for f in list(self._bg):  # row deletions still queued are redone after a restart
+            f.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await f
         if self._session is not None:
             await self._session.close()
 
