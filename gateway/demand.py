@@ -20,9 +20,9 @@ PublisherReference address; design.md "Device <-> gateway" step 2):
   and publisher does not matter;
 - subscribed again when the publisher lost it: a ResourceUnknownFault (or HTTP 404) to
   Pause/Resume/Renew, a termination time that has passed, or a fresh RegisterPublisher from
-  the same publisher address (a rebooted device registers again: the older registration
+  the same publisher (a rebooted device registers again: the older registration
   is no longer served, its remote subscriptions are unsubscribed best-effort and
-  forgotten).
+  forgotten; "the same publisher" is the same address or the same device id).
 
 Each registration has its own worker task; a publisher that cannot be reached is retried
 with a jittered exponential backoff (the broker's --backoff-initial/--backoff-max) without
@@ -146,6 +146,18 @@ def topics_of(reg: Registration) -> list[_Topic]:
     return out
 
 
+def same_publisher(a: Registration, b: Registration) -> bool:
+    """Same PublisherReference address, or the same device id (design.md: edge:DeviceId,
+    else host-port): a device that rebooted with a new DHCP address is still itself."""
+    if a.device_id is not None and a.device_id == b.device_id:
+        return True
+    return (
+        a.publisher is not None
+        and b.publisher is not None
+        and (a.publisher.address == b.publisher.address)
+    )
+
+
 def _duration(seconds: float) -> str:
     return f"PT{max(1, math.ceil(seconds))}S"
 
@@ -233,11 +245,7 @@ class DemandManager:
         # A fresh RegisterPublisher from the same publisher (a rebooted device) supersedes
         # the older registrations: the publisher now sends to the new consumer address and
         # has lost (or dropped) the subscriptions made for the old one.
-        for old in [
-            p
-            for p in self._pubs.values()
-            if p.reg.publisher is not None and p.reg.publisher.address == reg.publisher.address
-        ]:
+        for old in [p for p in self._pubs.values() if same_publisher(p.reg, reg)]:
             log.info("registration %s supersedes %s: subscribing again", reg.id, old.reg.id)
             self._retire(old)
         pub = _Pub(reg, topics_of(reg))

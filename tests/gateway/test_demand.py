@@ -444,6 +444,17 @@ async def test_fresh_registration_of_the_same_publisher_replaces_the_old(gw, pro
     assert {e["registration"] for e in st} == {reg2.rsplit("/", 1)[1]}
 
 
+async def test_same_device_id_at_a_new_address_replaces_the_old(gw, make_producer):
+    # a device that rebooted with another (DHCP) address registers with the same DeviceId
+    before, after = await make_producer(), await make_producer()
+    await register(gw, before.address, device_id="esp-moved")
+    await until(lambda: len(before.subs) == 2 and all(s.paused for s in before.subs.values()))
+    reg2 = await register(gw, after.address, device_id="esp-moved")
+    await until(lambda: len(after.subs) == 2 and not before.subs, what="moved to the new one")
+    assert {s.consumer for s in after.subs.values()} == {reg2}
+    assert [e["publisher"] for e in demand(gw).status()] == [after.address] * 2
+
+
 async def test_destroy_registration_unsubscribes_and_forgets(gw, producer):
     reg = await register(gw, producer.address)
     await until(lambda: len(producer.subs) == 2)

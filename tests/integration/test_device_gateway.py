@@ -230,9 +230,14 @@ async def test_device_gateway_demand_pullpoint_and_restart(
         assert len(await demand_subs(client)) == 3
 
 
-async def _all_paused(client: Client, names: tuple[str, ...]) -> bool:
+async def _all_paused(client: Client, names: tuple[str, ...], *active: str) -> bool:
+    """The gateway's subscriptions at the device are exactly `names` (paused) + `active`."""
     subs = await demand_subs(client)
-    return sorted(subs) == sorted(names) and all(subs[n]["paused"] for n in names)
+    return (
+        sorted(subs) == sorted(names + active)
+        and all(subs[n]["paused"] for n in names)
+        and not any(subs[n]["paused"] for n in active)
+    )
 
 
 async def _paused_is(client: Client, name: str, paused: bool) -> bool:
@@ -243,3 +248,43 @@ async def _paused_is(client: Client, name: str, paused: bool) -> bool:
 async def _buffered_is(client: Client, n: int) -> bool:
     st = await client.status()
     return int(st["gateway"]["buffered"]) == n
+
+
+async def test_device_reboot_is_subscribed_again(
+    gateway_process: Callable[..., Any],
+    start_device: Callable[..., DeviceProcess],
+    make_consumer: Callable[..., Any],
+) -> None:
+    """The device restarts (its subscriptions are gone, and here its port changes too): it
+    registers again with the same device id; the gateway replaces the old registration's
+    subscriptions with new ones at the new device, and the subscriber at the gateway keeps
+    receiving dev:<id>/temperature without doing anything."""
+    gw = gateway_process("--backoff-initial", "0.1", "--backoff-max", "1")
+    conf = {"gateway": gw.url, "gateway_retry_s": 0.3, "gateway_timeout_s": 2}
+    consumer: Consumer = await make_consumer()
+    r = await call(gw.url, subscribe_body(consumer.url, full("dev:*/temperature")))
+    assert r.status == 200, r.text
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
+        first = Client(start_device(**conf), s)
+        await until(lambda: _paused_is(first, "temperature", False), 20, "temperature active")
+        assert await first.sample("temperature", 2) == 2
+        await consumer.wait_for(2, timeout=20)
+        old_reg = (await first.status())["gateway"]["registration"]
+        first.dev.stop()  # power cut
+
+        second = Client(start_device(**conf), s)
+        assert second.dev.port != first.dev.port
+        await until(lambda: _paused_is(second, "temperature", False), 20, "subscribed again")
+        await until(
+            lambda: _all_paused(second, ("humidity", "heartbeat"), "temperature"),
+            20,
+            "the other topics paused (no demand)",
+        )
+        new_reg = (await second.status())["gateway"]["registration"]
+        assert new_reg != old_reg
+        assert {x["consumer"] for x in (await demand_subs(second)).values()} == {new_reg}
+        gw.wait_line(r"supersedes", 10)  # the old registration is no longer served
+        assert await second.sample("temperature", 2) == 2
+        await consumer.wait_for(4, timeout=20)
+        # the new device's sensor starts again at sample 1
+        assert sequence_of(readings(consumer.messages())) == [1, 2, 1, 2]
