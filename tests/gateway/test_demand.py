@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -514,3 +515,58 @@ async def test_remote_subscriptions_survive_a_broker_restart(
     await unsubscribe(sub)
     await until(lambda: t.paused, what="Pause on the remembered subscription")
     assert len(producer.subs) == 2
+
+
+async def test_rows_of_vanished_registrations_are_dropped_at_start(
+    make_gateway, producer, tmp_path
+):
+    data = tmp_path / "state"
+    gw = await make_gateway(data_dir=data)
+    await register(gw, producer.address)
+    await until(lambda: len(producer.subs) == 2 and all(s.paused for s in producer.subs.values()))
+    await gw.stop()
+    # the registration vanished without the DemandManager hearing of it (a crash between the
+    # broker's delete and ours)
+    c = sqlite3.connect(data / "broker.sqlite3")
+    with c:
+        c.execute("DELETE FROM registrations")
+    c.close()
+    gw2 = await make_gateway(data_dir=data, port=gw.port)
+    await until(lambda: not producer.subs, what="best-effort Unsubscribe of the orphans")
+    assert demand(gw2).status() == []
+    await until(lambda: demand(gw2).counters["unsubscribe"] == 2)
+    assert await gw2.broker.storage.demand_load() == []
+
+
+async def test_hostile_answers_are_failures_not_crashes(gw, producer):
+    """An answer that is not SOAP, or too large, counts as a failure (backoff); nothing
+    else is disturbed."""
+    from aiohttp import web as _web
+
+    hits = {"n": 0}
+
+    async def huge(request: _web.Request) -> _web.StreamResponse:
+        hits["n"] += 1
+        if hits["n"] % 2:
+            return _web.Response(body=b"<x>" + b"a" * (1 << 20) + b"</x>")
+        return _web.Response(text="OK, not SOAP")
+
+    app = _web.Application()
+    app.router.add_post("/p", huge)
+    runner = _web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = _web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        await register(gw, f"http://127.0.0.1:{port}/p", device_id="esp-bad")
+        await register(gw, producer.address)
+        await until(lambda: len(producer.subs) == 2, what="the good producer served")
+        await until(lambda: hits["n"] >= 3, what="retries")
+        bad = [e for e in demand(gw).status() if "esp-bad" in e["topic"]]
+        assert bad[0]["subscription"] is None and bad[0]["failures"] >= 2
+        assert (
+            "exceeds" in bad[0]["last_error"] or "without a SOAP envelope" in (bad[0]["last_error"])
+        )
+    finally:
+        await runner.cleanup()
