@@ -93,7 +93,8 @@ class Device:
         self.sample_period = float(conf.get("sample_period_s", 10))
         self.producer = None
         self.link = None
-        self.started = clock.ticks_ms()
+        self.started = clock.ticks_ms()  # ticks wrap (~12 days on boards): uptime is summed
+        self.uptime_ms = 0
         self.mem_peak = 0
         self.requests = 0
         self.last_status = None
@@ -125,7 +126,8 @@ class Device:
         peak = self.mem_peak
         gc.collect()
         d = {"device_id": self.device_id, "producer": self.producer.addr,
-             "uptime_s": clock.elapsed_ms(self.started) // 1000, "time": self.now(),
+             "uptime_s": (self.uptime_ms + clock.elapsed_ms(self.started)) // 1000,
+             "time": self.now(),
              "requests": self.requests, "mem_alloc": gc.mem_alloc(), "mem_free": gc.mem_free(),
              "mem_peak": peak, "gateway": self.link.status() if self.link else None}
         for k, v in self.producer.counters():
@@ -282,6 +284,9 @@ class Device:
     def _housekeeping_step(self, period, last):
         # expiry (WS-BaseNotification 1.3 §6.4 scheduled termination) and the status line,
         # printed when a drop counter moves and every status_period_s
+        t = clock.ticks_ms()
+        self.uptime_ms += clock.elapsed_ms(self.started)
+        self.started = t
         for s in self.producer.expire(self.now()):
             self.log("expired %s" % s.id)
         self._sample_mem()
