@@ -50,7 +50,7 @@ class Server:
         body = b"".join(parts)
         return body[:n]
 
-    async def _request(self, r):
+    async def _request(self, r, w):
         head, rest = await self._read_head(r)
         method, path, query, headers = H.parse_head(head)
         try:
@@ -67,6 +67,10 @@ class Server:
                             break
                         left -= len(chunk)
             raise
+        if n and not rest and headers.get("expect", "").lower() == "100-continue":
+            # RFC 9110 §10.1.1: curl and .NET clients wait for this before sending the body
+            w.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            await w.drain()
         body = await self._read_body(r, rest, n) if n else b""
         return method, path, query, headers, body
 
@@ -88,7 +92,7 @@ class Server:
         status = 500
         try:
             try:
-                req = await asyncio.wait_for(self._request(r), self.read_timeout)
+                req = await asyncio.wait_for(self._request(r, w), self.read_timeout)
                 status, ctype, body = await self.handler(*req)
             except asyncio.TimeoutError:
                 status, ctype, body = 408, "text/plain", b"request not received in time\n"

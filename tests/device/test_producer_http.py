@@ -245,3 +245,18 @@ async def test_management_secret(start_device, consumers: Consumers) -> None:  #
         await c.next()
         st_, _ = await cl.soap("<wsnt:PauseSubscription/>", sub)
         assert st_ == 200
+
+
+async def test_expect_100_continue(client: Client) -> None:
+    body = envelope("<wsnt:CreatePullPoint/>")
+    r, w = await asyncio.open_connection("127.0.0.1", client.dev.port)
+    w.write(b"POST /wsn/producer HTTP/1.1\r\nContent-Type: application/soap+xml\r\n"
+            b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+    await w.drain()
+    interim = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 5)
+    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+    w.write(body)
+    await w.drain()
+    final = await asyncio.wait_for(r.read(), 5)
+    w.close()
+    assert final.startswith(b"HTTP/1.1 200 ") and b"CreatePullPointResponse" in final
