@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import logging
 import sqlite3
 import sys
 import time
@@ -48,6 +49,9 @@ def _load_spark_conftest() -> Any:
 
 
 spark = _load_spark_conftest().spark
+# gwtest imports onvif, whose client module calls logging.basicConfig(level=INFO): py4j then
+# logs "Closing down clientserver connection" to a closed stderr at interpreter exit
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 DT = "urn:wsn-edge:device-topics"
 LAB = "urn:wsn-edge:lab"
