@@ -117,11 +117,15 @@ class GatewayLink:
 
     async def run(self):
         asyncio.create_task(self._sender())
+        delay = self.retry_s
         while True:
             if self.reg is None:
                 if not await self.register():
-                    await self._sleep(self.wake, self.retry_s)
+                    # refused or unreachable: try again, less and less often
+                    await self._sleep(self.wake, delay)
+                    delay = min(delay * 2, max(self.retry_s, self.retry_max_s))
                     continue
+                delay = self.retry_s
                 await self._sleep(self.wake, self.renew_s)
             else:
                 await self._sleep(self.wake, self.renew_s if self.state == "registered"

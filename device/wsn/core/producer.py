@@ -13,6 +13,7 @@
 # I/O layer sends them.
 from wsn.core import ns
 from wsn.core import xml as X
+from wsn.core.httpmsg import split_url
 from wsn.core.ring import Ring
 from wsn.core.soap import (Fault, NotSoap, envelope, epr, fault_envelope, fault_status,
                            parse_request, read_epr)
@@ -232,10 +233,12 @@ class Producer:
                                     "UnacceptableInitialTerminationTimeFault")
         pp = self._own_pullpoint(addr)
         if pp is None:
-            if addr[:7] != "http://" or len(addr) < 9:
+            try:
+                split_url(addr)
+            except ValueError:
                 raise Fault("SubscribeCreationFailedFault",
-                            "consumer address '%s' is not an http:// URL (the device pushes "
-                            "over plain HTTP/1.1; use a pull point otherwise)" % addr)
+                            "consumer address '%s' is not an http://host[:port]/path URL (the "
+                            "device pushes over plain HTTP/1.1; use a pull point otherwise)" % addr)
             allow = self.consumer_allow
             if allow is not None and not [a for a in allow if addr.startswith(a)]:
                 raise Fault("SubscribeCreationFailedFault",

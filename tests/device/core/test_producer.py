@@ -93,6 +93,7 @@ def test_subscribe_policy_and_time_faults():
 def test_subscribe_consumer_faults_and_policy():
     p = make_producer()
     assert _fault(p, subscribe_xml(consumer="https://x/")) == "SubscribeCreationFailedFault"
+    assert _fault(p, subscribe_xml(consumer="http://x:port/")) == "SubscribeCreationFailedFault"
     assert _fault(p, subscribe_xml(consumer="")) == "SubscribeCreationFailedFault"
     assert _fault(p, "<wsnt:Subscribe/>") == "SubscribeCreationFailedFault"
     p.consumer_allow = ["http://10.0.0.5:"]
