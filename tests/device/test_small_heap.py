@@ -8,7 +8,17 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import aiohttp
-from devtest import RD, WSA, WSNT, Client, Consumer, DeviceProcess, body_child, parse
+from devtest import (
+    RD,
+    WSA,
+    WSNT,
+    Client,
+    Consumer,
+    DeviceProcess,
+    body_child,
+    envelope,
+    parse,
+)
 
 Consumers = Callable[..., Awaitable[Consumer]]
 
@@ -64,3 +74,28 @@ async def test_8_subscriptions_and_32_message_pullpoint_in_64k(
         assert status["mem_alloc"] + status["mem_free"] <= 64 * 1024
     await asyncio.sleep(0)
     assert "MemoryError" not in dev.output() and "out of memory" not in dev.output()
+
+
+async def test_hostile_input_in_64k_does_not_kill_the_device(
+    start_frozen_device: Callable[..., DeviceProcess], consumers: Consumers
+) -> None:
+    dev = start_frozen_device("64K")
+    c = await consumers()
+    many = b"<r>" + b"<e a='1'/>" * 127 + b"</r>"  # just under the element limit, ~1.4 KB
+    near_limit = envelope("<wsnt:CreatePullPoint/>" + "<!--" + "x" * 7600 + "-->")
+    deep = b"<a>" * 15 + b"</a>" * 15
+    async with aiohttp.ClientSession() as s:
+        cl = Client(dev, s)
+        await cl.subscribe(c.url, raw=True)
+        for _ in range(3):
+            results = await asyncio.gather(*[cl.soap(b) for b in (many, near_limit, deep) * 2],
+                                           return_exceptions=True)
+            for res in results:
+                assert not isinstance(res, BaseException), res
+                assert res[0] in (200, 400, 503), res
+        # still serving, still pushing
+        await cl.sample("temperature")
+        await c.next(10)
+        st = await cl.status()
+        assert st["subscriptions"] == 1
+    assert "Traceback" not in dev.output()
