@@ -155,11 +155,11 @@ async def publish(session: aiohttp.ClientSession, url: str, seqs: list[int], clo
 
 
 async def run_one(
-    n_consumers: int, raw: bool, batch: int, n_msgs: int, time_limit: float
+    n_consumers: int, raw: bool, batch: int, n_msgs: int, time_limit: float, extra: list[str]
 ) -> Result:
     with tempfile.TemporaryDirectory(prefix="gwbench-") as tmp:
         gw = start_gateway(
-            Path(tmp) / "gw", "--delivery-batch", str(batch), "--max-backlog", "1000000"
+            Path(tmp) / "gw", "--delivery-batch", str(batch), "--max-backlog", "1000000", *extra
         )
         clock = Clock()
         consumers = [await BenchConsumer(clock).start() for _ in range(n_consumers)]
@@ -240,10 +240,19 @@ async def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--quick", action="store_true", help="fewer messages (smoke run)")
+    ap.add_argument(
+        "--consumers", type=int, action="append", choices=[0, 1, 10, 100],
+        help="run only these consumer counts (repeatable; default all)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--gateway-arg", action="append", default=[], metavar="ARG",
+        help="extra gateway option for every run, e.g. --gateway-arg=--sqlite-synchronous=NORMAL",
+    )  # fmt: skip
     args = ap.parse_args()
     scale = 0.2 if args.quick else 1.0
     started = time.perf_counter()
-    print("gateway benchmark: python -m gateway on 127.0.0.1, SQLite synchronous=FULL, landing on")
+    opts = " ".join(args.gateway_arg) or "defaults: SQLite synchronous=FULL, landing on"
+    print(f"gateway benchmark: python -m gateway on 127.0.0.1 ({opts})")
     print(f"{PUBLISHERS} concurrent publishers, 1 NotificationMessage per Notify; "
           "latency = paced run (see --help)")  # fmt: skip
     print()
@@ -261,8 +270,10 @@ async def main() -> None:
                     continue  # raw is never batched: same as batch 100
                 configs.append((n, raw, batch))
     for n, raw, batch in configs:
+        if args.consumers and n not in args.consumers:
+            continue
         n_msgs = int(BURST[n] * scale)
-        r = await run_one(n, raw, batch, n_msgs, time_limit=40)
+        r = await run_one(n, raw, batch, n_msgs, 40, args.gateway_arg)
         note = "" if r.complete else "  (incomplete: time limit)"
         print(
             f"{r.consumers:>9} {r.mode:>8} {r.batch:>5} {r.published:>6} "
