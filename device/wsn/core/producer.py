@@ -336,13 +336,16 @@ class Producer:
         self.expire(now)
         el = req.body
         sub = self.subs.get(sid)
-        if el.ns != ns.WSNT or el.name not in ("Renew", "Unsubscribe", "PauseSubscription",
-                                                "ResumeSubscription"):
+        rp = el.ns == ns.WSRF_RP and el.name == "GetResourceProperty"
+        if not rp and (el.ns != ns.WSNT or el.name not in (
+                "Renew", "Unsubscribe", "PauseSubscription", "ResumeSubscription")):
             raise self._unknown(req)
         if sub is None:
             raise Fault("ResourceUnknownFault",
                         "no subscription '%s' (unsubscribed, expired or never created)" % sid,
                         fns=ns.WSRF_R)
+        if rp:
+            return ns.GET_RP + "Response", self._sub_rp(el, sub, now)
         n = el.name
         if n == "Renew":
             tt = el.find(ns.WSNT, "TerminationTime")
@@ -369,6 +372,39 @@ class Producer:
         sub.paused = False
         actions.append(("resumed", sub))
         return ns.RESUME + "Response", "<wsnt:ResumeSubscriptionResponse/>"
+
+    def _sub_rp(self, el, sub, now):
+        # WS-BaseNotification 1.3 §6.4: a Subscription's resource properties
+        try:
+            uri, local = el.resolve(el.value())
+        except X.XMLError as e:
+            raise Fault("InvalidResourcePropertyQNameFault", str(e), fns=ns.WSRF_RP)
+        if uri == ns.WSNT and local == "ConsumerReference":
+            out = epr(sub.consumer, None, "wsnt:ConsumerReference")
+        elif uri == ns.WSNT and local == "Filter":
+            out = "<wsnt:Filter>%s</wsnt:Filter>" % "".join(
+                ['<wsnt:TopicExpression Dialect="%s">dt:%s</wsnt:TopicExpression>' % (ns.SIMPLE, t)
+                 for t in self.topics.mask_names(sub.mask)]) if sub.mask != self.topics.all else ""
+        elif uri == ns.WSNT and local == "SubscriptionPolicy":
+            out = "<wsnt:SubscriptionPolicy>%s</wsnt:SubscriptionPolicy>" % (
+                "<wsnt:UseRaw/>" if sub.raw else "")
+        elif uri == ns.WSNT and local == "CreationTime":
+            out = "<wsnt:CreationTime>%s</wsnt:CreationTime>" % format_datetime(sub.created)
+        elif uri == ns.WSRF_RL and local == "CurrentTime":
+            out = "<wsrf-rl:CurrentTime>%s</wsrf-rl:CurrentTime>" % format_datetime(now)
+        elif uri == ns.WSRF_RL and local == "TerminationTime":
+            if sub.expires is None:
+                out = '<wsrf-rl:TerminationTime xmlns:xsi="%s" xsi:nil="true"/>' % ns.XSI
+            else:
+                out = "<wsrf-rl:TerminationTime>%s</wsrf-rl:TerminationTime>" % format_datetime(
+                    sub.expires)
+        else:
+            raise Fault("InvalidResourcePropertyQNameFault",
+                        "no subscription property {%s}%s; try wsnt:ConsumerReference, "
+                        "wsnt:Filter, wsnt:SubscriptionPolicy, wsnt:CreationTime, "
+                        "wsrf-rl:CurrentTime, wsrf-rl:TerminationTime" % (uri, local),
+                        fns=ns.WSRF_RP)
+        return "<wsrf-rp:GetResourcePropertyResponse>%s</wsrf-rp:GetResourcePropertyResponse>" % out
 
     # ------------------------------------------------------------------ PullPoint
     def _pullpoint(self, req, pid, now, actions):

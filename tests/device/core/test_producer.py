@@ -301,3 +301,24 @@ def test_malformed_and_wrong_requests():
     assert p.handle("POST", P, env(full), NOW, "").status == 413
     # accepted state stays intact after all that
     assert len(p.subs) == 0 and len(p.pps) == 0
+
+
+def test_subscription_resource_properties():
+    p = make_producer()
+    path = subscribe(p, raw=True, topic="dt:humidity", itt="PT1M")
+    grp = '<wsrf-rp:GetResourceProperty xmlns:wsrf-rp="http://docs.oasis-open.org/wsrf/rp-2" ' \
+          'xmlns:wsrf-rl="http://docs.oasis-open.org/wsrf/rl-2">%s</wsrf-rp:GetResourceProperty>'
+    st, root, _ = call(p, path, grp % "wsnt:ConsumerReference")
+    assert st == 200
+    assert body_of(root).children[0].children[0].value() == "http://127.0.0.1:9999/c"
+    st, root, _ = call(p, path, grp % "wsnt:Filter")
+    te = body_of(root).children[0].children[0]
+    assert te.resolve(te.value()) == (ns.DT, "humidity")
+    st, root, _ = call(p, path, grp % "wsnt:SubscriptionPolicy")
+    assert body_of(root).children[0].children[0].name == "UseRaw"
+    st, root, _ = call(p, path, grp % "wsnt:CreationTime")
+    assert parse_datetime(body_of(root).children[0].value()) == NOW
+    st, root, _ = call(p, path, grp % "wsrf-rl:TerminationTime")
+    assert parse_datetime(body_of(root).children[0].value()) == NOW + 60
+    assert _fault(p, grp % "wsnt:Nope", path) == "InvalidResourcePropertyQNameFault"
+    assert _fault(p, grp % "zz:Nope", path) == "InvalidResourcePropertyQNameFault"
