@@ -104,14 +104,15 @@ async def heap_table(quick: bool) -> None:
                   f"   free {st['mem_free']:7d}   pushes {pushes}")
 
 
-async def throughput(quick: bool) -> None:
+async def throughput(quick: bool, gc_each: bool = True) -> None:
     n = 200 if quick else 1000
     started: list[DeviceProcess] = []
     cons = await Consumer().start()
     try:
         with tempfile.TemporaryDirectory() as tmp:
             dev = launch(MP_UNIX, Path(tmp), started, None, "source",
-                         limits={"queue_len": n, "push_concurrency": 2}, verbose=False)
+                         limits={"queue_len": n, "push_concurrency": 2,
+                                 "gc_collect_each": gc_each}, verbose=False)
             async with aiohttp.ClientSession() as s:
                 cl = Client(dev, s)
                 await cl.subscribe(cons.url, raw=True, topic="dt:temperature")
@@ -128,7 +129,8 @@ async def throughput(quick: bool) -> None:
                     await cons.next(30)
                 dt = time.perf_counter() - t0
                 print(f"== 3. raw pushes/s (unix port, 1 raw subscription, aiohttp consumer, "
-                      f"new connection per push): {n / dt:.0f}/s ({n} pushes in {dt:.2f} s)")
+                      f"new connection per push, gc_collect_each={gc_each}): {n / dt:.0f}/s "
+                      f"({n} pushes in {dt:.2f} s)")
 
                 rtts: list[float] = []
                 reps = 50 if quick else 200
@@ -139,7 +141,8 @@ async def throughput(quick: bool) -> None:
                     await cl.soap("<wsnt:Unsubscribe/>", sub)
                 rtts.sort()
                 p50, p95 = rtts[len(rtts) // 2], rtts[int(len(rtts) * 0.95)]
-                print(f"== 4. Subscribe round trip (unix port, {reps} sequential, HTTP/1.1 new "
+                print(f"== 4. Subscribe round trip (unix port, gc_collect_each={gc_each}, "
+                      f"{reps} sequential, HTTP/1.1 new "
                       f"connection each): mean {statistics.mean(rtts):.2f} ms, "
                       f"p50 {p50:.2f} ms, p95 {p95:.2f} ms")
     finally:
@@ -154,7 +157,8 @@ async def main(quick: bool) -> None:
     print(f"device benchmark: micropython {out}")
     mpy_sizes()
     await heap_table(quick)
-    await throughput(quick)
+    await throughput(quick, True)
+    await throughput(quick, False)
 
 
 if __name__ == "__main__":
