@@ -90,10 +90,12 @@ def plot(
             mid = [r["window_start"] + (r["window_end"] - r["window_start"]) / 2 for r in g]
             (line,) = ax.plot(mid, [r["mean"] for r in g], marker=".", linewidth=1.2,
                               label=prod)
-            ax.fill_between(mid, [r["min"] for r in g], [r["max"] for r in g], alpha=0.15,
-                            color=line.get_color())
+            if len(by_producer) <= 4:  # more bands than that hide each other
+                ax.fill_between(mid, [r["min"] for r in g], [r["max"] for r in g],
+                                alpha=0.15, color=line.get_color())
             series += 1
-        ax.set_title(f"{t}: {field} (window mean, band = min..max)", fontsize=10)
+        band = ", band = min..max" if len(by_producer) <= 4 else ""
+        ax.set_title(f"{t}: {field} (window mean{band})", fontsize=10)
         ax.set_ylabel(field)
         ax.grid(True, alpha=0.3)
         if len(by_producer) <= 12:

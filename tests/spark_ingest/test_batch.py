@@ -155,3 +155,24 @@ def test_cli_missing_landing_is_a_clear_error(
     rc = cli.main(["batch", "--landing", str(tmp_path / "nope"), "--out", str(tmp_path / "o")])
     assert rc == 1
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_parquet_landing_variant(spark: Any, tmp_path: Path) -> None:
+    """The columnar landing variant gives the same aggregates; a row without id is
+    quarantined with the row as JSON."""
+    from spark_ingest.synth import Message, landing_name, write_parquet_messages
+
+    _, msgs, _ = batch_zone()
+    good = msgs[:12]
+    nameless = Message(id=None, received_at=T0, producer=P1, topic_path="x/y",  # type: ignore[arg-type]
+                       fields={"value": "1"})
+    landing = tmp_path / "landing"
+    write_parquet_messages(landing, landing_name(T0, 1, ".parquet"), [*good[:6], nameless])
+    write_zone(landing, [list(good[6:])], first_seq=2)  # JSON lines next to it
+    s = run_batch(spark, str(landing), str(tmp_path / "out"))
+    assert (s.files, s.messages, s.quarantined) == (2, 12, {"missing_id": 1})
+    got = spark_aggregates(spark.read.parquet(str(tmp_path / "out" / "aggregates")).collect())
+    assert_same_aggregates(got, expected_aggregates(good))
+    q = spark.read.json(str(tmp_path / "out" / "quarantine")).collect()
+    assert len(q) == 1 and json.loads(q[0]["raw"])["topic_path"] == "x/y"
+    assert q[0]["source_file"].endswith(".parquet")
