@@ -82,6 +82,12 @@ class LandingWriter:
         self.max_age = max_age
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # A flush is never cancelled half-way: the append runs in a thread that cannot be
+        # stopped, and an unrecorded append followed by another flush would write the same
+        # outbox rows twice. The lock makes flushes exclusive; stop() sets _stopping and
+        # wakes the run loop, which returns between flushes.
+        self._flush_lock = asyncio.Lock()
+        self._stopping = False
         self._fh: IO[bytes] | None = None
         self._tmp: Path | None = None
         self._final: Path | None = None
@@ -124,13 +130,18 @@ class LandingWriter:
         self._task = asyncio.create_task(self._run(), name="landing-writer")
 
     async def stop(self) -> None:
+        """Let a flush in progress finish, write what is left in the outbox, publish the
+        open file. Never cancels a flush (that could write lines twice, see __init__)."""
+        self._stopping = True
+        self._wake.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(Exception):
                 await self._task
             self._task = None
-        with contextlib.suppress(Exception):
+        try:
             await self.flush()
+        except Exception:  # lines stay in the outbox and are written at the next start
+            log.exception("final landing flush failed")
         self._rotate()
 
     def kick(self) -> None:
@@ -139,19 +150,28 @@ class LandingWriter:
     # ---- writing ----
     async def _run(self) -> None:
         tick = max(0.05, min(1.0, self.max_age / 4))
-        while True:
+        while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), tick)
             self._wake.clear()
+            if self._stopping:
+                return
             try:
                 await self.flush()
             except Exception:  # keep the writer alive; lines stay in the outbox
                 log.exception("landing flush failed; will retry")
-                await asyncio.sleep(tick)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), tick)
             if self._fh is not None and time.time() - self._opened_at >= self.max_age:
                 self._rotate()
 
     async def flush(self) -> None:
+        """Write everything in the outbox to the open file (fsynced), then delete it from
+        the outbox. Exclusive: concurrent callers wait for each other."""
+        async with self._flush_lock:
+            await self._flush_locked()
+
+    async def _flush_locked(self) -> None:
         while True:
             rows = await self.storage.landing_pending(2000)
             if not rows:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from pathlib import Path
 
 from gwtest import call, notify_body, reading
@@ -113,3 +114,23 @@ async def test_recovery_of_a_torn_temporary_file(tmp_path):
         assert len(list(d.glob("landing-*.jsonl"))) == 2
     finally:
         st.close()
+
+
+async def test_stop_during_a_slow_append_writes_each_line_once(make_gateway, tmp_path, monkeypatch):
+    """SIGTERM while the writer thread is inside write+fsync: stop() must let that flush
+    finish and record it, not cancel it and write the same outbox rows again."""
+    orig = landing.LandingWriter._append
+
+    def slow_append(self: landing.LandingWriter, data: bytes) -> None:
+        time.sleep(0.3)
+        orig(self, data)
+
+    monkeypatch.setattr(landing.LandingWriter, "_append", slow_append)
+    gw = await make_gateway(data_dir=tmp_path / "d", landing_max_age=30)
+    assert (await call(gw.url, notify_body(("tns:t", reading(1))))).status == 202
+    await asyncio.sleep(0.1)  # the writer is now inside _append, in its thread
+    await gw.stop()  # what SIGTERM does
+    d = tmp_path / "d" / "landing"
+    ids = [r["id"] for r in _lines(d)]
+    assert len(ids) == 1, ids
+    assert not list(d.glob(".landing-*"))
