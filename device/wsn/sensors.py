@@ -70,13 +70,14 @@ UNITS = {"temperature": "Cel", "humidity": "%RH", "light": "lx", "heartbeat": "1
 
 def make(spec):
     # -> a sensor object with read(). A board-only kind on a port without `machine` falls
-    # back to Sim (and says so), so one config runs on the unix port too.
+    # back to Sim (and says so), so one config runs on the unix port too. The unix port has a
+    # `machine` module without ADC, hence AttributeError as well as ImportError.
     kind = spec.get("kind", "sim")
     cls = _KINDS.get(kind)
     if cls is None:
         raise ValueError("unknown sensor kind '%s' (one of %s)" % (kind, ", ".join(_KINDS)))
     try:
         return cls(spec)
-    except ImportError:
-        print("sensor %s: no `machine` here, simulating" % spec.get("topic"))
+    except (ImportError, AttributeError):
+        print("sensor %s: no %s hardware here, simulating" % (spec.get("topic"), kind))
         return Sim(spec)
