@@ -677,22 +677,10 @@ class NotificationBroker:
             raise faults.wsnt("InvalidTopicExpressionFault", "GetCurrentMessage has no wsnt:Topic")
         try:
             expr = topics.parse_topic_expression_element(tel)
-            one = expr.single_topic()
-            if one is None:
-                sel = expr.select(self.ts)
-                if len(sel) > 1:
-                    raise topics.MultipleTopicsSpecified(
-                        f"{expr.text!r} selects {len(sel)} topics; "
-                        "GetCurrentMessage needs exactly one"
-                    )
-                if not sel:
-                    expr.validate(self.ts)
-                    raise faults.wsnt(
-                        "NoCurrentMessageOnTopicFault", f"no topic matches {expr.text!r} yet"
-                    )
-                one = next(iter(sel))
-            else:
-                expr.validate(self.ts)
+            expr.validate(self.ts)  # §8.5: a final namespace or fixed set may forbid it
+            # one concrete topic after AliasRef resolution (WS-Topics 2004 §8); wildcards
+            # -> MultipleTopicsSpecified, an alias resolving to nothing -> TopicNotSupported
+            one = topics.require_single_topic(expr, self.ts)
         except topics.TopicError as e:
             raise faults.from_topic_error(e) from None
         xml = self.current.get(one)
@@ -816,7 +804,10 @@ class NotificationBroker:
             payload_xml = etree.tostring(payload, encoding="unicode", with_tail=False)
             msg_id = _new_id()
             if topic is not None:
-                batch.current.append((topic.namespace, "/".join(topic.path), payload_xml))
+                # a notification on an alias topic is published on the topics it resolves
+                # to (WS-Topics 2004 §8), so it is their current message too
+                for t in sorted({topic} | topics.resolve_topic(topic, self.ts), key=str):
+                    batch.current.append((t.namespace, "/".join(t.path), payload_xml))
             if self.landing is not None:
                 batch.landing.append(
                     (

@@ -121,3 +121,44 @@ async def test_fixed_topic_set_property(make_gateway, tmp_path: Path):
     assert r.fault_name == "TopicNotSupportedFault"
     assert gw.broker.storage.load().current == []
     assert WSNT
+
+
+ALIAS_DOC = f"""<wstop:TopicNamespace xmlns:wstop="http://docs.oasis-open.org/wsn/t-1"
+  name="Aliases" targetNamespace="urn:test" xmlns:tns="urn:test">
+  <wstop:Topic name="a"><wstop:Topic name="b"/></wstop:Topic>
+  <wstop:Topic name="old">
+    <wstop:AliasRef Dialect="{CONCRETE}">tns:a/b</wstop:AliasRef></wstop:Topic>
+  <wstop:Topic name="chain">
+    <wstop:AliasRef Dialect="{SIMPLE}">tns:old</wstop:AliasRef></wstop:Topic>
+  <wstop:Topic name="two">
+    <wstop:AliasRef Dialect="{FULL}">tns:a|tns:a/b</wstop:AliasRef></wstop:Topic>
+  <wstop:Topic name="loop">
+    <wstop:AliasRef Dialect="{SIMPLE}">tns:loop</wstop:AliasRef></wstop:Topic>
+</wstop:TopicNamespace>""".encode()
+
+
+async def test_get_current_message_resolves_aliases(make_gateway, tmp_path: Path):
+    """GetCurrentMessage on an alias topic answers for the one topic it resolves to
+    (WS-Topics 2004 §8, AliasRef); aliases naming several topics or none are faults."""
+    f = tmp_path / "aliases.xml"
+    f.write_bytes(ALIAS_DOC)
+    gw = await make_gateway(topic_namespace_files=[f])
+    assert (await call(gw.url, notify_body(("tns:a/b", reading(1))))).status == 202
+    for expr in ("tns:old", "tns:chain", "tns:a/b"):
+        r = await call(gw.url, _gcm(expr))
+        assert r.status == 200, (expr, r.text)
+        assert r.body.findtext(".//{urn:wsn-edge:reading}value") == "1", expr
+    # a notification on the alias is one on tns:a/b: its current message as well
+    assert (await call(gw.url, notify_body(("tns:old", reading(2))))).status == 202
+    for expr in ("tns:a/b", "tns:old"):
+        r = await call(gw.url, _gcm(expr))
+        assert r.body.findtext(".//{urn:wsn-edge:reading}value") == "2", expr
+    r = await call(gw.url, _gcm("tns:two"))
+    assert r.fault_name == "MultipleTopicsSpecifiedFault", r.text
+    assert "2 topics" in r.text
+    validate(r.fault)
+    r = await call(gw.url, _gcm("tns:loop"))
+    assert r.fault_name == "TopicNotSupportedFault", r.text
+    validate(r.fault)
+    r = await call(gw.url, _gcm("tns:a/*", FULL))
+    assert r.fault_name == "MultipleTopicsSpecifiedFault", r.text
