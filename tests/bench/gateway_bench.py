@@ -45,8 +45,14 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "gateway"))
 
-from gwtest import envelope, notify_body, subscribe_body, topic_filter  # noqa: E402
-from test_zeep_client import start_gateway, stop_gateway  # noqa: E402
+from gwtest import (  # noqa: E402
+    envelope,
+    notify_body,
+    start_gateway,
+    stop_gateway,
+    subscribe_body,
+    topic_filter,
+)
 
 A_NOTIFY = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
 A_SUB = "http://docs.oasis-open.org/wsn/bw-2/NotificationProducer/SubscribeRequest"

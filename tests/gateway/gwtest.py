@@ -1,17 +1,21 @@
 """Helpers for the gateway tests: SOAP envelopes, posting, fault names, schema validation,
-and a real HTTP NotificationConsumer (a small aiohttp app)."""
+a real HTTP NotificationConsumer (a small aiohttp app) and the gateway as a real process
+(start_gateway/stop_gateway, also used by tests/integration and tests/bench)."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import importlib.util
+import signal
+import subprocess
+import sys
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import onvif
 from aiohttp import web
 from lxml import etree
 
@@ -149,7 +153,17 @@ async def call(
 
 
 # ---------------------------------------------------------------- schemas
-WSDL_DIR = Path(onvif.__file__).parent / "wsdl"
+def _onvif_wsdl_dir() -> Path:
+    """The official OASIS schemas shipped in onvif-zeep-async, found without importing
+    onvif: its client module calls logging.basicConfig(INFO) at import, which would turn
+    on INFO logging in every process importing these helpers (py4j in Spark tests)."""
+    spec = importlib.util.find_spec("onvif")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("onvif-zeep-async is not installed (it ships the OASIS schemas)")
+    return Path(next(iter(spec.submodule_search_locations))) / "wsdl"
+
+
+WSDL_DIR = _onvif_wsdl_dir()
 
 
 @functools.cache
@@ -322,3 +336,48 @@ def make_config(data_dir: Path, **kw: Any) -> Config:
         min_termination=timedelta(milliseconds=100),
     )
     return replace(base, **kw)
+
+
+# ---------------------------------------------------------------- the gateway process
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class GatewayProcess:
+    proc: subprocess.Popen[str]
+    url: str
+    stderr: Path
+
+
+def start_gateway(data_dir: Path, *extra: str) -> GatewayProcess:
+    """`python -m gateway --host 127.0.0.1 --port 0 --data-dir DIR [extra]`, returned once
+    it listens; its stderr goes to DIR.stderr next to DIR."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    err = data_dir.parent / f"{data_dir.name}.stderr"
+    with open(err, "w") as errf:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--host", "127.0.0.1", "--port", "0",
+             "--data-dir", str(data_dir), "--backoff-initial", "0.05", "--backoff-max", "0.2",
+             *extra],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=errf, text=True,
+        )  # fmt: skip
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if "listening on" not in line:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"gateway did not start: {line!r} {err.read_text()}")
+    return GatewayProcess(proc, line.strip().rsplit(" ", 1)[1], err)
+
+
+def stop_gateway(gw: GatewayProcess) -> int:
+    """SIGTERM (graceful stop) and its exit code; kill and fail if it takes over 15 s."""
+    if gw.proc.poll() is None:
+        gw.proc.send_signal(signal.SIGTERM)
+        try:
+            return gw.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            gw.proc.kill()
+            gw.proc.wait()
+            raise AssertionError("gateway did not stop on SIGTERM within 15 s") from None
+    return int(gw.proc.returncode)

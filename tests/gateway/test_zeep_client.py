@@ -19,9 +19,6 @@ request's MessageID. Notifications the gateway pushes to a consumer validate too
 from __future__ import annotations
 
 import asyncio
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -30,13 +27,24 @@ from typing import Any
 
 import pytest
 import zeep
-from gwtest import CONCRETE, SOAP11, SOAP12, WSA, WSDL_DIR, WSNT, Consumer, validate
+from gwtest import (
+    CONCRETE,
+    SOAP11,
+    SOAP12,
+    WSA,
+    WSDL_DIR,
+    WSNT,
+    Consumer,
+    GatewayProcess,
+    start_gateway,
+    stop_gateway,
+    validate,
+)
 from lxml import etree
 from zeep.exceptions import Fault
 from zeep.plugins import Plugin
 from zeep.wsa import WsAddressingPlugin
 
-ROOT = Path(__file__).resolve().parents[2]
 BW = "http://docs.oasis-open.org/wsn/bw-2"
 BINDINGS_NS = "urn:wsn-edge:interop"
 TNS = "urn:wsn-edge:interop-topics"
@@ -126,45 +134,6 @@ class Recorder(Plugin):  # type: ignore[misc]
 
 
 # ---------------------------------------------------------------- the gateway process
-@dataclass
-class GatewayProcess:
-    proc: subprocess.Popen[str]
-    url: str
-    stderr: Path
-
-
-def start_gateway(data_dir: Path, *extra: str) -> GatewayProcess:
-    """`python -m gateway --host 127.0.0.1 --port 0 --data-dir DIR`, once it listens."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    err = data_dir.parent / f"{data_dir.name}.stderr"
-    with open(err, "w") as errf:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "--host", "127.0.0.1", "--port", "0",
-             "--data-dir", str(data_dir), "--backoff-initial", "0.05", "--backoff-max", "0.2",
-             *extra],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=errf, text=True,
-        )  # fmt: skip
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if "listening on" not in line:
-        proc.kill()
-        proc.wait()
-        raise AssertionError(f"gateway did not start: {line!r} {err.read_text()}")
-    return GatewayProcess(proc, line.strip().rsplit(" ", 1)[1], err)
-
-
-def stop_gateway(gw: GatewayProcess) -> int:
-    if gw.proc.poll() is None:
-        gw.proc.send_signal(signal.SIGTERM)
-        try:
-            return gw.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            gw.proc.kill()
-            gw.proc.wait()
-            raise AssertionError("gateway did not stop on SIGTERM within 15 s") from None
-    return int(gw.proc.returncode)
-
-
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     gw = start_gateway(tmp_path_factory.mktemp("zeep") / "gw")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import logging
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -29,8 +28,16 @@ ROOT = Path(__file__).resolve().parents[2]
 # helpers of the gateway tests (SOAP envelopes, the gateway process), imported, not copied
 sys.path.insert(0, str(ROOT / "tests" / "gateway"))
 
-from gwtest import BR, CONCRETE, SIMPLE, WSA, call, notify_body  # noqa: E402
-from test_zeep_client import start_gateway, stop_gateway  # noqa: E402
+from gwtest import (  # noqa: E402
+    BR,
+    CONCRETE,
+    SIMPLE,
+    WSA,
+    call,
+    notify_body,
+    start_gateway,
+    stop_gateway,
+)
 
 
 def _load_spark_conftest() -> Any:
@@ -46,9 +53,6 @@ def _load_spark_conftest() -> Any:
 
 
 spark = _load_spark_conftest().spark
-# gwtest imports onvif, whose client module calls logging.basicConfig(level=INFO): py4j then
-# logs "Closing down clientserver connection" to a closed stderr at interpreter exit
-logging.getLogger("py4j").setLevel(logging.WARNING)
 
 DT = "urn:wsn-edge:device-topics"
 LAB = "urn:wsn-edge:lab"
