@@ -1,16 +1,25 @@
-"""Push delivery to NotificationConsumers: one queue and one worker per subscription.
+"""Push delivery to NotificationConsumers: one queue per subscription, one worker per
+consumer endpoint.
 
-- Batching: everything pending for a wrapped subscription goes out as one wsnt:Notify with
-  several NotificationMessages (up to --delivery-batch); raw subscriptions get one message
-  per HTTP request (the payload element is the SOAP body, WS-BaseNotification 1.3 §4.2 UseRaw).
-- Failures: timeout, connection error or a non-2xx answer -> retry the same batch after a
-  jittered exponential backoff (initial * 2^n, capped, times a random factor in [0.5, 1]).
-- Isolation: each subscription has its own asyncio task, HTTP timeout and backlog, so a slow
-  or dead consumer never delays another.
+- Consumer endpoint: what one Notify request goes to, i.e. the consumer address, the SOAP
+  version and the reference parameters (sent as SOAP headers, WS-Addressing 1.0 SOAP
+  binding §2.3). Wrapped subscriptions with the same endpoint share one worker, because a
+  wsnt:Notify may carry NotificationMessages of several subscriptions, each naming its own
+  SubscriptionReference (WS-BaseNotification 1.3 §3.2). Raw subscriptions each have their
+  own endpoint: the payload element is the SOAP body, one message per request (§4.2 UseRaw).
+- Batching: what is pending for an endpoint goes out as one wsnt:Notify (up to
+  --delivery-batch messages, oldest first across its subscriptions; each subscription's
+  messages stay in order). Paused subscriptions' messages are left out, so a pause never
+  holds back another subscription of the same consumer.
+- Failures: timeout, connection error or a non-2xx answer -> retry after a jittered
+  exponential backoff (initial * 2^n, capped, times a random factor in [0.5, 1]).
+- Isolation: each endpoint has its own asyncio task and HTTP timeout, so a slow or dead
+  consumer never delays another.
 - Backlog bound (policy, documented in docs/gateway.md): at most --max-backlog messages
   wait per subscription; beyond that the OLDEST are dropped (newest readings matter most at
   the edge) and counted. A consumer failing continuously for --consumer-dead-after seconds
-  ends its subscription (the broker destroys it and its backlog).
+  ends its subscriptions that were waiting to be delivered (the broker destroys them and
+  their backlogs).
 - Durability: queued messages are rows in SQLite until the consumer acknowledged them, so
   they are sent again after a restart (at-least-once).
 """
@@ -20,10 +29,12 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import heapq
+import itertools
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -46,18 +57,49 @@ class Target:
     raw: bool
     soap_version: str = ns.SOAP12
 
+    def endpoint_key(self) -> Hashable:
+        """Equal for subscriptions whose messages may share one Notify request."""
+        if self.raw:
+            return ("raw", self.sub_id)
+        rps = tuple(
+            etree.tostring(rp, method="c14n").decode() for rp in self.consumer.reference_parameters
+        )
+        return ("wrapped", self.consumer.address, self.soap_version, rps)
+
 
 @dataclass
 class _Queue:
+    """One subscription's pending messages (seq order) and counters."""
+
     target: Target
+    endpoint: _Endpoint
     items: list[tuple[int, str]] = field(default_factory=list)  # (seq, xml) sorted by seq
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
     paused: bool = False
+    dead: bool = False  # reported to on_dead; never sent again
+    delivered: int = 0
+    dropped: int = 0
+
+    @property
+    def sendable(self) -> bool:
+        return bool(self.items) and not self.paused and not self.dead
+
+
+@dataclass
+class _Endpoint:
+    """One consumer endpoint: the worker, its backoff state and its subscriptions."""
+
+    key: Hashable
+    target: Target  # address, SOAP version, reference parameters (any member's)
+    queues: dict[str, _Queue] = field(default_factory=dict)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     failing_since: float | None = None
     attempts: int = 0
-    delivered: int = 0
-    dropped: int = 0
+    requests: int = 0
+
+
+def _tagged(sub_id: str, items: list[tuple[int, str]]) -> Iterator[tuple[int, str, str]]:
+    return ((seq, sub_id, xml) for seq, xml in items)
 
 
 class DeliveryManager:
@@ -82,6 +124,7 @@ class DeliveryManager:
         self.max_backlog = max_backlog
         self.on_dead = on_dead
         self._queues: dict[str, _Queue] = {}
+        self._endpoints: dict[Hashable, _Endpoint] = {}
         self._session: aiohttp.ClientSession | None = None
         self._closing = False
         self._bg: set[asyncio.Future[None]] = set()
@@ -94,7 +137,7 @@ class DeliveryManager:
 
     async def stop(self) -> None:
         self._closing = True
-        tasks = [q.task for q in self._queues.values() if q.task is not None]
+        tasks = [e.task for e in self._endpoints.values() if e.task is not None]
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -109,30 +152,49 @@ class DeliveryManager:
 
     # ---- bookkeeping ----
     def add(self, target: Target, paused: bool = False) -> None:
-        q = _Queue(target, paused=paused)
+        key = target.endpoint_key()
+        ep = self._endpoints.get(key)
+        if ep is None:
+            ep = _Endpoint(key, target)
+            self._endpoints[key] = ep
+            ep.task = asyncio.create_task(self._worker(ep), name=f"deliver-{target.sub_id}")
+        q = _Queue(target, ep, paused=paused)
         self._queues[target.sub_id] = q
-        q.task = asyncio.create_task(self._worker(q), name=f"deliver-{target.sub_id}")
+        ep.queues[target.sub_id] = q
 
     def remove(self, sub_id: str) -> None:
         q = self._queues.pop(sub_id, None)
-        if q is not None and q.task is not None:
-            q.task.cancel()
+        if q is None:
+            return
+        ep = q.endpoint
+        ep.queues.pop(sub_id, None)
+        if not ep.queues:
+            self._endpoints.pop(ep.key, None)
+            if ep.task is not None and ep.task is not asyncio.current_task():
+                ep.task.cancel()
 
     def set_paused(self, sub_id: str, paused: bool) -> None:
         q = self._queues.get(sub_id)
         if q is not None:
             q.paused = paused
-            q.wake.set()
+            q.endpoint.wake.set()
 
     def backlog(self, sub_id: str) -> int:
         q = self._queues.get(sub_id)
         return len(q.items) if q else 0
 
     def stats(self, sub_id: str) -> dict[str, int]:
+        """queued/delivered/dropped of one subscription; requests = Notify requests sent
+        so far to its consumer endpoint (shared with the endpoint's other subscriptions)."""
         q = self._queues.get(sub_id)
         if q is None:
             return {}
-        return {"queued": len(q.items), "delivered": q.delivered, "dropped": q.dropped}
+        return {
+            "queued": len(q.items),
+            "delivered": q.delivered,
+            "dropped": q.dropped,
+            "requests": q.endpoint.requests,
+        }
 
     def overflow(self, sub_id: str, incoming: int) -> list[int]:
         """Seqs to drop (oldest first) so that `incoming` more fit the backlog bound."""
@@ -159,7 +221,7 @@ class DeliveryManager:
             del q.items[:excess]
             q.dropped += excess
             self._forget(drop)
-        q.wake.set()
+        q.endpoint.wake.set()
 
     def _forget(self, seqs: list[int]) -> None:
         """Delete dropped rows in the background (they must not come back on restart)."""
@@ -168,54 +230,76 @@ class DeliveryManager:
         fut.add_done_callback(self._bg.discard)
 
     # ---- the worker ----
-    async def _worker(self, q: _Queue) -> None:
+    def _next_batch(self, ep: _Endpoint) -> list[tuple[int, str, str]]:
+        """Up to one request's worth of (seq, sub_id, xml), oldest first over the
+        endpoint's sendable subscriptions: a prefix of each one's queue, so each
+        subscription's order is kept."""
+        n = 1 if ep.target.raw else self.batch
+        streams = [_tagged(sid, q.items) for sid, q in ep.queues.items() if q.sendable]
+        return list(itertools.islice(heapq.merge(*streams), n))
+
+    async def _worker(self, ep: _Endpoint) -> None:
         while not self._closing:
-            if not q.items or q.paused:
-                q.wake.clear()
-                await q.wake.wait()
+            batch = self._next_batch(ep)
+            if not batch:
+                ep.wake.clear()
+                await ep.wake.wait()
                 continue
-            n = 1 if q.target.raw else self.batch
-            batch = q.items[:n]
-            ok, why = await self._send(q.target, [x for _, x in batch])
+            ep.requests += 1
+            ok, why = await self._send(ep.target, [x for _, _, x in batch])
             if ok:
-                seqs = [s for s, _ in batch]
-                done = set(seqs)
-                q.items = [it for it in q.items if it[0] not in done]
-                q.delivered += len(batch)
-                q.attempts = 0
-                q.failing_since = None
+                by_sub: dict[str, set[int]] = {}
+                for seq, sid, _x in batch:
+                    by_sub.setdefault(sid, set()).add(seq)
+                for sid, done in by_sub.items():
+                    q = ep.queues.get(sid)
+                    if q is None:  # removed meanwhile; its rows are gone with it
+                        continue
+                    q.items = [it for it in q.items if it[0] not in done]
+                    q.delivered += len(done)
+                ep.attempts = 0
+                ep.failing_since = None
                 try:
-                    await self.storage.delete_deliveries(seqs)
+                    await self.storage.delete_deliveries([seq for seq, _, _ in batch])
                 except Exception:  # at-least-once: a row left behind is sent again later
                     log.exception("could not delete delivered rows")
                 continue
             now = time.monotonic()
-            if q.failing_since is None:
-                q.failing_since = now
-            q.attempts += 1
-            if now - q.failing_since >= self.dead_after:
-                log.warning(
-                    "consumer of %s dead for %.0fs (%s): ending subscription",
-                    q.target.sub_id,
-                    now - q.failing_since,
-                    why,
-                )
-                if self.on_dead is not None:
-                    # this task is about to be cancelled by remove(): run the callback apart
-                    fut = asyncio.ensure_future(self.on_dead(q.target.sub_id))
-                    self._bg.add(fut)
-                    fut.add_done_callback(self._bg.discard)
-                return
-            delay = min(self.backoff_max, self.backoff_initial * (2 ** (q.attempts - 1)))
+            if ep.failing_since is None:
+                ep.failing_since = now
+            ep.attempts += 1
+            if now - ep.failing_since >= self.dead_after:
+                self._dead(ep, now - ep.failing_since, why)
+                continue
+            delay = min(self.backoff_max, self.backoff_initial * (2 ** (ep.attempts - 1)))
             delay *= random.uniform(0.5, 1.0)
             log.info(
                 "delivery to %s failed (%s); retry %d in %.2fs",
-                q.target.consumer.address,
+                ep.target.consumer.address,
                 why,
-                q.attempts,
+                ep.attempts,
                 delay,
             )
             await asyncio.sleep(delay)
+
+    def _dead(self, ep: _Endpoint, failing_for: float, why: str) -> None:
+        """End the subscriptions that were waiting on this dead consumer. Paused ones (and
+        ones with nothing queued) were not trying to deliver and stay; they start a fresh
+        failure window."""
+        for sid, q in list(ep.queues.items()):
+            if not q.sendable:
+                continue
+            q.dead = True
+            log.warning(
+                "consumer of %s dead for %.0fs (%s): ending subscription", sid, failing_for, why
+            )
+            if self.on_dead is not None:
+                # the broker then calls remove(), which may cancel this worker: run apart
+                fut = asyncio.ensure_future(self.on_dead(sid))
+                self._bg.add(fut)
+                fut.add_done_callback(self._bg.discard)
+        ep.failing_since = None
+        ep.attempts = 0
 
     async def _send(self, t: Target, xmls: list[str]) -> tuple[bool, str]:
         assert self._session is not None

@@ -1,5 +1,6 @@
-"""Push delivery (gateway.delivery): batching, retries with backoff, isolation of slow and
-dead consumers, bounded backlog, SOAP version and reference parameters."""
+"""Push delivery (gateway.delivery): batching (per consumer endpoint, across subscriptions),
+retries with backoff, isolation of slow and dead consumers, bounded backlog, SOAP version
+and reference parameters."""
 
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ from gwtest import (
 )
 
 
-async def _subscribe(gw, url: str, version: int = 12, epr_extra: str = "") -> str:  # type: ignore[no-untyped-def]
+async def _subscribe(
+    gw, url: str, version: int = 12, epr_extra: str = "", topic: str = "tns:t"
+) -> str:  # type: ignore[no-untyped-def]
     body = (
         f"<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{url}</wsa:Address>{epr_extra}"
-        f"</wsnt:ConsumerReference><wsnt:Filter>{topic_filter('tns:t')}</wsnt:Filter></wsnt:Subscribe>"
+        f"</wsnt:ConsumerReference><wsnt:Filter>{topic_filter(topic)}</wsnt:Filter></wsnt:Subscribe>"
     )
     r = await call(gw.url, body, version)
     assert r.status == 200, r.text
@@ -131,3 +134,135 @@ async def test_one_notify_larger_than_the_backlog_keeps_only_the_newest(make_gat
     assert gw.broker.delivery.stats(sid)["queued"] == 2
     rows = [r for r in gw.broker.storage.load().deliveries if r[1] == sid]
     assert len(rows) == 2  # dropped rows are gone from storage too
+
+
+RD = "{urn:wsn-edge:reading}"
+EDGE_RID = "{urn:wsn-edge}ResourceId"
+SUBREF = "{http://docs.oasis-open.org/wsn/b-2}SubscriptionReference"
+
+
+def _by_subscription(envelopes: list) -> list[dict[str, list[str]]]:  # type: ignore[type-arg]
+    """Per received envelope: SubscriptionReference id -> values, in message order."""
+    out = []
+    for env in envelopes:
+        seen: dict[str, list[str]] = {}
+        for nm in env.iter("{http://docs.oasis-open.org/wsn/b-2}NotificationMessage"):
+            rid = nm.find(SUBREF).findtext(".//" + EDGE_RID)
+            seen.setdefault(rid, []).append(nm.findtext(f".//{RD}value"))
+        out.append(seen)
+    return out
+
+
+async def _publish_on(gw, topic: str, v: int) -> None:  # type: ignore[no-untyped-def]
+    r = await call(gw.url, notify_body((topic, reading(v))))
+    assert r.status == 202, r.text
+
+
+async def test_subscriptions_of_one_consumer_share_one_notify(gw, make_consumer):
+    """Per-consumer queue: messages of two subscriptions pending for one consumer go out
+    together, each NotificationMessage naming its own SubscriptionReference."""
+    c = await make_consumer(fail=1, delay=0.5)  # first request hangs, then fails
+    sa = await _subscribe(gw, c.url, topic="tns:a")
+    sb = await _subscribe(gw, c.url, topic="tns:b")
+    n = 12
+    for v in range(n):
+        await _publish_on(gw, "tns:a" if v % 2 == 0 else "tns:b", v)
+    await c.wait_for(n)
+    await asyncio.sleep(0.2)  # nothing more arrives
+    got = _by_subscription(c.received)
+    assert len(c.received) < n  # fewer requests than messages
+    assert any(len(env) == 2 for env in got)  # one Notify carried both subscriptions
+    per_sub: dict[str, list[str]] = {sa: [], sb: []}
+    for env in got:
+        for rid, vals in env.items():
+            per_sub[rid].extend(vals)
+    # exactly once, to the right subscription, in publication order
+    assert per_sub[sa] == [str(v) for v in range(0, n, 2)]
+    assert per_sub[sb] == [str(v) for v in range(1, n, 2)]
+    for body in c.bodies():
+        validate(body)
+    assert gw.broker.delivery.stats(sa)["delivered"] == n // 2
+    assert gw.broker.storage.load().deliveries == []
+
+
+async def test_batches_never_mix_reference_parameters_or_soap_versions(gw, make_consumer):
+    """One Notify request has one set of SOAP headers: subscriptions whose consumer EPRs
+    differ in reference parameters (or SOAP version) are separate endpoints."""
+    c = await make_consumer(fail=1, delay=0.5)
+
+    def key(k: str) -> str:
+        return (
+            f'<wsa:ReferenceParameters><x:Key xmlns:x="urn:k">{k}</x:Key></wsa:ReferenceParameters>'
+        )
+
+    s1 = await _subscribe(gw, c.url, epr_extra=key("one"))
+    s2 = await _subscribe(gw, c.url, epr_extra=key("two"))
+    s3 = await _subscribe(gw, c.url, 11, epr_extra=key("one"))
+    for v in range(3):
+        await _publish(gw, v)
+    await c.wait_for(9)
+    want = {s1: ("one", SOAP12), s2: ("two", SOAP12), s3: ("one", SOAP11)}
+    for env, subs in zip(c.received, _by_subscription(c.received), strict=True):
+        assert len(subs) == 1, subs
+        (rid,) = subs
+        k, version = want[rid]
+        assert env.tag == f"{{{version}}}Envelope"
+        assert env.findtext(f"{{{version}}}Header/{{urn:k}}Key") == k
+    assert sorted(
+        v for env in _by_subscription(c.received) for vs in env.values() for v in vs
+    ) == sorted(["0", "1", "2"] * 3)
+
+
+async def test_a_paused_subscription_does_not_hold_back_another_of_the_same_consumer(
+    gw, make_consumer
+):
+    c = await make_consumer(fail=1, delay=0.5)
+    sa = await _subscribe(gw, c.url, topic="tns:a")
+    sb = await _subscribe(gw, c.url, topic="tns:b")
+    await _publish_on(gw, "tns:a", 1)  # in flight to a failing consumer: stays queued
+    hdr = f'<edge:ResourceId wsa:IsReferenceParameter="true">{sa}</edge:ResourceId>'
+    assert (await call(gw.url, "<wsnt:PauseSubscription/>", headers=hdr)).status == 200
+    await _publish_on(gw, "tns:b", 2)
+    await c.wait_for(1)
+    await asyncio.sleep(0.3)
+    assert _by_subscription(c.received) == [{sb: ["2"]}]
+    assert gw.broker.delivery.backlog(sa) == 1  # held while paused
+    assert (await call(gw.url, "<wsnt:ResumeSubscription/>", headers=hdr)).status == 200
+    await c.wait_for(2)
+    assert _by_subscription(c.received)[1] == {sa: ["1"]}
+
+
+async def test_a_dead_consumer_ends_the_subscriptions_waiting_on_it(make_gateway):
+    gw = await make_gateway(consumer_dead_after=0.5)
+    dead = "http://127.0.0.1:9/dead"
+    s1 = await _subscribe(gw, dead)
+    s2 = await _subscribe(gw, dead, topic="tns:u")
+    paused = await _subscribe(gw, dead)
+    hdr = f'<edge:ResourceId wsa:IsReferenceParameter="true">{paused}</edge:ResourceId>'
+    assert (await call(gw.url, "<wsnt:PauseSubscription/>", headers=hdr)).status == 200
+    await _publish(gw, 1)
+    await _publish_on(gw, "tns:u", 2)
+    for _ in range(40):
+        await asyncio.sleep(0.1)
+        if s1 not in gw.broker.subs and s2 not in gw.broker.subs:
+            break
+    assert s1 not in gw.broker.subs and s2 not in gw.broker.subs
+    # the paused one was not trying to deliver: it stays
+    assert paused in gw.broker.subs
+    assert {s.id for s in gw.broker.storage.load().subscriptions} == {paused}
+
+
+async def test_raw_subscriptions_get_one_message_per_request(gw, make_consumer):
+    c = await make_consumer(fail=1, delay=0.3)
+    body = (
+        f"<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{c.url}</wsa:Address>"
+        f"</wsnt:ConsumerReference><wsnt:Filter>{topic_filter('tns:t')}</wsnt:Filter>"
+        "<wsnt:SubscriptionPolicy><wsnt:UseRaw/></wsnt:SubscriptionPolicy></wsnt:Subscribe>"
+    )
+    for _ in range(2):
+        assert (await call(gw.url, body)).status == 200
+    await _publish(gw, 1, 2)
+    await c.wait_for(4, wrapped=False)
+    await asyncio.sleep(0.2)
+    assert len(c.received) == 4
+    assert [b.tag for b in c.bodies()] == [f"{RD}Reading"] * 4
