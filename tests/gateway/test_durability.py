@@ -100,6 +100,9 @@ async def test_kill_9_and_restart_keeps_everything(tmp_path):
         # a subscription whose consumer is down: deliveries stay pending
         r = await call(url, subscribe_body(consumer_url))
         sub_id = r.body.findtext(f".//{{{EDGE}}}ResourceId")
+        # a second subscription of the same consumer (one delivery worker for both)
+        r = await call(url, subscribe_body(consumer_url))
+        sub_id2 = r.body.findtext(f".//{{{EDGE}}}ResourceId")
         # a pull point fed by a subscription
         r = await call(url, "<wsnt:CreatePullPoint/>")
         pp = r.body.findtext(f"{{{WSNT}}}PullPoint/{{{WSA}}}Address")
@@ -146,9 +149,13 @@ async def test_kill_9_and_restart_keeps_everything(tmp_path):
         r = await call(url, "<rp:GetResourceProperty>wstop:TopicSet</rp:GetResourceProperty>")
         assert r.body[0].find("{urn:test}t") is not None
         # the pending deliveries go out now that the consumer is up
-        await consumer.wait_for(20, timeout=10)
-        got = [m.findtext(".//{urn:wsn-edge:reading}value") for m in consumer.messages()]
-        assert got == [str(v) for v in range(20)]
+        await consumer.wait_for(40, timeout=10)
+        got: dict[str, list[str]] = {}
+        for m in consumer.messages():
+            rid = m.findtext(f"{{{WSNT}}}SubscriptionReference//{{{EDGE}}}ResourceId")
+            got.setdefault(rid or "", []).append(m.findtext(".//{urn:wsn-edge:reading}value"))
+        assert got == {sub_id: [str(v) for v in range(20)], sub_id2: [str(v) for v in range(20)]}
+        assert len(consumer.received) < 40  # batched across the two subscriptions
     finally:
         await consumer.stop()
         p.send_signal(signal.SIGTERM)
