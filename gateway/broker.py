@@ -23,6 +23,7 @@ from gateway.addressing import Epr, parse_epr, resource_epr
 from gateway.config import Config
 from gateway.delivery import DeliveryManager, Target
 from gateway.faults import RECEIVER, SENDER, WsnFault
+from gateway.landing_parquet import ParquetLandingWriter  # imports pyarrow only when used
 from gateway.publishers import PublisherObserver, Registration
 from gateway.pullpoints import PullPoint
 from gateway.soap import SoapRequest
@@ -112,8 +113,14 @@ class NotificationBroker:
             on_dead=self._consumer_dead,
         )
         self.landing: landing.LandingWriter | None = None
-        if cfg.landing_enabled:
+        self.landing_parquet: ParquetLandingWriter | None = None
+        if cfg.landing_enabled and cfg.landing_format in ("jsonl", "both"):
             self.landing = landing.LandingWriter(
+                cfg.data_dir / "landing", self.storage, cfg.landing_max_bytes, cfg.landing_max_age
+            )
+        if cfg.landing_enabled and cfg.landing_format in ("parquet", "both"):
+            # raises a RuntimeError naming the remedy when pyarrow is not installed
+            self.landing_parquet = ParquetLandingWriter(
                 cfg.data_dir / "landing", self.storage, cfg.landing_max_bytes, cfg.landing_max_age
             )
         self._sweeper: asyncio.Task[None] | None = None
@@ -174,6 +181,9 @@ class NotificationBroker:
         if self.landing is not None:
             self.landing.recover()
             self.landing.start()
+        if self.landing_parquet is not None:
+            self.landing_parquet.recover()
+            await self.landing_parquet.start()
         self._sweeper = asyncio.create_task(self._sweep_loop(), name="expiry-sweeper")
         for reg in self.registrations.values():
             self._notify_observers("registration_created", reg)
@@ -189,6 +199,8 @@ class NotificationBroker:
         await self.delivery.stop()
         if self.landing is not None:
             await self.landing.stop()
+        if self.landing_parquet is not None:
+            await self.landing_parquet.stop()
         self.storage.close()
 
     def _restore_subscription(self, row: SubscriptionRow) -> Subscription:
@@ -808,20 +820,19 @@ class NotificationBroker:
                 # to (WS-Topics 2004 §8), so it is their current message too
                 for t in sorted({topic} | topics.resolve_topic(topic, self.ts), key=str):
                     batch.current.append((t.namespace, "/".join(t.path), payload_xml))
-            if self.landing is not None:
-                batch.landing.append(
-                    (
-                        msg_id,
-                        landing.record(
-                            msg_id,
-                            now,
-                            producer.address if producer else None,
-                            topic.namespace if topic else None,
-                            "/".join(topic.path) if topic else None,
-                            payload,
-                        ),
-                    )
+            if self.landing is not None or self.landing_parquet is not None:
+                line = landing.record(
+                    msg_id,
+                    now,
+                    producer.address if producer else None,
+                    topic.namespace if topic else None,
+                    "/".join(topic.path) if topic else None,
+                    payload,
                 )
+                if self.landing is not None:
+                    batch.landing.append((msg_id, line))
+                if self.landing_parquet is not None:
+                    batch.landing_parquet.append((msg_id, line))
             doc: Element | None = None
             cands = set(self.no_topic_subs)
             if topic is not None:
@@ -879,6 +890,8 @@ class NotificationBroker:
             self.pullpoints[pid].signal()
         if self.landing is not None:
             self.landing.kick()
+        if self.landing_parquet is not None:
+            self.landing_parquet.kick(sum(len(x) for _, x in batch.landing_parquet))
         self.accepted += len(items)
         if grown_now:
             self._recompute_demand()

@@ -134,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--landing-max-bytes", type=int, default=64 * 1024 * 1024)
     st.add_argument("--landing-max-age", type=_seconds, default=60.0)
     st.add_argument("--no-landing", action="store_true", help="do not write the landing zone")
+    st.add_argument(
+        "--landing-format",
+        choices=["jsonl", "parquet", "both"],
+        default="jsonl",
+        help="landing files as JSON lines (default), Parquet (needs pyarrow) or both",
+    )
     p.add_argument("--sweep-interval", type=_seconds, default=1.0, help=argparse.SUPPRESS)
     p.add_argument("--log-level", default="WARNING")
     return p
@@ -176,6 +182,7 @@ def config_from_args(ns: argparse.Namespace) -> Config:
         landing_max_bytes=ns.landing_max_bytes,
         landing_max_age=ns.landing_max_age,
         landing_enabled=not ns.no_landing,
+        landing_format=ns.landing_format,
         sweep_interval=ns.sweep_interval,
     )
 

@@ -53,6 +53,7 @@ class Config:
     landing_max_bytes: int = 64 * 1024 * 1024
     landing_max_age: float = 60.0
     landing_enabled: bool = True
+    landing_format: str = "jsonl"  # jsonl | parquet | both (parquet needs pyarrow)
     sweep_interval: float = 1.0
 
     @property

@@ -51,6 +51,9 @@ CREATE TABLE IF NOT EXISTS grown_topics(
   topic_ns TEXT NOT NULL, topic_path TEXT NOT NULL, PRIMARY KEY(topic_ns, topic_path));
 CREATE TABLE IF NOT EXISTS landing_outbox(
   seq INTEGER PRIMARY KEY AUTOINCREMENT, msg_id TEXT NOT NULL, line TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS landing_outbox_parquet(
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, msg_id TEXT NOT NULL, line TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS landing_parquet_files(name TEXT PRIMARY KEY);
 """
 
 
@@ -95,6 +98,8 @@ class AcceptBatch:
     pp_messages: list[tuple[str, str]] = field(default_factory=list)  # (pp_id, xml)
     pp_limit: int = 0  # keep at most this many per pull point touched (drop oldest)
     landing: list[tuple[str, str]] = field(default_factory=list)  # (msg_id, json line)
+    # the same records for the Parquet landing writer (gateway.landing_parquet)
+    landing_parquet: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -331,6 +336,10 @@ class Storage:
                             dropped[pp] = cur.rowcount
         if b.landing:
             c.executemany("INSERT INTO landing_outbox(msg_id, line) VALUES (?,?)", b.landing)
+        if b.landing_parquet:
+            c.executemany(
+                "INSERT INTO landing_outbox_parquet(msg_id, line) VALUES (?,?)", b.landing_parquet
+            )
         return AcceptResult(seqs, dropped)
 
     async def delete_deliveries(self, seqs: Sequence[int]) -> None:
@@ -417,6 +426,63 @@ class Storage:
     def landing_forget_ids_sync(self, ids: Sequence[str]) -> None:
         def fn(c: sqlite3.Connection) -> None:
             c.executemany("DELETE FROM landing_outbox WHERE msg_id=?", [(i,) for i in ids])
+
+        self._executor.submit(self._tx, fn).result()
+
+    # ---- Parquet landing outbox (gateway.landing_parquet) ----
+    async def parquet_outbox_stats(self) -> tuple[int, int, int]:
+        """(rows, bytes of their JSON lines, highest seq or 0) waiting in the outbox."""
+
+        def fn(c: sqlite3.Connection) -> tuple[int, int, int]:
+            r = c.execute(
+                "SELECT count(*), coalesce(sum(length(line)), 0), coalesce(max(seq), 0)"
+                " FROM landing_outbox_parquet"
+            ).fetchone()
+            return int(r[0]), int(r[1]), int(r[2])
+
+        return await self._run(fn)
+
+    async def parquet_pending(
+        self, after_seq: int, up_to_seq: int, limit: int
+    ) -> list[tuple[int, str, str]]:
+        def fn(c: sqlite3.Connection) -> list[tuple[int, str, str]]:
+            return [
+                (r[0], r[1], r[2])
+                for r in c.execute(
+                    "SELECT seq, msg_id, line FROM landing_outbox_parquet"
+                    " WHERE seq>? AND seq<=? ORDER BY seq LIMIT ?",
+                    (after_seq, up_to_seq, limit),
+                )
+            ]
+
+        return await self._run(fn)
+
+    async def parquet_file_written(self, tmp_name: str, up_to_seq: int) -> None:
+        """One transaction: the complete temporary file `tmp_name` now owns the outbox rows
+        up to `up_to_seq` (they are deleted; recovery publishes the file)."""
+
+        def fn(c: sqlite3.Connection) -> None:
+            c.execute("DELETE FROM landing_outbox_parquet WHERE seq<=?", (up_to_seq,))
+            c.execute("INSERT OR REPLACE INTO landing_parquet_files VALUES (?)", (tmp_name,))
+
+        await self._run(fn)
+
+    async def parquet_file_published(self, tmp_name: str) -> None:
+        await self._run(
+            lambda c: c.execute("DELETE FROM landing_parquet_files WHERE name=?", (tmp_name,))
+        )
+
+    def parquet_files_sync(self) -> list[str]:
+        """Temporary Parquet files recorded complete but maybe not renamed yet (recovery)."""
+
+        def fn(c: sqlite3.Connection) -> list[str]:
+            return [r[0] for r in c.execute("SELECT name FROM landing_parquet_files")]
+
+        return self._executor.submit(self._tx, fn).result()
+
+    def parquet_file_published_sync(self, tmp_name: str) -> None:
+        def fn(c: sqlite3.Connection) -> None:
+            c.execute("DELETE FROM landing_parquet_files WHERE name=?", (tmp_name,))
 
         self._executor.submit(self._tx, fn).result()
 

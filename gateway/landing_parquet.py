@@ -1,0 +1,264 @@
+"""Parquet variant of the landing zone (docs/spark_ingest.md "Parquet landing"), selected
+with --landing-format parquet|both. Same records as the JSON lines (landing.record), as the
+columns id, received_at (timestamp[us, UTC]), producer, topic_namespace, topic_path,
+message_type, fields (map<string, string>), payload.
+
+A Parquet file is readable only once its footer is written, so it cannot grow line by line
+like the JSON-lines file. Records wait in their own SQLite outbox (landing_outbox_parquet,
+filled in the transaction that accepts the Notify) until the file is due (its records reach
+--landing-max-bytes as JSON, the oldest waited --landing-max-age, or shutdown). Then:
+
+1. write `.landing-<UTC>-<seq>.parquet.tmp` (row groups of up to 5000 records), close it
+   (footer), fsync;
+2. one transaction: delete those records from the outbox and record the temporary name as
+   complete (landing_parquet_files);
+3. rename to `landing-<UTC yyyymmddTHHMMSS>-<seq>.parquet`, fsync the directory;
+4. forget the name.
+
+Exactly once: a crash before 2 leaves a temporary file nobody recorded (recover() deletes
+it; its records are still in the outbox and are written again); a crash between 2 and 3
+leaves a recorded temporary file (recover() publishes it); after 3 only the record of the
+name is left (recover() forgets it).
+
+pyarrow is imported only when this writer is created (the `spark` extra); the gateway runs
+without it when the option is not used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gateway.storage import Storage
+
+log = logging.getLogger("gateway.landing_parquet")
+
+_NAME_RE = re.compile(r"^\.?landing-(\d{8}T\d{6})-(\d+)\.parquet(\.tmp)?$")
+ROW_GROUP = 5000
+
+
+def import_pyarrow() -> tuple[Any, Any]:
+    """(pyarrow, pyarrow.parquet), or a RuntimeError saying how to install them."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        raise RuntimeError(
+            "--landing-format parquet|both needs pyarrow, which is not installed "
+            f"({e}); install the spark extra (pip install 'wsn-edge[spark]') or pyarrow, "
+            "or use --landing-format jsonl"
+        ) from None
+    return pa, pq
+
+
+def arrow_schema(pa: Any) -> Any:
+    """The column contract of docs/spark_ingest.md (spark_ingest.schema.parquet_landing_arrow)."""
+    return pa.schema(
+        [
+            ("id", pa.string()),
+            ("received_at", pa.timestamp("us", tz="UTC")),
+            ("producer", pa.string()),
+            ("topic_namespace", pa.string()),
+            ("topic_path", pa.string()),
+            ("message_type", pa.string()),
+            ("fields", pa.map_(pa.string(), pa.string())),
+            ("payload", pa.string()),
+        ]
+    )
+
+
+def _columns(lines: list[str]) -> dict[str, list[Any]]:
+    cols: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "id",
+            "received_at",
+            "producer",
+            "topic_namespace",
+            "topic_path",
+            "message_type",
+            "fields",
+            "payload",
+        )
+    }
+    for line in lines:
+        r = json.loads(line)
+        cols["id"].append(r["id"])
+        cols["received_at"].append(
+            datetime.strptime(r["received_at"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+        )
+        for k in ("producer", "topic_namespace", "topic_path", "message_type", "payload"):
+            cols[k].append(r.get(k))
+        cols["fields"].append(list(r["fields"].items()))
+    return cols
+
+
+class ParquetLandingWriter:
+    def __init__(
+        self,
+        directory: Path,
+        storage: Storage,
+        max_bytes: int = 64 * 1024 * 1024,
+        max_age: float = 60.0,
+    ) -> None:
+        self.pa, self.pq = import_pyarrow()
+        self.schema = arrow_schema(self.pa)
+        self.dir = directory
+        self.storage = storage
+        self.max_bytes = max_bytes
+        self.max_age = max_age
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        # as in landing.LandingWriter: a file being written is never cancelled half-way
+        self._lock = asyncio.Lock()
+        self._stopping = False
+        self._seq = 0
+        self._pending_bytes = 0
+        self._oldest_at: float | None = None  # monotonic time the oldest waiting record came
+        self.records_written = 0
+        self.files_written = 0
+
+    # ---- start / stop ----
+    def recover(self) -> None:
+        """Finish or discard what a crash left behind (see the module docstring)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for p in self.dir.iterdir():
+            m = _NAME_RE.match(p.name)
+            if m:
+                self._seq = max(self._seq, int(m.group(2)))
+        recorded = set(self.storage.parquet_files_sync())
+        for p in sorted(self.dir.glob(".landing-*.parquet.tmp")):
+            if p.name in recorded:
+                os.replace(p, self.dir / p.name[1:].removesuffix(".tmp"))
+            else:
+                p.unlink()
+        self._fsync_dir()
+        for name in recorded:
+            self.storage.parquet_file_published_sync(name)
+
+    async def start(self) -> None:
+        n, nbytes, _ = await self.storage.parquet_outbox_stats()
+        self._pending_bytes = nbytes
+        self._oldest_at = time.monotonic() if n else None
+        self._task = asyncio.create_task(self._run(), name="landing-parquet-writer")
+
+    async def stop(self) -> None:
+        """Let a file in progress finish, then write what is left as one last file."""
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+            self._task = None
+        try:
+            await self.publish()
+        except Exception:  # the records stay in the outbox for the next start
+            log.exception("final Parquet landing file failed")
+
+    def kick(self, nbytes: int) -> None:
+        """`nbytes` of JSON records were committed to the outbox."""
+        self._pending_bytes += nbytes
+        if self._oldest_at is None:
+            self._oldest_at = time.monotonic()
+        if self._pending_bytes >= self.max_bytes:
+            self._wake.set()
+
+    # ---- writing ----
+    def _due(self) -> bool:
+        if self._oldest_at is None:
+            return False
+        return (
+            self._pending_bytes >= self.max_bytes
+            or time.monotonic() - self._oldest_at >= self.max_age
+        )
+
+    async def _run(self) -> None:
+        tick = max(0.05, min(1.0, self.max_age / 4))
+        while not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), tick)
+            self._wake.clear()
+            if self._stopping or not self._due():
+                continue
+            try:
+                await self.publish()
+            except Exception:  # keep the writer alive; the records stay in the outbox
+                log.exception("Parquet landing file failed; will retry")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), tick)
+
+    async def publish(self) -> None:
+        """Write every record now in the outbox as one published file (none if empty)."""
+        async with self._lock:
+            n, _, up_to = await self.storage.parquet_outbox_stats()
+            if n:
+                await self._publish(up_to)
+            n, nbytes, _ = await self.storage.parquet_outbox_stats()
+            self._pending_bytes = nbytes
+            self._oldest_at = time.monotonic() if n else None
+
+    async def _publish(self, up_to: int) -> None:
+        loop = asyncio.get_running_loop()
+        tmp, final = self._names()
+        writer = await loop.run_in_executor(None, self._open, tmp)
+        count = 0
+        try:
+            after = 0
+            while True:
+                rows = await self.storage.parquet_pending(after, up_to, ROW_GROUP)
+                if not rows:
+                    break
+                after = rows[-1][0]
+                await loop.run_in_executor(None, self._write, writer, [r[2] for r in rows])
+                count += len(rows)
+            await loop.run_in_executor(None, self._close, writer, tmp)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                writer.close()
+            tmp.unlink(missing_ok=True)
+            raise
+        await self.storage.parquet_file_written(tmp.name, up_to)
+        os.replace(tmp, final)
+        self._fsync_dir()
+        await self.storage.parquet_file_published(tmp.name)
+        self.records_written += count
+        self.files_written += 1
+
+    def _names(self) -> tuple[Path, Path]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        while True:
+            self._seq += 1
+            name = f"landing-{stamp}-{self._seq:06d}.parquet"
+            if not (self.dir / name).exists() and not (self.dir / f".{name}.tmp").exists():
+                return self.dir / f".{name}.tmp", self.dir / name
+
+    def _open(self, tmp: Path) -> Any:
+        return self.pq.ParquetWriter(str(tmp), self.schema)
+
+    def _write(self, writer: Any, lines: list[str]) -> None:
+        writer.write_table(self.pa.table(_columns(lines), schema=self.schema))
+
+    def _close(self, writer: Any, tmp: Path) -> None:
+        writer.close()  # writes the footer
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _fsync_dir(self) -> None:
+        with contextlib.suppress(OSError):
+            fd = os.open(self.dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
