@@ -304,6 +304,16 @@ class DemandManager:
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        # A worker cancelled while its row was still queued for SQLite loses that write:
+        # store what we know now, in one transaction (call before the broker's storage
+        # closes). A request cancelled in flight leaves its outcome unknown; the restarted
+        # broker repeats it (Pause/Resume/Renew are idempotent).
+        rows = [self._row(p, t, r) for p in self._pubs.values() for t, r in self._remotes(p)]
+        if rows:
+            try:
+                await self.broker.storage.demand_put(*rows)
+            except StorageError:
+                log.exception("could not store the demand-based subscriptions on stop")
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -466,18 +476,24 @@ class DemandManager:
         except StorageError:
             log.exception("could not forget a lost demand-based subscription")
 
+    @staticmethod
+    def _remotes(pub: _Pub) -> list[tuple[_Topic, Remote]]:
+        return [(t, pub.remote[t.broker_topic]) for t in pub.wanted if t.broker_topic in pub.remote]
+
+    @staticmethod
+    def _row(pub: _Pub, t: _Topic, r: Remote) -> DemandRow:
+        return DemandRow(
+            pub.reg.id,
+            t.broker_topic.namespace,
+            "/".join(t.broker_topic.path),
+            r.epr.to_xml(),
+            r.termination,
+            r.paused,
+        )
+
     async def _persist(self, pub: _Pub, t: _Topic, r: Remote) -> None:
         try:
-            await self.broker.storage.demand_put(
-                DemandRow(
-                    pub.reg.id,
-                    t.broker_topic.namespace,
-                    "/".join(t.broker_topic.path),
-                    r.epr.to_xml(),
-                    r.termination,
-                    r.paused,
-                )
-            )
+            await self.broker.storage.demand_put(self._row(pub, t, r))
         except StorageError:
             # the in-memory state is right; a restart before the next change may
             # subscribe once more (the old remote subscription then expires on its own)

@@ -504,19 +504,17 @@ class Storage:
 
         return await self._run(fn)
 
-    async def demand_put(self, row: DemandRow) -> None:
+    async def demand_put(self, *rows: DemandRow) -> None:
+        """Insert or replace rows (one transaction)."""
+
         def fn(c: sqlite3.Connection) -> None:
             c.execute(DEMAND_SCHEMA)
-            c.execute(
+            c.executemany(
                 "INSERT OR REPLACE INTO demand_subscriptions VALUES (?,?,?,?,?,?)",
-                (
-                    row.reg_id,
-                    row.topic_ns,
-                    row.topic_path,
-                    row.epr,
-                    row.termination,
-                    int(row.paused),
-                ),
+                [
+                    (r.reg_id, r.topic_ns, r.topic_path, r.epr, r.termination, int(r.paused))
+                    for r in rows
+                ],
             )
 
         await self._run(fn)
