@@ -43,6 +43,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from lxml import etree
@@ -236,6 +237,7 @@ class DemandManager:
         self._closing = False
         self._session: aiohttp.ClientSession | None = None
         self._bg: set[asyncio.Task[None]] = set()
+        self._soap11: set[str] = set()  # host:port of publishers that speak only SOAP 1.1
         broker.add_observer(self)
 
     # ------------------------------------------------------------------ observer (sync)
@@ -565,13 +567,31 @@ class DemandManager:
 
     # ------------------------------------------------------------------ SOAP client
     async def _call(self, epr: Epr, action: str, body: Element) -> Element:
-        """Send one SOAP 1.2 request to `epr` (reference parameters as headers, WS-Addressing
+        """Send one SOAP request to `epr` (reference parameters as headers, WS-Addressing
         1.0 SOAP binding §2.3) and return the response body's first element; raise
-        RemoteFault for a fault, Unreachable when there is no usable answer."""
+        RemoteFault for a fault, Unreachable when there is no usable answer.
+
+        SOAP 1.2 first; a node that answers VersionMismatch (SOAP 1.1 §4.4.1: a 1.1-only
+        node faced with the 1.2 envelope namespace) or HTTP 415 gets SOAP 1.1 from then on
+        (remembered per host:port until the broker restarts)."""
+        key = urlsplit(epr.address).netloc
+        if key not in self._soap11:
+            try:
+                return await self._call_once(epr, action, body, ns.SOAP12)
+            except RemoteFault as f:
+                if f.name != "VersionMismatch" and f.status != 415:
+                    raise
+                log.info("%s does not speak SOAP 1.2 (%s): using SOAP 1.1", key, f)
+                self._soap11.add(key)
+        return await self._call_once(epr, action, body, ns.SOAP11)
+
+    async def _call_once(self, epr: Epr, action: str, body: Element, version: str) -> Element:
         if self._session is None:
             raise Unreachable("demand manager not started")
-        data = soap.envelope(ns.SOAP12, request_headers(epr, action), [body])
-        headers = {"Content-Type": soap.content_type(ns.SOAP12, action)}
+        data = soap.envelope(version, request_headers(epr, action), [body])
+        headers = {"Content-Type": soap.content_type(version, action)}
+        if version == ns.SOAP11:
+            headers["SOAPAction"] = f'"{action}"'
         try:
             async with self._session.post(
                 epr.address,

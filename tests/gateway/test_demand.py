@@ -29,6 +29,7 @@ from gateway import http
 from gateway.demand import DemandManager
 
 S12 = "http://www.w3.org/2003/05/soap-envelope"
+S11 = "http://schemas.xmlsoap.org/soap/envelope/"
 WSRF_R = "http://docs.oasis-open.org/wsrf/r-2"
 BF = "http://docs.oasis-open.org/wsrf/bf-2"
 EDGE = "urn:wsn-edge"
@@ -61,6 +62,8 @@ class TestProducer:
     subs: dict[str, RemoteSub] = field(default_factory=dict)
     log: list[tuple[str, str]] = field(default_factory=list)  # (operation, subscription id)
     fail_subscribe: int = 0  # answer the next N Subscribe with SubscribeCreationFailedFault
+    soap11_only: bool = False  # answer SOAP 1.2 with a SOAP 1.1 VersionMismatch fault
+    versions: list[str] = field(default_factory=list)  # envelope namespace of each request
     url: str = ""
     port: int = 0
     _runner: web.AppRunner | None = None
@@ -69,40 +72,69 @@ class TestProducer:
     __test__ = False  # not a pytest class
 
     @staticmethod
-    def _env(body: str, action: str) -> str:
+    def _env(body: str, action: str, ver: str) -> str:
         return (
-            f'<s:Envelope xmlns:s="{S12}" xmlns:wsa="{WSA}" xmlns:wsnt="{WSNT}" '
+            f'<s:Envelope xmlns:s="{ver}" xmlns:wsa="{WSA}" xmlns:wsnt="{WSNT}" '
             f'xmlns:edge="{EDGE}"><s:Header><wsa:Action>{action}</wsa:Action></s:Header>'
             f"<s:Body>{body}</s:Body></s:Envelope>"
         )
 
-    def _fault(self, name: str, fns: str, reason: str) -> web.Response:
+    def _fault(self, name: str, fns: str, reason: str, ver: str) -> web.Response:
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = (
-            f"<s:Fault><s:Code><s:Value>s:Sender</s:Value></s:Code><s:Reason>"
-            f'<s:Text xml:lang="en">{reason}</s:Text></s:Reason><s:Detail>'
+        detail = (
             f'<f:{name} xmlns:f="{fns}" xmlns:bf="{BF}"><bf:Timestamp>{now}</bf:Timestamp>'
-            f"</f:{name}></s:Detail></s:Fault>"
+            f"</f:{name}>"
         )
+        if ver == S11:
+            body = (
+                f"<s:Fault><faultcode>s:Client</faultcode><faultstring>{reason}</faultstring>"
+                f"<detail>{detail}</detail></s:Fault>"
+            )
+        else:
+            body = (
+                f"<s:Fault><s:Code><s:Value>s:Sender</s:Value></s:Code><s:Reason>"
+                f'<s:Text xml:lang="en">{reason}</s:Text></s:Reason><s:Detail>{detail}'
+                "</s:Detail></s:Fault>"
+            )
         return web.Response(
-            status=400,
-            body=self._env(body, "http://docs.oasis-open.org/wsn/fault").encode(),
-            content_type="application/soap+xml",
+            status=400 if ver == S12 else 500,
+            body=self._env(body, "http://docs.oasis-open.org/wsn/fault", ver).encode(),
+            content_type="application/soap+xml" if ver == S12 else "text/xml",
         )
 
-    def _ok(self, body: str, action: str) -> web.Response:
+    def _ok(self, body: str, action: str, ver: str) -> web.Response:
         return web.Response(
-            body=self._env(body, action).encode(), content_type="application/soap+xml"
+            body=self._env(body, action, ver).encode(),
+            content_type="application/soap+xml" if ver == S12 else "text/xml",
         )
+
+    def _parse(self, request: web.Request, data: bytes) -> tuple[etree._Element, str]:
+        env = etree.fromstring(data)
+        ver = etree.QName(env).namespace or ""
+        self.versions.append(ver)
+        if ver == S11:  # SOAP 1.1 HTTP binding: text/xml and a SOAPAction header
+            assert request.content_type == "text/xml", request.content_type
+            assert request.headers.get("SOAPAction", "").startswith('"http'), request.headers
+        return env, ver
+
+    @staticmethod
+    def _version_mismatch() -> web.Response:
+        body = (
+            f'<s:Envelope xmlns:s="{S11}"><s:Body><s:Fault><faultcode>s:VersionMismatch'
+            "</faultcode><faultstring>SOAP 1.1 only</faultstring></s:Fault></s:Body></s:Envelope>"
+        )
+        return web.Response(status=500, body=body.encode(), content_type="text/xml")
 
     async def _producer(self, request: web.Request) -> web.Response:
-        env = etree.fromstring(await request.read())
-        sub = env.find(f"{{{S12}}}Body/{{{WSNT}}}Subscribe")
+        env, ver = self._parse(request, await request.read())
+        if self.soap11_only and ver == S12:
+            return self._version_mismatch()
+        sub = env.find(f"{{{ver}}}Body/{{{WSNT}}}Subscribe")
         assert sub is not None, etree.tostring(env)
         if self.fail_subscribe > 0:
             self.fail_subscribe -= 1
             self.log.append(("Subscribe-refused", ""))
-            return self._fault("SubscribeCreationFailedFault", WSNT, "table full (test)")
+            return self._fault("SubscribeCreationFailedFault", WSNT, "table full (test)", ver)
         cr = sub.find(f"{{{WSNT}}}ConsumerReference")
         assert cr is not None
         rps = cr.find(f"{{{WSA}}}ReferenceParameters")
@@ -132,6 +164,7 @@ class TestProducer:
             f"<edge:ResourceId>{sid}</edge:ResourceId></wsa:ReferenceParameters>"
             f"</wsnt:SubscriptionReference>{self._times(expires)}</wsnt:SubscribeResponse>",
             "http://docs.oasis-open.org/wsn/bw-2/NotificationProducer/SubscribeResponse",
+            ver,
         )
 
     @staticmethod
@@ -150,12 +183,14 @@ class TestProducer:
 
     async def _manager(self, request: web.Request) -> web.Response:
         sid = request.match_info["sid"]
-        env = etree.fromstring(await request.read())
-        body = env.find(f"{{{S12}}}Body")
+        env, ver = self._parse(request, await request.read())
+        if self.soap11_only and ver == S12:
+            return self._version_mismatch()
+        body = env.find(f"{{{ver}}}Body")
         assert body is not None
         op = etree.QName(body[0]).localname
         # the reference parameter comes back as a header (WS-Addressing SOAP binding §2.3)
-        rid = env.findtext(f"{{{S12}}}Header/{{{EDGE}}}ResourceId")
+        rid = env.findtext(f"{{{ver}}}Header/{{{EDGE}}}ResourceId")
         assert rid == sid, etree.tostring(env)
         s = self.subs.get(sid)
         if s is not None and s.expires is not None and s.expires <= time.time():
@@ -163,18 +198,22 @@ class TestProducer:
             s = None
         if s is None:
             self.log.append((op + "-unknown", sid))
-            return self._fault("ResourceUnknownFault", WSRF_R, f"no subscription {sid}")
+            return self._fault("ResourceUnknownFault", WSRF_R, f"no subscription {sid}", ver)
         self.log.append((op, sid))
         a = "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/"
         if op == "PauseSubscription":
             s.paused = True
-            return self._ok("<wsnt:PauseSubscriptionResponse/>", a + "PauseSubscriptionResponse")
+            return self._ok(
+                "<wsnt:PauseSubscriptionResponse/>", a + "PauseSubscriptionResponse", ver
+            )
         if op == "ResumeSubscription":
             s.paused = False
-            return self._ok("<wsnt:ResumeSubscriptionResponse/>", a + "ResumeSubscriptionResponse")
+            return self._ok(
+                "<wsnt:ResumeSubscriptionResponse/>", a + "ResumeSubscriptionResponse", ver
+            )
         if op == "Unsubscribe":
             del self.subs[sid]
-            return self._ok("<wsnt:UnsubscribeResponse/>", a + "UnsubscribeResponse")
+            return self._ok("<wsnt:UnsubscribeResponse/>", a + "UnsubscribeResponse", ver)
         if op == "Renew":
             tt = body[0].findtext(f"{{{WSNT}}}TerminationTime") or ""
             assert tt.startswith("PT"), tt
@@ -182,6 +221,7 @@ class TestProducer:
             return self._ok(
                 f"<wsnt:RenewResponse>{self._times(s.expires)}</wsnt:RenewResponse>",
                 a + "RenewResponse",
+                ver,
             )
         raise AssertionError(op)
 
@@ -570,3 +610,24 @@ async def test_hostile_answers_are_failures_not_crashes(gw, producer):
         )
     finally:
         await runner.cleanup()
+
+
+async def test_a_soap11_only_publisher_is_spoken_to_in_soap11(gw, producer, consumer):
+    producer.soap11_only = True
+    await register(gw, producer.address, names=("temperature",))
+    await until(lambda: len(producer.subs) == 1 and all(s.paused for s in producer.subs.values()))
+    sub = await subscribe_full(gw, consumer.url, "dev:*/temperature")
+    await until(lambda: not next(iter(producer.subs.values())).paused, what="resumed")
+    # one SOAP 1.2 attempt (VersionMismatch), then SOAP 1.1 for every request
+    assert producer.versions[0] == S12 and set(producer.versions[1:]) == {S11}
+    assert [op for op, _ in producer.log] == [
+        "Subscribe",
+        "PauseSubscription",
+        "ResumeSubscription",
+    ]
+    # a SOAP 1.1 ResourceUnknownFault (in <detail>) is understood as well
+    producer.reboot()
+    await unsubscribe(sub)
+    await until(lambda: len(producer.subs) == 1, what="subscribed again after the SOAP 1.1 fault")
+    assert ("PauseSubscription-unknown", "s1") in producer.log
+    assert set(producer.versions[1:]) == {S11}
