@@ -271,8 +271,11 @@ class DemandManager:
     async def start(self) -> None:
         """Load the stored remote subscriptions, clean up those of registrations that are
         gone, start one worker per Demand=true registration."""
+        # one connection per request (force_close): control traffic is rare, devices close
+        # after each answer anyway, and a kept-alive connection the publisher dropped
+        # meanwhile would turn a Subscribe into an ambiguous failure
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=2)
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=2, force_close=True)
         )
         try:
             rows = await self.broker.storage.demand_load()
