@@ -385,7 +385,13 @@ class DemandManager:
     async def _run(self, pub: _Pub) -> None:
         while True:
             pub.wake.clear()
-            delay, backoff = await self._pass(pub)
+            try:
+                delay, backoff = await self._pass(pub)
+            except Exception as e:  # a bug must not end demand-based publishing for good
+                log.exception("demand-based publishing for registration %s failed", pub.reg.id)
+                pub.failures += 1
+                pub.last_error = f"internal error: {type(e).__name__}: {e}"
+                delay, backoff = self.backoff_max, True
             if backoff:
                 # unreachable or refusing: wait the backoff even if demand changes meanwhile
                 # (pub.wake stays set, so the next pass sees the change)

@@ -631,3 +631,22 @@ async def test_a_soap11_only_publisher_is_spoken_to_in_soap11(gw, producer, cons
     await until(lambda: len(producer.subs) == 1, what="subscribed again after the SOAP 1.1 fault")
     assert ("PauseSubscription-unknown", "s1") in producer.log
     assert set(producer.versions[1:]) == {S11}
+
+
+async def test_an_internal_error_is_retried_not_fatal(gw, producer, monkeypatch):
+    dm = demand(gw)
+    dm.backoff_max = 0.1
+    real = dm._subscribe
+    calls = {"n": 0}
+
+    async def flaky(pub, t):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("a bug")
+        return await real(pub, t)
+
+    monkeypatch.setattr(dm, "_subscribe", flaky)
+    await register(gw, producer.address)
+    await until(lambda: len(producer.subs) == 2 and all(s.paused for s in producer.subs.values()))
+    assert calls["n"] == 3
+    await until(lambda: all(e["failures"] == 0 for e in dm.status()), what="recovered")
