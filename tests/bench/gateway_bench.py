@@ -22,6 +22,10 @@ Printed per configuration:
   100 notifications at 50/s; 10: 50 at 20/s; 100: 16 at 2/s), so it is the latency of one
   message, not queueing.
 
+Fan-in (`--fan-in K`, default 10; 0 skips it): K subscriptions of ONE consumer, wrapped,
+one burst. The gateway batches what is pending for one consumer endpoint into one Notify
+across subscriptions, so it prints messages, HTTP requests and messages per request.
+
 Publishers, consumers and the gateway share this machine's cores: the numbers are a lower
 bound of what the gateway does with cores of its own.
 """
@@ -90,9 +94,11 @@ class BenchConsumer:
     runner: web.AppRunner | None = None
     event: asyncio.Event = field(default_factory=asyncio.Event)
     want: int = 0
+    requests: int = 0
 
     async def handle(self, request: web.Request) -> web.Response:
         data = await request.read()
+        self.requests += 1
         now = time.perf_counter()
         seqs = VALUE_RE.findall(data)
         self.received += len(seqs)
@@ -237,6 +243,35 @@ async def run_one(
     )
 
 
+async def run_fan_in(k: int, n_msgs: int, time_limit: float, extra: list[str]) -> None:
+    """K wrapped subscriptions of one consumer; one burst of n_msgs Notify."""
+    with tempfile.TemporaryDirectory(prefix="gwbench-") as tmp:
+        gw = start_gateway(Path(tmp) / "gw", "--max-backlog", "1000000", *extra)
+        clock = Clock()
+        c = await BenchConsumer(clock).start()
+        try:
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=16)) as s:
+                for _ in range(k):
+                    data = envelope(subscribe_body(c.url, topic_filter("tns:bench")), action=A_SUB)
+                    async with s.post(gw.url, data=data, headers={"Content-Type": CT}) as r:
+                        if r.status != 200:
+                            raise RuntimeError(f"Subscribe answered {r.status}")
+                t0 = time.perf_counter()
+                await publish(s, gw.url, list(range(n_msgs)), clock)
+                complete = await c.wait(k * n_msgs, time.perf_counter() + time_limit)
+                dt = c.last_at - t0
+        finally:
+            if c.runner is not None:
+                await c.runner.cleanup()
+            stop_gateway(gw)
+    note = "" if complete else "  (incomplete: time limit)"
+    print(
+        f"fan-in: {k} subscriptions of one consumer, {n_msgs} Notify -> {c.received:,} messages "
+        f"in {c.requests:,} requests ({c.received / max(1, c.requests):.1f} per request), "
+        f"delivered/s {c.received / dt:,.0f}{note}"
+    )
+
+
 def fmt(x: float | None, spec: str = ",.0f") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -253,6 +288,10 @@ async def main() -> None:
     ap.add_argument(
         "--gateway-arg", action="append", default=[], metavar="ARG",
         help="extra gateway option for every run, e.g. --gateway-arg=--sqlite-synchronous=NORMAL",
+    )  # fmt: skip
+    ap.add_argument(
+        "--fan-in", type=int, default=10, metavar="K",
+        help="subscriptions of one consumer in the fan-in run (0: skip it)",
     )  # fmt: skip
     args = ap.parse_args()
     scale = 0.2 if args.quick else 1.0
@@ -287,6 +326,9 @@ async def main() -> None:
             f"{fmt(r.p99_ms, '.1f'):>7}{note}",
             flush=True,
         )
+    if args.fan_in > 0:
+        print()
+        await run_fan_in(args.fan_in, int(400 * scale), 40, args.gateway_arg)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 
 
