@@ -209,3 +209,33 @@ async def test_startup_failure_is_reported(tmp_path):
     )
     assert q.returncode != 0 and "missing.xml" in q.stderr
     assert time.monotonic() - t0 < 20
+
+
+async def test_kill_9_with_both_landing_formats_lands_each_record_once(tmp_path):
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "state"
+    port = free_port()
+    p, url = start(data, port, "--landing-format", "both")
+    try:
+        for v in range(20):
+            assert (await call(url, notify_body(("tns:t", reading(v))))).status == 202
+        await asyncio.sleep(0.2)
+    finally:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+    p, url = start(data, port, "--landing-format", "both")
+    try:
+        assert (await call(url, notify_body(("tns:t", reading(20))))).status == 202
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(10) == 0
+    ids = landing_ids(data)
+    pq_ids = [
+        i
+        for f in sorted((data / "landing").glob("landing-*.parquet"))
+        for i in pq.read_table(f).column("id").to_pylist()
+    ]
+    assert len(ids) == 21 and len(set(ids)) == 21
+    assert sorted(pq_ids) == sorted(ids)
+    assert not list((data / "landing").glob(".landing-*"))
