@@ -9,11 +9,27 @@
 # - the sender drains the producer's gateway outbox in order; while the gateway is unreachable
 #   the readings wait there (bounded, oldest dropped and counted), retried every retry_s.
 import asyncio
+import binascii
 
 from wsn import http
 from wsn.core import ns
 from wsn.core.registration import read_registration, register_publisher, set_termination_time
 from wsn.core.soap import fault_name
+
+
+def auth_header(conf):
+    # Credentials for a gateway that protects its management operations (RegisterPublisher,
+    # SetTerminationTime on the registration): `gateway_token` -> Bearer, else
+    # `gateway_user` + `gateway_password` -> HTTP Basic; "" when none is configured. Sent on
+    # every request to the gateway (Notify is open there, so it costs nothing).
+    tok = conf.get("gateway_token")
+    if tok:
+        return "Authorization: Bearer %s\r\n" % tok
+    user = conf.get("gateway_user")
+    if user:
+        raw = ("%s:%s" % (user, conf.get("gateway_password") or "")).encode()
+        return "Authorization: Basic %s\r\n" % binascii.b2a_base64(raw).decode().strip()
+    return ""
 
 
 class GatewayLink:
@@ -27,6 +43,7 @@ class GatewayLink:
         self.retry_s = float(conf.get("gateway_retry_s", 2))
         self.retry_max_s = float(conf.get("gateway_retry_max_s", 30))
         self.timeout = float(conf.get("gateway_timeout_s", 5))
+        self.auth = auth_header(conf)
         self.reg = None  # registration address
         self.reg_rp = ""
         self.state = "unregistered"  # unregistered | registered | down
@@ -59,7 +76,7 @@ class GatewayLink:
 
     async def _post(self, url, env):
         return await http.post(url, env.encode() if isinstance(env, str) else env,
-                               ns.content_type(self.version), self.timeout)
+                               ns.content_type(self.version), self.timeout, self.auth)
 
     async def register(self):
         now = self.dev.now()
@@ -143,7 +160,7 @@ class GatewayLink:
             item = ob.peek()
             url, body, ctype = self.p.render(item, True)
             try:
-                status, resp = await http.post(url, body, ctype, self.timeout)
+                status, resp = await http.post(url, body, ctype, self.timeout, self.auth)
             except Exception as e:  # noqa: BLE001 - unreachable: keep it, retry with backoff
                 self._down("push: %r" % e)
                 await self._sleep(self.out, delay)

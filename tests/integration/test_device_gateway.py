@@ -288,3 +288,31 @@ async def test_device_reboot_is_subscribed_again(
         await consumer.wait_for(4, timeout=20)
         # the new device's sensor starts again at sample 1
         assert sequence_of(readings(consumer.messages())) == [1, 2, 1, 2]
+
+
+async def test_device_registers_with_a_gateway_that_requires_credentials(
+    gateway_process: Callable[..., Any],
+    start_device: Callable[..., DeviceProcess],
+    make_consumer: Callable[..., Any],
+) -> None:
+    """RegisterPublisher and SetTerminationTime are management operations at a gateway with
+    credentials: a device without `gateway_token` is refused (and says so in its status),
+    one with it registers, and its readings reach a subscriber."""
+    gw = gateway_process("--auth-token", "t0ken", "--backoff-initial", "0.1")
+    consumer: Consumer = await make_consumer()
+    r = await call(gw.url, subscribe_body(consumer.url, full("dev:*/temperature")))
+    assert r.status == 200, r.text
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
+        refused = Client(start_device(gateway=gw.url, gateway_retry_s=0.3), s)
+        refused.dev.wait_line(r"gateway refused registration: .*HTTP 401", 20)
+        assert (await refused.status())["gateway"]["state"] == "unregistered"
+        refused.dev.stop()
+
+        dev = Client(
+            start_device(gateway=gw.url, gateway_retry_s=0.3, gateway_token="t0ken"), s
+        )
+        await until(lambda: _paused_is(dev, "temperature", False), 20, "temperature active")
+        assert (await dev.status())["gateway"]["state"] == "registered"
+        assert await dev.sample("temperature", 2) == 2
+        await consumer.wait_for(2, timeout=20)
+        assert sequence_of(readings(consumer.messages())) == [1, 2]
