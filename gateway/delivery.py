@@ -61,8 +61,11 @@ class Target:
         """Equal for subscriptions whose messages may share one Notify request."""
         if self.raw:
             return ("raw", self.sub_id)
+        # exclusive c14n: namespace declarations the parameter does not use (they differ with
+        # the envelope a client happened to send) do not split one consumer in two
         rps = tuple(
-            etree.tostring(rp, method="c14n").decode() for rp in self.consumer.reference_parameters
+            etree.tostring(rp, method="c14n", exclusive=True).decode()
+            for rp in self.consumer.reference_parameters
         )
         return ("wrapped", self.consumer.address, self.soap_version, rps)
 

@@ -266,3 +266,25 @@ async def test_raw_subscriptions_get_one_message_per_request(gw, make_consumer):
     await asyncio.sleep(0.2)
     assert len(c.received) == 4
     assert [b.tag for b in c.bodies()] == [f"{RD}Reading"] * 4
+
+
+def test_endpoint_key_is_what_one_notify_request_can_address():
+    from lxml import etree
+
+    from gateway.addressing import Epr
+    from gateway.delivery import Target
+
+    def rp(doc: str) -> etree._Element:
+        return etree.fromstring(doc)[0]
+
+    def key(sid: str, rps: list, raw: bool = False, version: str = SOAP12):  # type: ignore[no-untyped-def,type-arg]
+        return Target(sid, Epr("http://127.0.0.1:1/c", rps), raw, version).endpoint_key()
+
+    k1 = rp('<a xmlns:u="urn:unused"><x:K xmlns:x="urn:k">1</x:K></a>')
+    k1b = rp('<b xmlns:v="urn:other"><x:K xmlns:x="urn:k">1</x:K></b>')
+    k2 = rp('<a><x:K xmlns:x="urn:k">2</x:K></a>')
+    assert key("s1", [k1]) == key("s2", [k1b])  # unused declarations do not matter
+    assert key("s1", [k1]) != key("s2", [k2])
+    assert key("s1", [k1]) != key("s2", [k1], version=SOAP11)
+    assert key("s1", []) != key("s2", [], raw=True)
+    assert key("s1", [], raw=True) != key("s2", [], raw=True)  # raw: one message per request
