@@ -104,8 +104,32 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_durations(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reject a bad --window/--watermark/--trigger before Spark starts (exit 2)."""
+    checks = [("--window", getattr(args, "window", None)),
+              ("--watermark", getattr(args, "watermark", None))]
+    trigger = getattr(args, "trigger", None)
+    if trigger is not None and trigger.strip().lower().replace("_", "-") not in (
+        "available-now", "availablenow", "once"
+    ):
+        checks.append(("--trigger", trigger))
+    if not any(v is not None for _, v in checks):
+        return
+    from spark_ingest.stream import interval_us
+
+    for opt, value in checks:
+        if value is None:
+            continue
+        try:
+            interval_us(value)
+        except ValueError as e:
+            parser.error(f"{opt}: {e}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check_durations(parser, args)
     try:
         if args.cmd == "plot":
             return _plot(args)

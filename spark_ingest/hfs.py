@@ -64,18 +64,32 @@ class HFS:
             stream.close()
         return bytes(data).decode()
 
-    def write_text(self, p: str, text: str) -> None:
-        """Write-then-rename, so a reader sees the old or the new content, never half."""
-        tmp = p.rstrip("/").rsplit("/", 1)
-        tmp_path = f"{tmp[0]}/.{tmp[1]}.tmp" if len(tmp) == 2 else f".{p}.tmp"
-        jt = self._path(tmp_path)
-        fs = self._fs(jt)
-        out = fs.create(jt, True)
+    def _write_tmp(self, p: str, text: str) -> Any:
+        head, _, name = p.rstrip("/").rpartition("/")
+        jt = self._path(f"{head}/.{name}.tmp" if head else f".{name}.tmp")
+        out = self._fs(jt).create(jt, True)
         try:
             out.write(bytearray(text.encode()))
         finally:
             out.close()
+        return jt
+
+    def write_once(self, p: str, text: str) -> None:
+        """Create `p` whole (temp file, then rename) unless it exists: `p` is never seen
+        half written and never missing once created."""
         jp = self._path(p)
+        fs = self._fs(jp)
+        if fs.exists(jp):
+            return
+        jt = self._write_tmp(p, text)
+        if not fs.rename(jt, jp):
+            fs.delete(jt, False)
+
+    def write_text(self, p: str, text: str) -> None:
+        """Replace `p` (summaries: a reader may briefly find it missing, never half)."""
+        jp = self._path(p)
+        fs = self._fs(jp)
+        jt = self._write_tmp(p, text)
         if fs.exists(jp):
             fs.delete(jp, False)
         fs.rename(jt, jp)

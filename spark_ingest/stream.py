@@ -272,7 +272,9 @@ class _Split:
             "quarantined": quarantined,
         }
         self.hfs.mkdirs(self.p.state)
-        self.hfs.write_text(f"{self.p.state}/{batch_id}.json", json.dumps(state) + "\n")
+        # once: a re-run of this batch computes the same state, and the next batch's
+        # watermark must never see the file missing
+        self.hfs.write_once(f"{self.p.state}/{batch_id}.json", json.dumps(state) + "\n")
         self.batches.append(batch_id)
         self.say(
             f"split batch {batch_id}: {len(files)} file(s), {state['lines']} lines, "
@@ -479,10 +481,3 @@ def run_stream(
                    json.dumps(summary.to_dict(), indent=2) + "\n")
     return summary
 
-
-# used by tests and docs: the schema of <out>/late/
-LATE_COLUMNS = T.StructType(
-    [T.StructField(n, T.StringType()) for n in (
-        "reason", "received_at", "window_end", "watermark", "id", "producer", "topic_path",
-        "source_file", "raw")]
-)

@@ -11,9 +11,6 @@ from typing import Any
 import pytest
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-# collected timestamps are converted with the Python process's zone: make it UTC
-os.environ["TZ"] = "UTC"
-time.tzset()
 
 SPARK_TEST_CONF = {
     "spark.ui.enabled": "false",
@@ -28,6 +25,11 @@ SPARK_TEST_CONF = {
 def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
+    # PySpark converts collected timestamps with the Python process's zone: UTC while the
+    # Spark tests run (they run last; the zone is restored afterwards)
+    old_tz = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
     builder = SparkSession.builder.master("local[2]").appName("wsn-ingest-tests")
     for k, v in SPARK_TEST_CONF.items():
         builder = builder.config(k, v)
@@ -35,3 +37,8 @@ def spark() -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+    if old_tz is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = old_tz
+    time.tzset()
