@@ -12,6 +12,7 @@ import pytest
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+# Self-contained on purpose: tests/integration loads this file by path for its `spark`.
 SPARK_TEST_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -19,6 +20,12 @@ SPARK_TEST_CONF = {
     "spark.sql.shuffle.partitions": "1",
     "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
 }
+
+
+@pytest.fixture(scope="session")
+def spark_test_conf() -> dict[str, str]:
+    """The settings of the `spark` session, for tests that start `wsn-ingest` processes."""
+    return dict(SPARK_TEST_CONF)
 
 
 @pytest.fixture(scope="session")

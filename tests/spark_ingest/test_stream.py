@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SPARK_TEST_CONF
 from ingest_data import (
     P1,
     T0,
@@ -86,9 +85,9 @@ def test_stream_runs_new_files_late_data_no_duplicates(spark: Any, tmp_path: Pat
     assert devs[P1]["messages"] == sum(1 for m in msgs if m.producer == P1)  # late ones too
 
 
-def _spawn(landing: Path, out: Path, ck: Path, log: Path, max_files: int | None = 1
-           ) -> subprocess.Popen[bytes]:
-    conf = [a for k, v in SPARK_TEST_CONF.items() for a in ("--conf", f"{k}={v}")]
+def _spawn(landing: Path, out: Path, ck: Path, log: Path, conf_kv: dict[str, str],
+           max_files: int | None = 1) -> subprocess.Popen[bytes]:
+    conf = [a for k, v in conf_kv.items() for a in ("--conf", f"{k}={v}")]
     cmd = [sys.executable, "-m", "spark_ingest", "stream", "--landing", str(landing),
            "--out", str(out), "--checkpoint", str(ck), "--trigger", "available-now",
            "--window", "1 minute", "--watermark", "1 minute", "--master", "local[2]", *conf]
@@ -115,7 +114,9 @@ def _kill_when(proc: subprocess.Popen[bytes], ready: Any, log: Path, limit: floa
     assert proc.returncode == -signal.SIGKILL, log.read_text()
 
 
-def test_kill_9_and_restart_equals_batch(spark: Any, tmp_path: Path) -> None:
+def test_kill_9_and_restart_equals_batch(
+    spark: Any, spark_test_conf: dict[str, str], tmp_path: Path
+) -> None:
     landing, out, ck = tmp_path / "landing", tmp_path / "out", tmp_path / "ck"
     files: list[list[Message | Bad]] = [
         [*steady(k * 180, (k + 1) * 180, devices=("esp32-01", "esp32-02", "pico-03")),
@@ -125,14 +126,14 @@ def test_kill_9_and_restart_equals_batch(spark: Any, tmp_path: Path) -> None:
     write_zone(landing, files)
     # first kill: in the split query, once it has finished a micro-batch (of four)
     state = ck / "split-state"
-    p = _spawn(landing, out, ck, tmp_path / "run1.log")
+    p = _spawn(landing, out, ck, tmp_path / "run1.log", spark_test_conf)
     _kill_when(p, lambda: state.is_dir() and any(state.glob("*.json")), tmp_path / "run1.log")
     # second kill: in the aggregate query, after it has committed its first micro-batch
     commits = ck / "aggregate" / "commits"
-    p = _spawn(landing, out, ck, tmp_path / "run2.log")
+    p = _spawn(landing, out, ck, tmp_path / "run2.log", spark_test_conf)
     _kill_when(p, lambda: commits.is_dir() and any(commits.iterdir()), tmp_path / "run2.log")
     # restart: runs to the end (all remaining files at once)
-    p = _spawn(landing, out, ck, tmp_path / "run3.log", max_files=None)
+    p = _spawn(landing, out, ck, tmp_path / "run3.log", spark_test_conf, max_files=None)
     assert p.wait(timeout=240) == 0, (tmp_path / "run3.log").read_text()
     log = (tmp_path / "run3.log").read_text()
     assert "dropped by Spark  0" in log, log
