@@ -344,6 +344,18 @@ def _trigger(writer: Any, trigger: str) -> Any:
     return writer.trigger(processingTime=trigger)
 
 
+def _stop_between_batches(query: Any, wait: float = 120.0) -> None:
+    """Stop `query` when no micro-batch is running: interrupting foreachBatch mid-way is safe
+    (the batch is re-run after a restart) but noisy. Gives up waiting after `wait` s."""
+    deadline = time.monotonic() + wait
+    while query.isActive and time.monotonic() < deadline:
+        status = query.status
+        if not (status.get("isTriggerActive") or status.get("isDataAvailable")):
+            break
+        time.sleep(0.2)
+    query.stop()
+
+
 def _progress_sum(query: Any, key: str) -> int:
     total = 0
     for p in query.recentProgress:
@@ -434,8 +446,9 @@ def run_stream(
             say("interrupted: stopping the queries")
         finally:
             signal.signal(signal.SIGTERM, old)
-            for q in queries:
-                q.stop()
+            say("stopping: letting running micro-batches finish")
+            for q in queries:  # split first: no new data reaches the aggregate query
+                _stop_between_batches(q)
     for q in queries:
         exc = q.exception()
         if exc is not None:
