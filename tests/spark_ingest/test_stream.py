@@ -30,6 +30,7 @@ from ingest_data import (
 
 from spark_ingest.batch import run_batch
 from spark_ingest.stream import StreamOptions, run_stream
+from spark_ingest.synth import landing_name, write_parquet_messages
 
 pytestmark = pytest.mark.spark
 
@@ -56,8 +57,12 @@ def test_stream_runs_new_files_late_data_no_duplicates(spark: Any, tmp_path: Pat
     late_a = reading(180, P1, "esp32-01/temperature", "99.0")  # window ended long ago
     late_b = reading(7 * 60 + 30, P1, "esp32-01/temperature", "98.0")  # [05:07,05:08): written
     ontime = reading(8 * 60 + 30, P1, "esp32-01/temperature", "97.0")  # [05:08,05:09): open
-    run2: list[Message | Bad] = [late_a, late_b, ontime, *steady(600, 900), Bad("", "blank_line")]
-    write_zone(landing, [run2], first_seq=2)
+    fresh = steady(600, 900)
+    run2: list[Message | Bad] = [late_a, late_b, ontime, Bad("", "blank_line"), *fresh]
+    write_zone(landing, [run2[:4]], first_seq=2)
+    # the Parquet landing variant, next to JSON lines, in the same stream
+    write_parquet_messages(landing, landing_name(T0 + timedelta(minutes=10), 3, ".parquet"),
+                           fresh)
     s2 = run_stream(spark, str(landing), str(out), str(ck), OPTS)
     assert (s2.lines, s2.late, s2.quarantined) == (len(run2), 2, {"blank_line": 1})
     assert s2.dropped_by_watermark == 0
