@@ -17,9 +17,21 @@ REQUIRED_CONF = {
     "spark.sql.session.timeZone": "UTC",
 }
 
+# Defaults a user may override with `--conf`: the job prints its own progress to stderr, so
+# Spark's console progress bars (`[Stage 0:> (0 + 1) / 1]`) would only interleave with it.
+DEFAULT_CONF = {
+    "spark.ui.showConsoleProgress": "false",
+}
+
 
 def master_from_env() -> str | None:
     return os.environ.get("WSN_INGEST_MASTER") or os.environ.get("MASTER") or None
+
+
+def session_conf(conf: dict[str, str] | None = None) -> dict[str, str]:
+    """The settings get_session applies: the user's `conf` over REQUIRED_CONF over
+    DEFAULT_CONF (later wins)."""
+    return {**DEFAULT_CONF, **REQUIRED_CONF, **(conf or {})}
 
 
 def get_session(
@@ -27,11 +39,13 @@ def get_session(
     master: str | None = None,
     conf: dict[str, str] | None = None,
 ) -> SparkSession:
+    """The session with REQUIRED_CONF and DEFAULT_CONF applied; any key in `conf` (the CLI's
+    `--conf KEY=VALUE`) wins over both, e.g. `spark.ui.showConsoleProgress=true`."""
     builder = SparkSession.builder.appName(app)
     master = master or master_from_env()
     if master:
         builder = builder.master(master)
-    for k, v in {**REQUIRED_CONF, **(conf or {})}.items():
+    for k, v in session_conf(conf).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("WSN_INGEST_LOG_LEVEL", "WARN"))

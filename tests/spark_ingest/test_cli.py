@@ -40,3 +40,12 @@ def test_bad_durations_are_usage_errors(
         cli.main([argv[0], *base, *argv[1:]])
     assert e.value.code == 2
     assert f"{opt}: not a duration" in capsys.readouterr().err
+
+
+def test_console_progress_bars_off_unless_the_user_asks() -> None:
+    from spark_ingest.session import session_conf
+
+    assert session_conf()["spark.ui.showConsoleProgress"] == "false"
+    assert session_conf()["spark.sql.session.timeZone"] == "UTC"
+    mine = session_conf({"spark.ui.showConsoleProgress": "true"})
+    assert mine["spark.ui.showConsoleProgress"] == "true"
