@@ -59,6 +59,7 @@ class BatchSummary:
     files: int = 0
     lines: int = 0
     messages: int = 0
+    duplicates: int = 0
     quarantined: dict[str, int] = field(default_factory=dict)
     measurements: int = 0
     windows: int = 0
@@ -85,6 +86,8 @@ class BatchSummary:
             f"  lines read        {self.lines}  ({rate:,.0f} lines/s, {self.seconds:.1f} s)",
             f"  messages          {self.messages}  [{self.first_received or '-'} .. "
             f"{self.last_received or '-'}]",
+            f"  duplicates        {self.duplicates}  (same id again, e.g. --landing-format "
+            "both: counted once)",
             f"  quarantined       {self.quarantined_total}"
             + (
                 "  (" + ", ".join(f"{k}: {v}" for k, v in sorted(self.quarantined.items())) + ")"
@@ -142,7 +145,10 @@ def run_batch(
 
     Writes (each overwritten): `out/aggregates/` (Parquet, partitioned by `date`),
     `out/devices/` (Parquet), `out/quarantine/` (JSON lines), `out/_summary.json`.
-    Bad lines never fail the job. Sets the session time zone to UTC.
+    Bad lines never fail the job. Messages are identified by `id`: a valid line whose id was
+    already read (the other copy of `--landing-format both`) is counted in `duplicates` and
+    not aggregated again, so `lines = messages + duplicates + quarantined`. Sets the session
+    time zone to UTC.
     """
     say = progress or _quiet
     t0 = time.monotonic()
@@ -155,6 +161,7 @@ def run_batch(
     say(f"reading {landing} ({JSONL_GLOB}, {PARQUET_GLOB})")
 
     classified = read_classified(spark, landing).persist(StorageLevel.MEMORY_AND_DISK)
+    msgs: DataFrame | None = None
     try:
         # one pass over the input: parse, cache, count by file and reason
         per = (
@@ -167,16 +174,25 @@ def run_batch(
                 summary.quarantined[r["reason"]] = (
                     summary.quarantined.get(r["reason"], 0) + int(r["count"])
                 )
-        summary.messages = summary.lines - summary.quarantined_total
-        say(
-            f"parsed {summary.lines} lines from {summary.files} files: "
-            f"{summary.messages} messages, {summary.quarantined_total} quarantined"
-        )
+        valid = summary.lines - summary.quarantined_total
 
         quarantined(classified).write.mode("overwrite").json(f"{out}/quarantine")
         say(f"quarantine written: {out}/quarantine/")
 
-        msgs = valid_messages(classified)
+        # `id` is the message's identity (design.md, "Landing zone"): a gateway writing
+        # `--landing-format both` puts every record in a .jsonl and a .parquet file, so the
+        # same id may arrive twice; each id counts once. Only valid lines are deduplicated
+        # (a quarantined line is not a message and may have no id at all).
+        msgs = valid_messages(classified).dropDuplicates(["id"]).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        summary.messages = msgs.count()
+        summary.duplicates = valid - summary.messages
+        say(
+            f"parsed {summary.lines} lines from {summary.files} files: "
+            f"{summary.messages} messages, {summary.duplicates} duplicates, "
+            f"{summary.quarantined_total} quarantined"
+        )
         aggs = window_aggregates(measurements(msgs), window)
         aggs.write.mode("overwrite").partitionBy("date").parquet(f"{out}/aggregates")
         # read back with the known schema: an empty landing zone writes no Parquet file
@@ -205,6 +221,8 @@ def run_batch(
         )
         say(f"devices written: {len(devs)} producers -> {out}/devices/")
     finally:
+        if msgs is not None:
+            msgs.unpersist()
         classified.unpersist()
 
     summary.producers = len(devs)

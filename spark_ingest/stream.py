@@ -312,7 +312,9 @@ def refresh_devices(spark: SparkSession, paths: _Paths, gap_factor: float) -> in
     hfs = HFS(spark)
     if not any(n.startswith("b-") for n in hfs.names(paths.staged)):
         return 0
-    msgs = spark.read.schema(STAGED).option("recursiveFileLookup", "true").parquet(paths.staged)
+    # each id once, as in batch (a batch read of everything staged, so this is exact)
+    msgs = (spark.read.schema(STAGED).option("recursiveFileLookup", "true")
+            .parquet(paths.staged).dropDuplicates(["id"]))
     rows = device_summary(msgs, gap_factor).coalesce(1)
     rows.write.mode("overwrite").parquet(f"{paths.out}/devices")
     return int(spark.read.parquet(f"{paths.out}/devices").count())

@@ -15,6 +15,7 @@ from ingest_data import (
     P2,
     P3,
     T0,
+    Bad,
     assert_same_aggregates,
     batch_zone,
     expected_aggregates,
@@ -183,3 +184,43 @@ def test_empty_landing_zone(spark: Any, tmp_path: Path) -> None:
     s = run_batch(spark, str(tmp_path / "landing"), str(tmp_path / "out"))
     assert (s.files, s.lines, s.windows, s.producers) == (0, 0, 0, 0)
     assert "[- .. -]" in s.render()
+
+
+def test_landing_format_both_counts_each_id_once(
+    spark: Any, batch_run: dict[str, Any], tmp_path: Path
+) -> None:
+    """Gateway `--landing-format both`: every record in a .jsonl AND a .parquet file of the
+    same directory. Each id counts once: the aggregates, the devices and the quarantine equal
+    the JSON-lines-only run; the summary counts the second copies as duplicates."""
+    from spark_ingest.synth import landing_name, write_parquet_messages
+
+    files, msgs, bads = batch_zone()
+    landing = tmp_path / "landing"
+    write_zone(landing, files)  # JSON lines, bad lines included (as in batch_run)
+    for k, lines in enumerate(files):  # the same records as Parquet, same names
+        write_parquet_messages(landing, landing_name(T0 + timedelta(minutes=k), 1 + k,
+                                                     ".parquet"),
+                               [m for m in lines if not isinstance(m, Bad)])
+    s = run_batch(spark, str(landing), str(tmp_path / "out"), window="1 minute")
+    single = batch_run["summary"]
+    assert (s.files, s.messages, s.duplicates) == (4, len(msgs), len(msgs))
+    assert s.lines == 2 * len(msgs) + len(bads) == s.messages + s.duplicates + s.quarantined_total
+    assert (s.quarantined, s.measurements, s.windows, s.producers) == (
+        single.quarantined, single.measurements, single.windows, single.producers)
+    assert single.duplicates == 0
+    assert f"duplicates        {len(msgs)}" in s.render()
+
+    def read(out: Path, part: str) -> Any:
+        return spark.read.format("json" if part == "quarantine" else "parquet").load(
+            str(out / part))
+
+    both_out, single_out = tmp_path / "out", batch_run["root"] / "out"
+    got = spark_aggregates(read(both_out, "aggregates").collect())
+    assert_same_aggregates(got, spark_aggregates(read(single_out, "aggregates").collect()))
+    assert_same_aggregates(got, expected_aggregates(msgs, 60))
+    assert sorted(map(repr, read(both_out, "devices").collect())) == sorted(
+        map(repr, read(single_out, "devices").collect()))
+    assert sorted(r["raw"] for r in read(both_out, "quarantine").collect()) == sorted(
+        b.raw for b in bads)
+    on_disk = json.loads((both_out / "_summary.json").read_text())
+    assert on_disk["duplicates"] == len(msgs)

@@ -189,3 +189,23 @@ def test_interval_trigger_picks_up_files_while_running(spark: Any, tmp_path: Pat
     assert set(got) <= set(want)
     assert_same_aggregates(got, {k: want[k] for k in got})
     assert len(got) >= len(closed(expected_aggregates(first), wm - timedelta(minutes=5)))
+
+
+def test_stream_landing_format_both_devices_once_aggregates_per_copy(
+    spark: Any, tmp_path: Path
+) -> None:
+    """What streaming does with `--landing-format both` (docs/spark_ingest.md): `devices/`
+    counts each id once (as batch); the line counters and the aggregates count every copy
+    (streaming does not deduplicate aggregates yet)."""
+    landing, out, ck = tmp_path / "landing", tmp_path / "out", tmp_path / "ck"
+    msgs = steady(0, 300)
+    write_zone(landing, [list(msgs)], first_seq=1)
+    write_parquet_messages(landing, landing_name(T0, 1, ".parquet"), msgs)
+    s = run_stream(spark, str(landing), str(out), str(ck), OPTS)
+    assert (s.files, s.lines, s.messages) == (2, 2 * len(msgs), 2 * len(msgs))
+    devs = {r["producer"]: r for r in spark.read.parquet(str(out / "devices")).collect()}
+    assert sum(r["messages"] for r in devs.values()) == len(msgs)
+    got = spark_aggregates(spark.read.parquet(str(out / "aggregates")).drop("batch").collect())
+    want = closed(expected_aggregates(msgs), _wm(s.watermark))
+    assert set(got) == set(want) and want
+    assert all(got[k]["count"] == 2 * want[k]["count"] for k in want)
