@@ -9,6 +9,8 @@ Two chained queries, each with its own checkpoint under `--checkpoint`:
    renamed: the next query sees a batch whole or not at all; the device summary reads all of
    them), and the batch's counters and running maximum event time to
    `<ckpt>/split-state/N.json`.
+   *Duplicates* are decided here too: a valid line whose `id` an earlier micro-batch staged,
+   or that another line of the same micro-batch precedes, is counted and not staged.
    *Late* is decided here, with Spark's rule: a message is late when the end of its window is
    at or before the watermark = (greatest received_at of all earlier micro-batches) -
    `--watermark`. Messages of one micro-batch are never late to each other.
@@ -42,7 +44,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -89,6 +91,7 @@ class StreamSummary:
     messages: int = 0
     quarantined: dict[str, int] = field(default_factory=dict)
     late: int = 0
+    duplicates: int = 0
     windows_written: int = 0
     dropped_by_watermark: int = 0
     open_groups: int = 0
@@ -119,6 +122,8 @@ class StreamSummary:
             f"  messages          {self.messages}",
             f"  quarantined       {self.quarantined_total}" + (f"  ({q})" if q else ""),
             f"  late              {self.late}  -> {self.out}/late/ (window already closed)",
+            f"  duplicates        {self.duplicates}  (id already read, e.g. --landing-format "
+            "both: counted once)",
             f"  windows written   {self.windows_written}  -> {self.out}/aggregates/",
             f"  watermark         {self.watermark or '-'}; {self.open_groups} groups open "
             "(written when newer data moves the watermark past their window)",
@@ -129,7 +134,8 @@ class StreamSummary:
         if t:
             lines.append(
                 f"  since the start   {t.get('lines', 0)} lines, {t.get('messages', 0)} "
-                f"messages, {t.get('quarantined', 0)} quarantined, {t.get('late', 0)} late"
+                f"messages, {t.get('duplicates', 0)} duplicates, {t.get('quarantined', 0)} "
+                f"quarantined, {t.get('late', 0)} late"
             )
         return "\n".join(lines)
 
@@ -198,6 +204,16 @@ class _Split:
         before = [i for i in ids if i < batch_id]
         return self.state(max(before)) if before else None
 
+    def seen_ids(self, batch_id: int) -> DataFrame | None:
+        """Ids staged by earlier micro-batches (published, immutable: a re-run of `batch_id`
+        sees exactly the same set, which keeps the dedupe exactly once)."""
+        dirs = [f"{self.p.staged}/{n}" for n in self.hfs.names(self.p.staged)
+                if n.startswith("b-") and n[2:].isdigit() and int(n[2:]) < batch_id]
+        if not dirs:
+            return None
+        return (self.spark.read.schema(STAGED).parquet(*dirs).select("id").distinct()
+                .withColumn("_seen", F.lit(True)))
+
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         prev = self.previous_state(batch_id)
         prev_max = prev["max_event_us"] if prev else None
@@ -210,9 +226,23 @@ class _Split:
         wend_us = us - F.pmod(us, w) + w
         late_cond = F.lit(False) if wm_us is None else wend_us <= F.lit(wm_us)
         valid = F.col("reason").isNull()
+        # `id` is the message's identity: with `--landing-format both` every record comes
+        # twice (.jsonl and .parquet, in this micro-batch or another). A valid line is a
+        # duplicate when an earlier micro-batch staged its id or another line of this one
+        # comes first (by source file); duplicates are counted, not staged, not late.
+        # Quarantined lines are never duplicates (not messages; their id may be null).
+        seen = self.seen_ids(batch_id)
+        if seen is not None:
+            df = df.join(seen, "id", "left")
+        else:
+            df = df.withColumn("_seen", F.lit(None).cast("boolean"))
+        first = F.row_number().over(
+            Window.partitionBy("id").orderBy("source_file", "received_at", "raw")) == 1
+        dup = valid & (F.coalesce(F.col("_seen"), F.lit(False)) | ~first)
         df = (
             df.withColumn("_wend", F.timestamp_micros(wend_us))
-            .withColumn("_late", valid & late_cond)
+            .withColumn("_dup", dup)
+            .withColumn("_late", valid & ~F.col("_dup") & late_cond)
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
         try:
@@ -223,7 +253,7 @@ class _Split:
     def _write(self, df: DataFrame, batch_id: int, prev: dict[str, Any] | None,
                wm_us: int | None) -> None:
         stats = (
-            df.groupBy("reason", "_late")
+            df.groupBy("reason", "_late", "_dup")
             .agg(
                 F.count(F.lit(1)).alias("n"),
                 F.max(F.unix_micros("received_at")).alias("max_us"),
@@ -233,9 +263,11 @@ class _Split:
         )
         quarantined = {r["reason"]: int(r["n"]) for r in stats if r["reason"] is not None}
         late = sum(int(r["n"]) for r in stats if r["reason"] is None and r["_late"])
-        messages = sum(int(r["n"]) for r in stats if r["reason"] is None)
+        messages = sum(int(r["n"]) for r in stats if r["reason"] is None and not r["_dup"])
+        duplicates = sum(int(r["n"]) for r in stats if r["reason"] is None and r["_dup"])
         files = {f for r in stats for f in r["files"]}
-        maxes = [r["max_us"] for r in stats if r["reason"] is None and r["max_us"] is not None]
+        maxes = [r["max_us"] for r in stats
+                 if r["reason"] is None and not r["_dup"] and r["max_us"] is not None]
         prev_max = prev["max_event_us"] if prev else None
         new_max = max([*maxes, *([prev_max] if prev_max is not None else [])], default=None)
 
@@ -257,7 +289,7 @@ class _Split:
         final = f"{self.p.staged}/b-{batch_id:010d}"
         if messages and not self.hfs.exists(final):
             tmp = f"{self.p.staged}/_tmp-{batch_id:010d}"  # `_`: invisible to the reader
-            (df.where(F.col("reason").isNull())
+            (df.where(F.col("reason").isNull() & ~F.col("_dup"))
              .select(*MESSAGE.fieldNames(), F.col("_late").alias("late"))
              .write.mode("overwrite").parquet(tmp))
             self.hfs.rename(tmp, final)
@@ -269,6 +301,7 @@ class _Split:
             "lines": sum(int(r["n"]) for r in stats),
             "messages": messages,
             "late": late,
+            "duplicates": duplicates,
             "quarantined": quarantined,
         }
         self.hfs.mkdirs(self.p.state)
@@ -278,7 +311,8 @@ class _Split:
         self.batches.append(batch_id)
         self.say(
             f"split batch {batch_id}: {len(files)} file(s), {state['lines']} lines, "
-            f"{messages} messages, {sum(quarantined.values())} quarantined, {late} late "
+            f"{messages} messages, {duplicates} duplicates, "
+            f"{sum(quarantined.values())} quarantined, {late} late "
             f"(watermark {_iso_us(wm_us) or '-'})"
         )
 
@@ -469,15 +503,18 @@ def run_stream(
         summary.lines += int(st.get("lines", 0))
         summary.messages += int(st.get("messages", 0))
         summary.late += int(st.get("late", 0))
+        summary.duplicates += int(st.get("duplicates", 0))
         for k, v in dict(st.get("quarantined", {})).items():
             summary.quarantined[k] = summary.quarantined.get(k, 0) + int(v)
-    totals: dict[str, int] = {"lines": 0, "messages": 0, "late": 0, "quarantined": 0}
+    totals: dict[str, int] = {"lines": 0, "messages": 0, "late": 0, "duplicates": 0,
+                              "quarantined": 0}
     for name in hfs.names(paths.state):
         if name.endswith(".json") and name[:-5].isdigit():
             st = split.state(int(name[:-5])) or {}
             totals["lines"] += int(st.get("lines", 0))
             totals["messages"] += int(st.get("messages", 0))
             totals["late"] += int(st.get("late", 0))
+            totals["duplicates"] += int(st.get("duplicates", 0))
             totals["quarantined"] += sum(int(v) for v in dict(st.get("quarantined", {})).values())
     summary.totals = dict(totals)
     summary.split_batches = len(split.batches)

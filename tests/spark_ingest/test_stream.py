@@ -70,7 +70,7 @@ def test_stream_runs_new_files_late_data_no_duplicates(spark: Any, tmp_path: Pat
     s3 = run_stream(spark, str(landing), str(out), str(ck), OPTS)  # nothing new
     assert (s3.lines, s3.windows_written, s3.split_batches) == (0, 0, 0)
     assert s3.totals == {"lines": len(run1) + len(run2), "messages": len(run1) + len(run2) - 2,
-                         "late": 2, "quarantined": 2}
+                         "late": 2, "duplicates": 0, "quarantined": 2}
 
     # every closed window exactly once, equal to the oracle over the on-time messages
     msgs = [m for m in run1 + run2 if isinstance(m, Message)]
@@ -191,21 +191,31 @@ def test_interval_trigger_picks_up_files_while_running(spark: Any, tmp_path: Pat
     assert len(got) >= len(closed(expected_aggregates(first), wm - timedelta(minutes=5)))
 
 
-def test_stream_landing_format_both_devices_once_aggregates_per_copy(
-    spark: Any, tmp_path: Path
-) -> None:
-    """What streaming does with `--landing-format both` (docs/spark_ingest.md): `devices/`
-    counts each id once (as batch); the line counters and the aggregates count every copy
-    (streaming does not deduplicate aggregates yet)."""
+def test_stream_landing_format_both_counts_each_id_once(spark: Any, tmp_path: Path) -> None:
+    """`--landing-format both`: each record in a .jsonl and a .parquet file. Copies in one
+    micro-batch and copies of what an earlier run already staged are both counted once:
+    aggregates, devices and late/ equal a single-format run."""
     landing, out, ck = tmp_path / "landing", tmp_path / "out", tmp_path / "ck"
-    msgs = steady(0, 300)
-    write_zone(landing, [list(msgs)], first_seq=1)
-    write_parquet_messages(landing, landing_name(T0, 1, ".parquet"), msgs)
-    s = run_stream(spark, str(landing), str(out), str(ck), OPTS)
-    assert (s.files, s.lines, s.messages) == (2, 2 * len(msgs), 2 * len(msgs))
+    first, second = steady(0, 300), steady(300, 600)
+    write_zone(landing, [list(first)], first_seq=1)
+    s1 = run_stream(spark, str(landing), str(out), str(ck), OPTS)
+    assert (s1.messages, s1.duplicates) == (len(first), 0)
+    # the Parquet copy of run 1's file (seen in an earlier run), then a new record pair
+    write_parquet_messages(landing, landing_name(T0, 1, ".parquet"), first)
+    write_zone(landing, [list(second)], first_seq=2)
+    write_parquet_messages(landing, landing_name(T0 + timedelta(minutes=1), 2, ".parquet"),
+                           second)
+    s2 = run_stream(spark, str(landing), str(out), str(ck), OPTS)
+    n = len(first) + len(second)
+    assert (s2.files, s2.lines, s2.messages, s2.duplicates, s2.late) == (
+        3, len(first) + 2 * len(second), len(second), n, 0)
+    assert s2.totals["duplicates"] == n and s2.totals["messages"] == n
+    assert s2.dropped_by_watermark == 0
+    assert f"duplicates        {n}" in s2.render()
     devs = {r["producer"]: r for r in spark.read.parquet(str(out / "devices")).collect()}
-    assert sum(r["messages"] for r in devs.values()) == len(msgs)
+    assert sum(r["messages"] for r in devs.values()) == n
     got = spark_aggregates(spark.read.parquet(str(out / "aggregates")).drop("batch").collect())
-    want = closed(expected_aggregates(msgs), _wm(s.watermark))
-    assert set(got) == set(want) and want
-    assert all(got[k]["count"] == 2 * want[k]["count"] for k in want)
+    want = closed(expected_aggregates(first + second), _wm(s2.watermark))
+    assert len(want) > 10
+    assert_same_aggregates(got, want)
+    assert not (out / "late").exists()
