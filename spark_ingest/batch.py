@@ -183,8 +183,13 @@ def run_batch(
         # `--landing-format both` puts every record in a .jsonl and a .parquet file, so the
         # same id may arrive twice; each id counts once. Only valid lines are deduplicated
         # (a quarantined line is not a message and may have no id at all).
-        msgs = valid_messages(classified).dropDuplicates(["id"]).persist(
-            StorageLevel.MEMORY_AND_DISK
+        # coalesce: AQE does not shrink a cached plan's shuffle partitions
+        # (spark.sql.shuffle.partitions, 200 by default), and 200 tiny tasks per output
+        # doubled the run time of small zones; the input's partition count fits the data
+        parts = max(1, classified.rdd.getNumPartitions())
+        msgs = (
+            valid_messages(classified).dropDuplicates(["id"]).coalesce(parts)
+            .persist(StorageLevel.MEMORY_AND_DISK)
         )
         summary.messages = msgs.count()
         summary.duplicates = valid - summary.messages
