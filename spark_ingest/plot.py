@@ -101,8 +101,11 @@ def plot(
         if len(by_producer) <= 12:
             ax.legend(fontsize=7, loc="upper left")
     axes[-1, 0].set_xlabel("window (UTC)")
-    axes[-1, 0].xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M"))  # type: ignore[no-untyped-call]
-    fig.autofmt_xdate()
+    # Concise labels that show seconds when the windows are seconds apart (a fixed
+    # "%m-%d %H:%M" printed the same minute under every tick of a short run).
+    locator = mdates.AutoDateLocator()  # type: ignore[no-untyped-call]
+    axes[-1, 0].xaxis.set_major_locator(locator)
+    axes[-1, 0].xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
     fig.tight_layout()
     Path(png).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
