@@ -37,29 +37,49 @@ def device_summary(messages: DataFrame, gap_factor: float = 3.0) -> DataFrame:
     """messages(id, received_at, producer, topic_path, ...) -> one row per producer.
 
     `gaps` is an array of (start, end, seconds), oldest first: start is the last message
-    before the silence, end the first one after it.
+    before the silence, end the first one after it. On messages hash-partitioned by
+    producer (batch.by_producer) this shuffles nothing but the per-producer rows: two sorts
+    within partitions (by topic, then by producer) do all the work.
     """
     m = messages.select("producer", "topic_path", "received_at")
     by_topic = Window.partitionBy("producer", "topic_path").orderBy("received_at")
-    usual = (
+    per_topic = (
         m.withColumn("prev", F.lag("received_at").over(by_topic))
-        .where(F.col("prev").isNotNull())
-        .select("producer", "topic_path", _seconds("received_at", "prev").alias("dt"))
         .groupBy("producer", "topic_path")
-        .agg(F.percentile_approx("dt", 0.5).alias("median"))
-        .groupBy("producer")
-        .agg(F.min("median").alias("usual_interval_s"))
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.min("received_at").alias("first_seen"),
+            F.max("received_at").alias("last_seen"),
+            # nulls (each topic's first message) are ignored: a topic seen once has none
+            F.percentile_approx(_seconds("received_at", "prev"), 0.5).alias("median"),
+        )
     )
-    usual_j = usual.withColumnRenamed("producer", "_pu")
+    basics = per_topic.groupBy("producer").agg(
+        F.min("first_seen").alias("first_seen"),
+        F.max("last_seen").alias("last_seen"),
+        F.sum("n").alias("messages"),
+        F.count("topic_path").alias("topics"),  # distinct, non-null: one row per topic
+        F.min("median").alias("usual_interval_s"),
+    )
+    # one row per producer, read twice below (thresholds and the result): computed once,
+    # instead of sorting every message by topic a second time
+    basics = basics.localCheckpoint(eager=True)
+    threshold = basics.where(F.col("usual_interval_s").isNotNull()).select(
+        F.col("producer").alias("_pu"),
+        (F.col("usual_interval_s") * F.lit(gap_factor)).alias("_threshold"),
+    )
     by_producer = Window.partitionBy("producer").orderBy("received_at")
     steps = (
-        m.withColumn("prev", F.lag("received_at").over(by_producer))
+        m.select("producer", "received_at")
+        .withColumn("prev", F.lag("received_at").over(by_producer))
         .where(F.col("prev").isNotNull())
-        .select("producer", "prev", "received_at", _seconds("received_at", "prev").alias("dt"))
+        .withColumn("dt", _seconds("received_at", "prev"))
     )
     gaps = (
-        steps.join(usual, "producer")  # inner: a producer without usual interval has no gaps
-        .where(F.col("dt") > F.col("usual_interval_s") * F.lit(gap_factor))
+        # one row per producer on the right: broadcast, and the left keeps its partitioning.
+        # Inner: a producer without usual interval (or without a name) has no gaps.
+        steps.join(F.broadcast(threshold), steps["producer"] == threshold["_pu"])
+        .where(F.col("dt") > F.col("_threshold"))
         .groupBy(F.col("producer").alias("_pg"))
         .agg(
             F.sort_array(
@@ -74,15 +94,8 @@ def device_summary(messages: DataFrame, gap_factor: float = 3.0) -> DataFrame:
             F.max("dt").alias("longest_gap_s"),
         )
     )
-    basics = m.groupBy("producer").agg(
-        F.min("received_at").alias("first_seen"),
-        F.max("received_at").alias("last_seen"),
-        F.count(F.lit(1)).alias("messages"),
-        F.countDistinct("topic_path").alias("topics"),
-    )
     return (
-        basics.join(usual_j, basics["producer"].eqNullSafe(usual_j["_pu"]), "left")
-        .join(gaps, basics["producer"].eqNullSafe(gaps["_pg"]), "left")
+        basics.join(gaps, basics["producer"].eqNullSafe(gaps["_pg"]), "left")
         .select(
             "producer",
             "first_seen",
