@@ -117,11 +117,20 @@ def iso(col: str) -> Column:
     return F.date_format(F.col(col), "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'")
 
 
+def landing_files(spark: SparkSession, landing: str) -> list[str]:
+    """Names of the published landing files under `landing` (JSON lines and Parquet; the
+    gateway's hidden `.landing-*.tmp` files and anything else are not landing files)."""
+    return sorted(
+        n for n in HFS(spark).names(landing)
+        if n.startswith("landing-") and n.endswith((".jsonl", ".parquet"))
+    )
+
+
 def read_classified(spark: SparkSession, landing: str) -> DataFrame:
     """Every published landing file (JSON lines and the Parquet variant), classified."""
-    names = HFS(spark).names(landing)
-    has_jsonl = any(n.startswith("landing-") and n.endswith(".jsonl") for n in names)
-    has_parquet = any(n.startswith("landing-") and n.endswith(".parquet") for n in names)
+    names = landing_files(spark, landing)
+    has_jsonl = any(n.endswith(".jsonl") for n in names)
+    has_parquet = any(n.endswith(".parquet") for n in names)
     parts: list[DataFrame] = []
     if has_jsonl or not has_parquet:
         parts.append(classify_lines(read_jsonl(spark, landing)))
@@ -135,9 +144,11 @@ def read_classified(spark: SparkSession, landing: str) -> DataFrame:
 
 def partition_count(spark: SparkSession, df: DataFrame) -> int:
     """Partitions for the by-producer shuffle: as many as the input has (Spark splits files
-    by size), and at least two per core, so that each task's in-partition sort stays small
-    (spark.sql.shuffle.partitions, 200 by default, made small zones twice as slow)."""
-    return max(df.rdd.getNumPartitions(), 2 * spark.sparkContext.defaultParallelism, 1)
+    by size), and at least four per core. Each task sorts its partition's measurements (4
+    per message here); at two per core the 2M-message benchmark spilled 960 MiB to disk,
+    at four it spills nothing. (spark.sql.shuffle.partitions, 200 by default, made small
+    zones twice as slow: 200 tiny tasks per stage.)"""
+    return max(df.rdd.getNumPartitions(), 4 * spark.sparkContext.defaultParallelism, 1)
 
 
 def by_producer(df: DataFrame, parts: int) -> DataFrame:
@@ -170,7 +181,13 @@ def release(df: DataFrame) -> None:
     """Drop the blocks of a `materialize`d frame now rather than at the JVM's next garbage
     collection (best effort: the checkpointed RDD is reached through Spark internals)."""
     with contextlib.suppress(Exception):  # only memory is at stake, never correctness
-        df._jdf.queryExecution().analyzed().rdd().unpersist(False)  # type: ignore[operator]
+        jvm: Any = df.sparkSession._jvm
+        # Spark warns on every such unpersist that the lineage "cannot be recomputed": true,
+        # intended, and not something a user of wsn-ingest can act on
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            "org.apache.spark.rdd.MapPartitionsRDD", jvm.org.apache.logging.log4j.Level.ERROR
+        )
+        df._jdf.queryExecution().analyzed().rdd().unpersist(False)
 
 
 def run_batch(
@@ -201,20 +218,18 @@ def run_batch(
     say(f"reading {landing} ({JSONL_GLOB}, {PARQUET_GLOB})")
 
     # Parse once, shuffle once: every line is hash-partitioned by producer and kept. All
-    # that follows (per-file counts, quarantine, dedupe check, window aggregates, devices)
+    # that follows (counts by reason, quarantine, dedupe check, window aggregates, devices)
     # groups by producer plus other keys, so Spark reuses this partitioning and sorts
     # within partitions instead of shuffling 4x more measurement rows (docs/spark_ingest.md,
     # "Performance").
+    summary.files = len(landing_files(spark, landing))
     classified = read_classified(spark, landing)
     parts = partition_count(spark, classified)
     staged = materialize(spark, by_producer(classified, parts))
     msgs: DataFrame | None = None
     try:
-        # one pass over the input: parse, cache, count by file and reason
-        per = (
-            staged.groupBy("source_file", "reason").count().collect()
-        )
-        summary.files = len({r["source_file"] for r in per})
+        # one pass over the input: parse, keep, count by reason
+        per = staged.groupBy("reason").count().collect()
         summary.lines = sum(int(r["count"]) for r in per)
         for r in per:
             if r["reason"] is not None:

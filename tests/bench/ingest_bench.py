@@ -87,12 +87,15 @@ def spark_session(memory: str) -> Any:
 
 
 def spark_aggregates_only(spark: Any, landing: Path, out: Path) -> int:
+    """The DuckDB query's work in Spark, the way run_batch does it: parse, partition by
+    producer, explode, aggregate, write the aggregates (no quarantine, dedupe or devices)."""
     from spark_ingest.aggregate import measurements, window_aggregates
-    from spark_ingest.batch import read_classified
+    from spark_ingest.batch import by_producer, partition_count, read_classified
     from spark_ingest.landing import valid_messages
 
-    aggs = window_aggregates(measurements(valid_messages(read_classified(spark, str(landing)))),
-                             "1 minute")
+    classified = read_classified(spark, str(landing))
+    msgs = by_producer(valid_messages(classified), partition_count(spark, classified))
+    aggs = window_aggregates(measurements(msgs), "1 minute")
     aggs.write.mode("overwrite").partitionBy("date").parquet(str(out))
     return int(spark.read.schema(aggs.schema).parquet(str(out)).count())
 
@@ -152,9 +155,15 @@ def main() -> int:
             shutil.rmtree(work, ignore_errors=True)
 
     print()
-    print(f"{'engine':<28} {'outputs':<12} {'seconds':>8} {'rows/s':>10} {'agg rows':>10}")
+    duck = {name.split("(")[1].rstrip(")"): args.rows / dt
+            for name, _, dt, _ in results if name.startswith("duckdb")}
+    refs = [f for f in ("jsonl", "parquet") if f in duck]
+    head = "".join(f" {'/duckdb ' + f:>15}" for f in refs)
+    print(f"{'engine':<28} {'outputs':<12} {'seconds':>8} {'rows/s':>10} {'agg rows':>10}{head}")
     for name, what, dt, n in results:
-        print(f"{name:<28} {what:<12} {dt:8.1f} {args.rows / dt:10,.0f} {n:10,}")
+        rate = args.rows / dt
+        ratios = "".join(f" {rate / duck[f]:15.0%}" for f in refs)
+        print(f"{name:<28} {what:<12} {dt:8.1f} {rate:10,.0f} {n:10,}{ratios}")
     return 0
 
 

@@ -4,6 +4,7 @@ recomputed here in plain Python (the oracle the Spark output is compared with)."
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -75,6 +76,11 @@ def batch_zone() -> tuple[list[list[Message | Bad]], list[Message], list[Bad]]:
         msg(70, P2, t2, {"value": "17.5", "time": "1970-01-01T00:00:00Z"}),
         # producer and topic may be null per the contract: aggregated under null keys
         msg(20, None, None, {"value": "5"}),
+        # what counts as a number (aggregate.NUMBER_RE): decimal and scientific text, signs,
+        # blanks around; not hex, digit separators, overflow or Infinity
+        msg(50, P2, "esp32-02/numbers", {
+            "sci": "1e3", "plus": "+5", "frac": ".5", "pad": " 7 ", "hex": "0x10",
+            "under": "1_000", "huge": "1e999", "inf": "Infinity", "word": "five"}),
         # a message without fields (heartbeat): a message for devices, no measurement
         msg(30, P3, hb, {}),
         Bad('{"id":"q2","received_at":"2026-11-21T05:00:00Z","producer":"x"}',
@@ -116,13 +122,14 @@ def write_zone(landing: Path, files: list[list[Message | Bad]], first_seq: int =
 
 # ---- the oracle -------------------------------------------------------------------------
 
+# aggregate.NUMBER_RE, with ASCII classes as in Java's regex
+NUMBER = re.compile(r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$", re.ASCII)
+
+
 def as_number(v: str | None) -> float | None:
-    if v is None:
+    if v is None or not NUMBER.match(v):
         return None
-    try:
-        f = float(v)
-    except ValueError:
-        return None
+    f = float(v)
     return f if math.isfinite(f) else None
 
 

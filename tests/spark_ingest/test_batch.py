@@ -66,6 +66,9 @@ def test_aggregates_value_by_value(spark: Any, batch_run: dict[str, Any]) -> Non
     clock = got[(w0 + timedelta(minutes=1), P2, "esp32-02/temperature", "time")]
     assert clock["last_str"] == "1970-01-01T00:00:00Z"
     assert got[(w0, None, None, "value")]["last"] == 5.0
+    nums = {k[3]: v["last"] for k, v in got.items() if k[2] == "esp32-02/numbers"}
+    assert nums == {"sci": 1000.0, "plus": 5.0, "frac": 0.5, "pad": 7.0, "hex": None,
+                    "under": None, "huge": None, "inf": None, "word": None}
     assert not any(k[1] == P3 and k[3] not in ("seq",) for k in got), "heartbeat {} -> no rows"
 
 
