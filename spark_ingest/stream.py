@@ -204,15 +204,25 @@ class _Split:
         before = [i for i in ids if i < batch_id]
         return self.state(max(before)) if before else None
 
-    def seen_ids(self, batch_id: int) -> DataFrame | None:
+    def seen_ids(self, batch_id: int, lo_us: int, hi_us: int) -> DataFrame | None:
         """Ids staged by earlier micro-batches (published, immutable: a re-run of `batch_id`
-        sees exactly the same set, which keeps the dedupe exactly once)."""
+        sees exactly the same set, which keeps the dedupe exactly once) whose received_at
+        lies in [lo_us, hi_us], the span of this micro-batch's valid lines.
+
+        A copy of a message carries the message's received_at, so no staged row outside the
+        span can be one. The bound is what keeps a long-running stream from slowing down:
+        Spark skips each staged file whose received_at statistics fall outside the span, so
+        the cost follows the overlap with this micro-batch, not the length of the history.
+        """
         dirs = [f"{self.p.staged}/{n}" for n in self.hfs.names(self.p.staged)
                 if n.startswith("b-") and n[2:].isdigit() and int(n[2:]) < batch_id]
         if not dirs:
             return None
-        return (self.spark.read.schema(STAGED).parquet(*dirs).select("id").distinct()
-                .withColumn("_seen", F.lit(True)))
+        span = F.col("received_at").between(
+            F.timestamp_micros(F.lit(lo_us)), F.timestamp_micros(F.lit(hi_us))
+        )
+        return (self.spark.read.schema(STAGED).parquet(*dirs).where(span).select("id")
+                .distinct().withColumn("_seen", F.lit(True)))
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         prev = self.previous_state(batch_id)
@@ -226,29 +236,36 @@ class _Split:
         wend_us = us - F.pmod(us, w) + w
         late_cond = F.lit(False) if wm_us is None else wend_us <= F.lit(wm_us)
         valid = F.col("reason").isNull()
-        # `id` is the message's identity: with `--landing-format both` every record comes
-        # twice (.jsonl and .parquet, in this micro-batch or another). A valid line is a
-        # duplicate when an earlier micro-batch staged its id or another line of this one
-        # comes first (by source file); duplicates are counted, not staged, not late.
-        # Quarantined lines are never duplicates (not messages; their id may be null).
-        seen = self.seen_ids(batch_id)
-        if seen is not None:
-            df = df.join(seen, "id", "left")
-        else:
-            df = df.withColumn("_seen", F.lit(None).cast("boolean"))
-        first = F.row_number().over(
-            Window.partitionBy("id").orderBy("source_file", "received_at", "raw")) == 1
-        dup = valid & (F.coalesce(F.col("_seen"), F.lit(False)) | ~first)
-        df = (
-            df.withColumn("_wend", F.timestamp_micros(wend_us))
-            .withColumn("_dup", dup)
-            .withColumn("_late", valid & ~F.col("_dup") & late_cond)
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
+        # kept: read twice (the span of its times, then the split), parsed once
+        base = df.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            self._write(df, batch_id, prev, wm_us)
+            span = base.where(valid).agg(F.min(us).alias("lo"), F.max(us).alias("hi")).collect()[0]
+            # `id` is the message's identity: with `--landing-format both` every record comes
+            # twice (.jsonl and .parquet, in this micro-batch or another). A valid line is a
+            # duplicate when an earlier micro-batch staged its id or another line of this one
+            # comes first (by source file); duplicates are counted, not staged, not late.
+            # Quarantined lines are never duplicates (not messages; their id may be null).
+            seen = (self.seen_ids(batch_id, int(span["lo"]), int(span["hi"]))
+                    if span["lo"] is not None else None)
+            if seen is not None:
+                df = base.join(seen, "id", "left")
+            else:
+                df = base.withColumn("_seen", F.lit(None).cast("boolean"))
+            first = F.row_number().over(
+                Window.partitionBy("id").orderBy("source_file", "received_at", "raw")) == 1
+            dup = valid & (F.coalesce(F.col("_seen"), F.lit(False)) | ~first)
+            df = (
+                df.withColumn("_wend", F.timestamp_micros(wend_us))
+                .withColumn("_dup", dup)
+                .withColumn("_late", valid & ~F.col("_dup") & late_cond)
+                .persist(StorageLevel.MEMORY_AND_DISK)
+            )
+            try:
+                self._write(df, batch_id, prev, wm_us)
+            finally:
+                df.unpersist()
         finally:
-            df.unpersist()
+            base.unpersist()
 
     def _write(self, df: DataFrame, batch_id: int, prev: dict[str, Any] | None,
                wm_us: int | None) -> None:
