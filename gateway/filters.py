@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from lxml import etree
 
 from gateway import faults, ns
+from gateway.topics import xpath_guard
 from gateway.xmlutil import Element
 
 _PROBE = etree.fromstring(b"<probe/>")
@@ -24,6 +25,10 @@ class XPathFilter:
     def __init__(self, text: str, nsmap: Mapping[str | None, str]) -> None:
         if len(text) > MAX_EXPRESSION_CHARS:
             raise ValueError(f"longer than {MAX_EXPRESSION_CHARS} characters")
+        # evaluated on every notification: nothing that grows faster than the message
+        refused = xpath_guard.check(text)
+        if refused:
+            raise ValueError(refused)
         self.text = text
         self.nsmap = {k: v for k, v in nsmap.items() if k}
         # regexp=False: no EXSLT regular expressions (a subscriber could otherwise bind the

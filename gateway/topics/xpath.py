@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from lxml import etree
 
+from . import xpath_guard
 from .dialects import FULL, XPATH
 from .errors import InvalidTopicExpression
 from .expression import TopicExpression, resolve_prefix
@@ -86,8 +87,15 @@ class XPathExpression(TopicExpression):
         super().__init__(XPATH, text, nsmap)
         for p in prefixes_used(text):
             resolve_prefix(p, nsmap, text)  # raises on an undeclared prefix
+        refused = xpath_guard.check(text)
+        if refused:
+            raise InvalidTopicExpression(
+                f"XPath topic expression {text!r} refused: {refused} (see xpath_guard)"
+            )
         try:
-            self._xpath = etree.XPath(text, namespaces=nsmap)
+            # regexp=False: no EXSLT regular expressions, which a subscriber could bind to
+            # make every topic set version run a catastrophic regex
+            self._xpath = etree.XPath(text, namespaces=nsmap, regexp=False)
         except etree.XPathError as e:
             raise InvalidTopicExpression(
                 f"invalid XPath topic expression {text!r}: {e} (WS-Topics 1.3 §8.4)"
