@@ -17,9 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import os
-import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,12 +25,9 @@ from typing import IO
 
 from lxml import etree
 
+from gateway.landing_files import OutboxWriter
 from gateway.storage import Storage
 from gateway.xmlutil import Element
-
-log = logging.getLogger("gateway.landing")
-
-_NAME_RE = re.compile(r"^\.?landing-(\d{8}T\d{6})-(\d+)\.jsonl(\.tmp)?$")
 
 
 def record(
@@ -68,7 +63,13 @@ def record(
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
-class LandingWriter:
+class LandingWriter(OutboxWriter):
+    """JSON-lines landing files (see the module docstring); the shared run loop, stop
+    protocol and file names are landing_files.OutboxWriter's."""
+
+    suffix = ".jsonl"
+    what = "landing flush"
+
     def __init__(
         self,
         directory: Path,
@@ -76,34 +77,18 @@ class LandingWriter:
         max_bytes: int = 64 * 1024 * 1024,
         max_age: float = 60.0,
     ) -> None:
-        self.dir = directory
-        self.storage = storage
-        self.max_bytes = max_bytes
-        self.max_age = max_age
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        # A flush is never cancelled half-way: the append runs in a thread that cannot be
-        # stopped, and an unrecorded append followed by another flush would write the same
-        # outbox rows twice. The lock makes flushes exclusive; stop() sets _stopping and
-        # wakes the run loop, which returns between flushes.
-        self._flush_lock = asyncio.Lock()
-        self._stopping = False
+        super().__init__(directory, storage, max_bytes, max_age)
         self._fh: IO[bytes] | None = None
         self._tmp: Path | None = None
-        self._final: Path | None = None
+        self._final_path: Path | None = None
         self._opened_at = 0.0
         self._size = 0
-        self._seq = 0
         self.lines_written = 0
 
     # ---- start / stop ----
     def recover(self) -> None:
         """Publish temporary files a crash left behind (see module docstring)."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        for p in self.dir.iterdir():
-            m = _NAME_RE.match(p.name)
-            if m:
-                self._seq = max(self._seq, int(m.group(2)))
+        self._scan_seq()
         for p in sorted(self.dir.glob(".landing-*.jsonl.tmp")):
             data = p.read_bytes()
             cut = data.rfind(b"\n") + 1
@@ -127,48 +112,33 @@ class LandingWriter:
         self._fsync_dir()
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="landing-writer")
+        self._start_task("landing-writer")
 
-    async def stop(self) -> None:
-        """Let a flush in progress finish, write what is left in the outbox, publish the
-        open file. Never cancels a flush (that could write lines twice, see __init__)."""
-        self._stopping = True
-        self._wake.set()
-        if self._task is not None:
-            with contextlib.suppress(Exception):
-                await self._task
-            self._task = None
+    async def _final(self) -> None:
+        """Write what is left in the outbox, publish the open file (even if that failed)."""
         try:
             await self.flush()
-        except Exception:  # lines stay in the outbox and are written at the next start
-            log.exception("final landing flush failed")
-        self._rotate()
+        finally:
+            self._rotate()
 
     def kick(self) -> None:
         self._wake.set()
 
     # ---- writing ----
-    async def _run(self) -> None:
-        tick = max(0.05, min(1.0, self.max_age / 4))
-        while not self._stopping:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), tick)
-            self._wake.clear()
-            if self._stopping:
-                return
-            try:
-                await self.flush()
-            except Exception:  # keep the writer alive; lines stay in the outbox
-                log.exception("landing flush failed; will retry")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), tick)
-            if self._fh is not None and time.time() - self._opened_at >= self.max_age:
-                self._rotate()
+    def _due(self) -> bool:
+        return True  # every wake-up flushes: lines are appended as they come
+
+    async def _work(self) -> None:
+        await self.flush()
+
+    def _after_work(self) -> None:
+        if self._fh is not None and time.time() - self._opened_at >= self.max_age:
+            self._rotate()
 
     async def flush(self) -> None:
         """Write everything in the outbox to the open file (fsynced), then delete it from
         the outbox. Exclusive: concurrent callers wait for each other."""
-        async with self._flush_lock:
+        async with self._lock:
             await self._flush_locked()
 
     async def _flush_locked(self) -> None:
@@ -195,34 +165,18 @@ class LandingWriter:
         self._size += len(data)
 
     def _open(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-        while True:
-            self._seq += 1
-            name = f"landing-{stamp}-{self._seq:06d}.jsonl"
-            if not (self.dir / name).exists() and not (self.dir / f".{name}.tmp").exists():
-                break
-        self._final = self.dir / name
-        self._tmp = self.dir / f".{name}.tmp"
+        self._tmp, self._final_path = self._new_name()
         self._fh = open(self._tmp, "ab")  # noqa: SIM115 - kept open across batches
         self._opened_at = time.time()
         self._size = 0
 
     def _rotate(self) -> None:
-        if self._fh is None or self._tmp is None or self._final is None:
+        if self._fh is None or self._tmp is None or self._final_path is None:
             return
         self._fh.close()
         self._fh = None
         if self._size:
-            os.replace(self._tmp, self._final)
+            os.replace(self._tmp, self._final_path)
         else:
             self._tmp.unlink(missing_ok=True)
         self._fsync_dir()
-
-    def _fsync_dir(self) -> None:
-        with contextlib.suppress(OSError):
-            fd = os.open(self.dir, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)

@@ -29,19 +29,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import os
-import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gateway.landing_files import OutboxWriter
 from gateway.storage import Storage
 
-log = logging.getLogger("gateway.landing_parquet")
-
-_NAME_RE = re.compile(r"^\.?landing-(\d{8}T\d{6})-(\d+)\.parquet(\.tmp)?$")
 ROW_GROUP = 5000
 
 
@@ -101,7 +97,13 @@ def _columns(lines: list[str]) -> dict[str, list[Any]]:
     return cols
 
 
-class ParquetLandingWriter:
+class ParquetLandingWriter(OutboxWriter):
+    """Parquet landing files (see the module docstring); the shared run loop, stop protocol
+    and file names are landing_files.OutboxWriter's."""
+
+    suffix = ".parquet"
+    what = "Parquet landing file"
+
     def __init__(
         self,
         directory: Path,
@@ -111,16 +113,7 @@ class ParquetLandingWriter:
     ) -> None:
         self.pa, self.pq = import_pyarrow()
         self.schema = arrow_schema(self.pa)
-        self.dir = directory
-        self.storage = storage
-        self.max_bytes = max_bytes
-        self.max_age = max_age
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        # as in landing.LandingWriter: a file being written is never cancelled half-way
-        self._lock = asyncio.Lock()
-        self._stopping = False
-        self._seq = 0
+        super().__init__(directory, storage, max_bytes, max_age)
         self._pending_bytes = 0
         self._oldest_at: float | None = None  # monotonic time the oldest waiting record came
         self.records_written = 0
@@ -129,11 +122,7 @@ class ParquetLandingWriter:
     # ---- start / stop ----
     def recover(self) -> None:
         """Finish or discard what a crash left behind (see the module docstring)."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        for p in self.dir.iterdir():
-            m = _NAME_RE.match(p.name)
-            if m:
-                self._seq = max(self._seq, int(m.group(2)))
+        self._scan_seq()
         recorded = set(self.storage.parquet_files_sync())
         for p in sorted(self.dir.glob(".landing-*.parquet.tmp")):
             if p.name in recorded:
@@ -148,20 +137,11 @@ class ParquetLandingWriter:
         n, nbytes, _ = await self.storage.parquet_outbox_stats()
         self._pending_bytes = nbytes
         self._oldest_at = time.monotonic() if n else None
-        self._task = asyncio.create_task(self._run(), name="landing-parquet-writer")
+        self._start_task("landing-parquet-writer")
 
-    async def stop(self) -> None:
-        """Let a file in progress finish, then write what is left as one last file."""
-        self._stopping = True
-        self._wake.set()
-        if self._task is not None:
-            with contextlib.suppress(Exception):
-                await self._task
-            self._task = None
-        try:
-            await self.publish()
-        except Exception:  # the records stay in the outbox for the next start
-            log.exception("final Parquet landing file failed")
+    async def _final(self) -> None:
+        """What is left in the outbox, as one last file."""
+        await self.publish()
 
     def kick(self, nbytes: int) -> None:
         """`nbytes` of JSON records were committed to the outbox."""
@@ -180,20 +160,8 @@ class ParquetLandingWriter:
             or time.monotonic() - self._oldest_at >= self.max_age
         )
 
-    async def _run(self) -> None:
-        tick = max(0.05, min(1.0, self.max_age / 4))
-        while not self._stopping:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), tick)
-            self._wake.clear()
-            if self._stopping or not self._due():
-                continue
-            try:
-                await self.publish()
-            except Exception:  # keep the writer alive; the records stay in the outbox
-                log.exception("Parquet landing file failed; will retry")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), tick)
+    async def _work(self) -> None:
+        await self.publish()
 
     async def publish(self) -> None:
         """Write every record now in the outbox as one published file (none if empty)."""
@@ -207,7 +175,7 @@ class ParquetLandingWriter:
 
     async def _publish(self, up_to: int) -> None:
         loop = asyncio.get_running_loop()
-        tmp, final = self._names()
+        tmp, final = self._new_name()
         writer = await loop.run_in_executor(None, self._open, tmp)
         count = 0
         try:
@@ -232,15 +200,6 @@ class ParquetLandingWriter:
         self.records_written += count
         self.files_written += 1
 
-    def _names(self) -> tuple[Path, Path]:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-        while True:
-            self._seq += 1
-            name = f"landing-{stamp}-{self._seq:06d}.parquet"
-            if not (self.dir / name).exists() and not (self.dir / f".{name}.tmp").exists():
-                return self.dir / f".{name}.tmp", self.dir / name
-
     def _open(self, tmp: Path) -> Any:
         return self.pq.ParquetWriter(str(tmp), self.schema)
 
@@ -254,11 +213,3 @@ class ParquetLandingWriter:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-    def _fsync_dir(self) -> None:
-        with contextlib.suppress(OSError):
-            fd = os.open(self.dir, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)

@@ -1,0 +1,132 @@
+"""What the two landing writers share (landing.LandingWriter for JSON lines,
+landing_parquet.ParquetLandingWriter): a background task that moves records from a SQLite
+outbox into files of the landing directory, file names, and the stop protocol.
+
+A caller may rely on: files are named `landing-<UTC yyyymmddTHHMMSS>-<seq><suffix>`, are
+written as hidden `.<name>.tmp` first, and a sequence number is never reused in a directory;
+`stop()` never cancels a write half-way (the write runs in a thread that cannot be stopped,
+and an unrecorded write followed by another would land the same outbox rows twice), it lets
+the write in progress finish and then runs the writer's final step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gateway.storage import Storage
+
+log = logging.getLogger("gateway.landing")
+
+
+def name_pattern(suffix: str) -> re.Pattern[str]:
+    """Published and temporary landing file names with `suffix` (".jsonl", ".parquet")."""
+    return re.compile(r"^\.?landing-(\d{8}T\d{6})-(\d+)" + re.escape(suffix) + r"(\.tmp)?$")
+
+
+class OutboxWriter:
+    """Base of the landing writers. Subclasses set `suffix` and `what` (for logs) and
+    implement `_due()`, `_work()` and `_final()`."""
+
+    suffix = ""
+    what = "landing file"
+
+    def __init__(
+        self, directory: Path, storage: Storage, max_bytes: int, max_age: float
+    ) -> None:
+        self.dir = directory
+        self.storage = storage
+        self.max_bytes = max_bytes
+        self.max_age = max_age
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        # makes writes exclusive; stop() sets _stopping and wakes the run loop, which
+        # returns between writes (see the module docstring)
+        self._lock = asyncio.Lock()
+        self._stopping = False
+        self._seq = 0
+
+    # ---- hooks ----
+    def _due(self) -> bool:
+        """Whether the run loop should call _work() now."""
+        raise NotImplementedError
+
+    async def _work(self) -> None:
+        """Move what is due from the outbox to a file."""
+        raise NotImplementedError
+
+    def _after_work(self) -> None:
+        """Called by the run loop after each wake-up that was due, failed or not."""
+
+    async def _final(self) -> None:
+        """The last write at stop(), after the run loop has returned."""
+        raise NotImplementedError
+
+    # ---- start / stop ----
+    def _scan_seq(self) -> None:
+        """Continue the sequence after every landing file of this kind in the directory."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        pattern = name_pattern(self.suffix)
+        for p in self.dir.iterdir():
+            m = pattern.match(p.name)
+            if m:
+                self._seq = max(self._seq, int(m.group(2)))
+
+    def _start_task(self, name: str) -> None:
+        self._task = asyncio.create_task(self._run(), name=name)
+
+    async def stop(self) -> None:
+        """Let a write in progress finish, then run the final write (errors are logged:
+        what was not written stays in the outbox for the next start)."""
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+            self._task = None
+        try:
+            await self._final()
+        except Exception:
+            log.exception("final %s failed", self.what)
+
+    async def _run(self) -> None:
+        tick = max(0.05, min(1.0, self.max_age / 4))
+        while not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), tick)
+            self._wake.clear()
+            if self._stopping:
+                return
+            if not self._due():
+                continue
+            try:
+                await self._work()
+            except Exception:  # keep the writer alive; the records stay in the outbox
+                log.exception("%s failed; will retry", self.what)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), tick)
+            self._after_work()
+
+    # ---- files ----
+    def _new_name(self) -> tuple[Path, Path]:
+        """(temporary, final) paths for the next file."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        while True:
+            self._seq += 1
+            name = f"landing-{stamp}-{self._seq:06d}{self.suffix}"
+            if not (self.dir / name).exists() and not (self.dir / f".{name}.tmp").exists():
+                return self.dir / f".{name}.tmp", self.dir / name
+
+    def _fsync_dir(self) -> None:
+        with contextlib.suppress(OSError):
+            fd = os.open(self.dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
