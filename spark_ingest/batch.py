@@ -2,8 +2,8 @@
 
 The output directory is rewritten as a whole (each of its parts is overwritten), so running
 the job twice on the same landing zone gives the same output: it is idempotent, and exactly
-once by construction. Lines are parsed once; the parsed, compact form is cached for the four
-outputs.
+once by construction. Lines are parsed and partitioned by producer once; that form is kept
+(a local checkpoint, see `materialize`) for the four outputs.
 """
 
 from __future__ import annotations
