@@ -45,7 +45,7 @@ def window_aggregates(meas: DataFrame, window: str) -> DataFrame:
     timestamp are broken by message id, so the result does not depend on row order.
     On messages hash-partitioned by producer (batch.by_producer) the grouping needs no
     shuffle: Spark sorts each partition once and aggregates it, instead of a partial
-    aggregation, a shuffle of every measurement and a second sort (2-3x slower, measured).
+    aggregation, a shuffle of every measurement and a second sort (about 2x slower, measured).
     """
     grouped = meas.groupBy(
         F.window("received_at", window).alias("window"), "producer", "topic_path", "field"

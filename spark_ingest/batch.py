@@ -117,18 +117,19 @@ def iso(col: str) -> Column:
     return F.date_format(F.col(col), "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'")
 
 
-def landing_files(spark: SparkSession, landing: str) -> list[str]:
-    """Names of the published landing files under `landing` (JSON lines and Parquet; the
-    gateway's hidden `.landing-*.tmp` files and anything else are not landing files)."""
-    return sorted(
-        n for n in HFS(spark).names(landing)
+def landing_files(spark: SparkSession, landing: str) -> dict[str, int]:
+    """Bytes of each published landing file under `landing`, by name (JSON lines and
+    Parquet; the gateway's hidden `.landing-*.tmp` files and anything else are not landing
+    files)."""
+    return {
+        n: size for n, size in HFS(spark).sizes(landing).items()
         if n.startswith("landing-") and n.endswith((".jsonl", ".parquet"))
-    )
+    }
 
 
 def read_classified(spark: SparkSession, landing: str) -> DataFrame:
     """Every published landing file (JSON lines and the Parquet variant), classified."""
-    names = landing_files(spark, landing)
+    names = list(landing_files(spark, landing))
     has_jsonl = any(n.endswith(".jsonl") for n in names)
     has_parquet = any(n.endswith(".parquet") for n in names)
     parts: list[DataFrame] = []
@@ -142,13 +143,26 @@ def read_classified(spark: SparkSession, landing: str) -> DataFrame:
     return df
 
 
-def partition_count(spark: SparkSession, df: DataFrame) -> int:
-    """Partitions for the by-producer shuffle: as many as the input has (Spark splits files
-    by size), and at least four per core. Each task sorts its partition's measurements (4
-    per message here); at two per core the 2M-message benchmark spilled 960 MiB to disk,
-    at four it spills nothing. (spark.sql.shuffle.partitions, 200 by default, made small
-    zones twice as slow: 200 tiny tasks per stage.)"""
-    return max(df.rdd.getNumPartitions(), 4 * spark.sparkContext.defaultParallelism, 1)
+# Landing bytes per partition of the by-producer shuffle: about 120,000 messages (half a
+# million measurements to sort per task) in either format; Parquet compresses the landing
+# records about 15x.
+JSONL_BYTES_PER_PARTITION = 64 * 1024 * 1024
+PARQUET_BYTES_PER_PARTITION = 4 * 1024 * 1024
+
+
+def partition_count(spark: SparkSession, files: dict[str, int]) -> int:
+    """Partitions for the by-producer shuffle, sized by the landing files (name -> bytes).
+
+    Each task sorts the measurements of its partition (4 per message in the benchmark), so
+    the count follows the data, not the input splits: the 67 MB Parquet benchmark zone is
+    2 input splits of 1M messages each. Measured with 4 GB of driver memory and 2M messages:
+    4 partitions spilled 960 MiB to disk, 8 spilled 448 MiB (50 producers hash unevenly),
+    16 nothing. At least two per core; a small zone gets no more (200 tiny tasks per stage,
+    Spark's default, made small zones twice as slow)."""
+    jsonl = sum(b for n, b in files.items() if n.endswith(".jsonl"))
+    parquet = sum(b for n, b in files.items() if n.endswith(".parquet"))
+    by_size = -(-jsonl // JSONL_BYTES_PER_PARTITION) + -(-parquet // PARQUET_BYTES_PER_PARTITION)
+    return max(by_size, 2 * spark.sparkContext.defaultParallelism, 1)
 
 
 def by_producer(df: DataFrame, parts: int) -> DataFrame:
@@ -163,8 +177,8 @@ def materialize(spark: SparkSession, df: DataFrame) -> DataFrame:
     several queries that read it; free it with `release`.
 
     A local checkpoint, not `persist()`: filling Spark's columnar cache with the `fields`
-    maps took 2-3x longer than the parse itself (measured: 7-12 s against 3-5 s for 2M
-    lines). Adaptive execution is off while it is taken, so the plan keeps its declared
+    maps took 2-3x longer (measured: 7-12 s against 3-5 s for 2M Parquet records, read and
+    shuffle included). Adaptive execution is off while it is taken, so the plan keeps its declared
     hash partitioning (AQE plans hide it) and later queries do not shuffle again. The price:
     a lost executor fails the job instead of recomputing (it is idempotent: run it again).
     """
@@ -222,9 +236,10 @@ def run_batch(
     # groups by producer plus other keys, so Spark reuses this partitioning and sorts
     # within partitions instead of shuffling 4x more measurement rows (docs/spark_ingest.md,
     # "Performance").
-    summary.files = len(landing_files(spark, landing))
+    files = landing_files(spark, landing)
+    summary.files = len(files)
     classified = read_classified(spark, landing)
-    parts = partition_count(spark, classified)
+    parts = partition_count(spark, files)
     staged = materialize(spark, by_producer(classified, parts))
     msgs: DataFrame | None = None
     try:

@@ -39,6 +39,14 @@ class HFS:
             return []
         return sorted(str(s.getPath().getName()) for s in fs.listStatus(jp))
 
+    def sizes(self, directory: str) -> dict[str, int]:
+        """Bytes of each entry of `directory` by name ({} when it does not exist)."""
+        jp = self._path(directory)
+        fs = self._fs(jp)
+        if not fs.exists(jp):
+            return {}
+        return {str(s.getPath().getName()): int(s.getLen()) for s in fs.listStatus(jp)}
+
     def mkdirs(self, p: str) -> None:
         jp = self._path(p)
         self._fs(jp).mkdirs(jp)

@@ -90,11 +90,12 @@ def spark_aggregates_only(spark: Any, landing: Path, out: Path) -> int:
     """The DuckDB query's work in Spark, the way run_batch does it: parse, partition by
     producer, explode, aggregate, write the aggregates (no quarantine, dedupe or devices)."""
     from spark_ingest.aggregate import measurements, window_aggregates
-    from spark_ingest.batch import by_producer, partition_count, read_classified
+    from spark_ingest.batch import by_producer, landing_files, partition_count, read_classified
     from spark_ingest.landing import valid_messages
 
     classified = read_classified(spark, str(landing))
-    msgs = by_producer(valid_messages(classified), partition_count(spark, classified))
+    parts = partition_count(spark, landing_files(spark, str(landing)))
+    msgs = by_producer(valid_messages(classified), parts)
     aggs = window_aggregates(measurements(msgs), "1 minute")
     aggs.write.mode("overwrite").partitionBy("date").parquet(str(out))
     return int(spark.read.schema(aggs.schema).parquet(str(out)).count())
