@@ -53,16 +53,21 @@ _NOT_AFTER_VALUE = {None, "@", "::", "(", "[", ","}
 def check(text: str) -> str | None:
     """None when `text` is safe to evaluate on untrusted documents, else why it is not.
 
-    Lexical only: a text that is not XPath at all passes here and fails in the compiler.
+    Lexical only: characters that are no XPath token are skipped over (the compiler
+    judges them), everything around them is checked.
     """
     tokens: list[str] = []
     pos = 0
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if m is None or m.end() == pos:
-            if text[pos:].strip():
-                return None  # not an XPath token: the compiler gives the precise error
-            break
+            if not text[pos:].strip():
+                break
+            # not an XPath token: kept as an opaque one so the rest is still checked (the
+            # compiler gives the precise error, or accepts what this lexer does not know)
+            tokens.append(text[pos])
+            pos += 1
+            continue
         pos = m.end()
         tokens.append(m.group(m.lastgroup or "punct"))
 

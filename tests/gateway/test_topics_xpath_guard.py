@@ -67,6 +67,8 @@ def test_refused_with_a_reason(text: str, reason: str) -> None:
 def test_not_xpath_is_left_to_the_compiler() -> None:
     assert check("1 +") is None
     assert check("#!?") is None
+    # an unknown character does not hide what follows it
+    assert check("1 # //*[count(//*) > 0]") is not None
 
 
 def test_guard_in_front_of_message_content_and_topic_xpath() -> None:
