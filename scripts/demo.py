@@ -51,7 +51,9 @@ def wait_for_line(proc: subprocess.Popen[str], pattern: str, timeout: float) -> 
         line = proc.stdout.readline()
         if not line:
             if proc.poll() is not None:
-                raise RuntimeError(f"process exited with {proc.returncode} before printing {pattern!r}")
+                raise RuntimeError(
+                    f"process exited with {proc.returncode} before printing {pattern!r}"
+                )
             continue
         m = rx.search(line)
         if m:
@@ -79,11 +81,15 @@ def soap(url: str, action: str, body: str) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--devices", type=int, default=3, help="simulated devices (default 3)")
-    ap.add_argument("--seconds", type=float, default=40.0, help="how long devices publish (default 40)")
+    ap.add_argument("--seconds", type=float, default=40.0,
+                    help="how long devices publish (default 40)")
     ap.add_argument("--work", default=str(ROOT / "var" / "demo"), help="work directory (recreated)")
-    ap.add_argument("--window", default="10 seconds", help="aggregation window (default '10 seconds')")
+    ap.add_argument("--window", default="10 seconds",
+                    help="aggregation window (default '10 seconds')")
     args = ap.parse_args()
 
     work = Path(args.work)
