@@ -19,7 +19,6 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_ingest.aggregate import measurements, window_aggregates
-from spark_ingest.arrow_aggregate import use_arrow, window_aggregates_arrow
 from spark_ingest.devices import device_summary
 from spark_ingest.hfs import HFS
 from spark_ingest.landing import (
@@ -212,7 +211,6 @@ def run_batch(
     window: str = "1 minute",
     gap_factor: float = 3.0,
     progress: Progress | None = None,
-    aggregator: str = "auto",
 ) -> BatchSummary:
     """Aggregate every published file under `landing` into `out`; return what was done.
 
@@ -221,13 +219,10 @@ def run_batch(
     Bad lines never fail the job. Messages are identified by `id`: a valid line whose id was
     already read (the other copy of `--landing-format both`) is counted in `duplicates` and
     not aggregated again, so `lines = messages + duplicates + quarantined`. Sets the session
-    time zone to UTC. `aggregator` picks how the window aggregates are computed (same
-    result): "arrow" (arrow_aggregate, pyarrow on the executors), "sql" (Spark's own plan)
-    or "auto" (Arrow when this driver has pyarrow and pandas).
+    time zone to UTC.
     """
     say = progress or _quiet
     t0 = time.monotonic()
-    arrow, how = use_arrow(aggregator)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     out = out.rstrip("/")
     summary = BatchSummary(landing=landing, out=out, window=window)
@@ -281,11 +276,7 @@ def run_batch(
             f"{summary.messages} messages, {summary.duplicates} duplicates, "
             f"{summary.quarantined_total} quarantined"
         )
-        say(f"aggregating with {how}")
-        aggs = (
-            window_aggregates_arrow(msgs, window) if arrow
-            else window_aggregates(measurements(msgs), window)
-        )
+        aggs = window_aggregates(measurements(msgs), window)
         aggs.write.mode("overwrite").partitionBy("date").parquet(f"{out}/aggregates")
         # read back with the known schema: an empty landing zone writes no Parquet file
         totals = (

@@ -61,14 +61,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=3.0,
         help="a device gap is a silence longer than this x its usual interval (3)",
     )
-    b.add_argument(
-        "--aggregator",
-        choices=("auto", "arrow", "sql"),
-        default="auto",
-        help="window aggregates with pyarrow on the executors (arrow, faster; executors "
-        "need pyarrow and pandas) or Spark's own plan (sql); auto: arrow when this Python "
-        "has both",
-    )
 
     s = sub.add_parser(
         "stream", parents=[spark_opts], help="aggregate new landing files as they arrive"
@@ -185,7 +177,7 @@ def _spark(args: argparse.Namespace) -> int:
 
         summary = run_batch(
             spark, args.landing, args.out, window=args.window, gap_factor=args.gap_factor,
-            progress=_progress, aggregator=args.aggregator,
+            progress=_progress,
         )
         print(json.dumps(summary.to_dict(), indent=2) if args.json else summary.render())
         return 0

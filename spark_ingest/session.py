@@ -8,7 +8,6 @@ these PySpark starts `local[*]`. No Maven packages are needed: only built-in sou
 from __future__ import annotations
 
 import os
-import sys
 
 from pyspark.sql import SparkSession
 
@@ -44,8 +43,6 @@ def get_session(
     `--conf KEY=VALUE`) wins over both, e.g. `spark.ui.showConsoleProgress=true`."""
     builder = SparkSession.builder.appName(app)
     master = master or master_from_env()
-    if not master or master.startswith("local"):
-        local_python()
     if master:
         builder = builder.master(master)
     for k, v in session_conf(conf).items():
@@ -53,12 +50,3 @@ def get_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("WSN_INGEST_LOG_LEVEL", "WARN"))
     return spark
-
-
-def local_python() -> None:
-    """Python workers of a session started from Python (not by spark-submit) run this
-    interpreter, which has pyarrow and pandas for arrow_aggregate, rather than PySpark's
-    default `python3` from PATH. An explicit PYSPARK_PYTHON wins; spark-submit (which sets
-    PYSPARK_GATEWAY_PORT) decides for itself (`spark.pyspark.python`)."""
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -32,10 +32,6 @@ def spark_test_conf() -> dict[str, str]:
 def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
-    from spark_ingest.session import local_python
-
-    local_python()  # Python workers (arrow_aggregate) run this interpreter
-
     # PySpark converts collected timestamps with the Python process's zone: UTC while the
     # Spark tests run (they run last; the zone is restored afterwards)
     old_tz = os.environ.get("TZ")
