@@ -3,12 +3,11 @@
 The output directory is rewritten as a whole (each of its parts is overwritten), so running
 the job twice on the same landing zone gives the same output: it is idempotent, and exactly
 once by construction. Lines are parsed and partitioned by producer once; that form is kept
-(a local checkpoint, see `materialize`) for the four outputs.
+(keep.materialize) for the four outputs.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from pyspark.sql import functions as F
 from spark_ingest.aggregate import measurements, window_aggregates
 from spark_ingest.devices import device_summary
 from spark_ingest.hfs import HFS
+from spark_ingest.keep import materialize, release
 from spark_ingest.landing import (
     JSONL_GLOB,
     PARQUET_GLOB,
@@ -170,38 +170,6 @@ def by_producer(df: DataFrame, parts: int) -> DataFrame:
     devices.device_summary group by first, so neither shuffles again. Lines without a
     producer (null) share one partition."""
     return df.repartition(parts, "producer")
-
-
-def materialize(spark: SparkSession, df: DataFrame) -> DataFrame:
-    """`df` computed once and kept (memory, spilling to disk) with its partitioning, for the
-    several queries that read it; free it with `release`.
-
-    A local checkpoint, not `persist()`: filling Spark's columnar cache with the `fields`
-    maps took 2-3x longer (measured: 7-12 s against 3-5 s for 2M Parquet records, read and
-    shuffle included). Adaptive execution is off while it is taken, so the plan keeps its declared
-    hash partitioning (AQE plans hide it) and later queries do not shuffle again. The price:
-    a lost executor fails the job instead of recomputing (it is idempotent: run it again).
-    """
-    key = "spark.sql.adaptive.enabled"
-    before = spark.conf.get(key)
-    spark.conf.set(key, "false")
-    try:
-        return df.localCheckpoint(eager=True)
-    finally:
-        spark.conf.set(key, before or "true")
-
-
-def release(df: DataFrame) -> None:
-    """Drop the blocks of a `materialize`d frame now rather than at the JVM's next garbage
-    collection (best effort: the checkpointed RDD is reached through Spark internals)."""
-    with contextlib.suppress(Exception):  # only memory is at stake, never correctness
-        jvm: Any = df.sparkSession._jvm
-        # Spark warns on every such unpersist that the lineage "cannot be recomputed": true,
-        # intended, and not something a user of wsn-ingest can act on
-        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
-            "org.apache.spark.rdd.MapPartitionsRDD", jvm.org.apache.logging.log4j.Level.ERROR
-        )
-        df._jdf.queryExecution().analyzed().rdd().unpersist(False)
 
 
 def run_batch(

@@ -15,6 +15,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from spark_ingest.keep import materialize
+
 DEVICE_COLUMNS = (
     "producer",
     "first_seen",
@@ -63,7 +65,7 @@ def device_summary(messages: DataFrame, gap_factor: float = 3.0) -> DataFrame:
     )
     # one row per producer, read twice below (thresholds and the result): computed once,
     # instead of sorting every message by topic a second time
-    basics = basics.localCheckpoint(eager=True)
+    basics = materialize(basics.sparkSession, basics, keep_partitioning=False)
     threshold = basics.where(F.col("usual_interval_s").isNotNull()).select(
         F.col("producer").alias("_pu"),
         (F.col("usual_interval_s") * F.lit(gap_factor)).alias("_threshold"),

@@ -25,6 +25,7 @@ from ingest_data import (
 
 from spark_ingest import cli
 from spark_ingest.batch import run_batch
+from spark_ingest.keep import KEEP_CONF, keep_mode, materialize, release
 from spark_ingest.schema import AGGREGATE_COLUMNS
 
 pytestmark = pytest.mark.spark
@@ -114,6 +115,46 @@ def test_devices_first_last_count_and_gaps(spark: Any, batch_run: dict[str, Any]
     assert devs[P1]["usual_interval_s"] == 20.0
     assert devs[P1]["gap_count"] == 0
     assert devs[None]["messages"] == 1 and devs[None]["gap_count"] == 0
+
+
+def test_persisted_run_gives_the_same_outputs(
+    spark: Any, batch_run: dict[str, Any], tmp_path: Path
+) -> None:
+    """On a cluster the parsed lines are persisted, so a lost executor's part is recomputed;
+    the outputs are those of the (local default) checkpointed run."""
+    root = batch_run["root"]
+    spark.conf.set(KEEP_CONF, "persist")
+    try:
+        assert keep_mode(spark) == "persist"
+        s = run_batch(spark, str(root / "landing"), str(tmp_path / "out"))
+    finally:
+        spark.conf.unset(KEEP_CONF)
+    assert keep_mode(spark) == "checkpoint"  # local[2]
+    assert s.to_dict() | {"out": None, "seconds": 0} == (
+        batch_run["summary"].to_dict() | {"out": None, "seconds": 0})
+    for part in ("aggregates", "devices"):
+        got = sorted(map(repr, spark.read.parquet(str(tmp_path / "out" / part)).collect()))
+        want = sorted(map(repr, spark.read.parquet(str(root / "out" / part)).collect()))
+        assert got == want, part
+
+
+def test_keep_modes(spark: Any) -> None:
+    df = spark.range(10).repartition(2, "id")
+    for mode, cached in (("persist", True), ("checkpoint", False)):
+        spark.conf.set(KEEP_CONF, mode)
+        try:
+            kept = materialize(spark, df)
+        finally:
+            spark.conf.unset(KEEP_CONF)
+        assert kept.is_cached is cached and kept.count() == 10
+        release(kept)
+        assert kept.is_cached is False
+    spark.conf.set(KEEP_CONF, "cache")
+    try:
+        with pytest.raises(ValueError, match="checkpoint, persist"):
+            keep_mode(spark)
+    finally:
+        spark.conf.unset(KEEP_CONF)
 
 
 def test_summary_file_and_render(batch_run: dict[str, Any]) -> None:
