@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from spark_ingest.aggregate import measurements, window_aggregates
@@ -24,6 +24,7 @@ from spark_ingest.keep import materialize, release
 from spark_ingest.landing import (
     JSONL_GLOB,
     PARQUET_GLOB,
+    REASONS,
     classify_lines,
     classify_parquet,
     quarantined,
@@ -211,17 +212,23 @@ def run_batch(
     staged = materialize(spark, by_producer(classified, parts))
     msgs: DataFrame | None = None
     try:
-        # one pass over the input: parse, keep, count by reason
-        per = staged.groupBy("reason").count().collect()
-        summary.lines = sum(int(r["count"]) for r in per)
-        for r in per:
-            if r["reason"] is not None:
-                summary.quarantined[r["reason"]] = (
-                    summary.quarantined.get(r["reason"], 0) + int(r["count"])
-                )
+        # The lines are counted by reason while the quarantine is written: an Observation
+        # collects the counts in the same pass over the kept lines (filters are not pushed
+        # below it), instead of a second query.
+        seen = Observation("lines")
+        counted = staged.observe(
+            seen,
+            F.count(F.lit(1)).alias("lines"),
+            F.count("reason").alias("quarantined"),
+            *[F.count(F.when(F.col("reason") == r, 1)).alias(r) for r in REASONS],
+        )
+        quarantined(counted).write.mode("overwrite").json(f"{out}/quarantine")
+        lines = seen.get
+        summary.lines = int(lines["lines"])
+        summary.quarantined = {r: int(lines[r]) for r in REASONS if lines[r]}
+        if summary.quarantined_total != lines["quarantined"]:  # a reason missing in REASONS
+            raise RuntimeError(f"quarantine reasons out of step with REASONS: {lines}")
         valid = summary.lines - summary.quarantined_total
-
-        quarantined(staged).write.mode("overwrite").json(f"{out}/quarantine")
         say(f"quarantine written: {out}/quarantine/")
 
         # `id` is the message's identity (design.md, "Landing zone"): a gateway writing
@@ -245,13 +252,12 @@ def run_batch(
             f"{summary.quarantined_total} quarantined"
         )
         aggs = window_aggregates(measurements(msgs), window)
-        aggs.write.mode("overwrite").partitionBy("date").parquet(f"{out}/aggregates")
-        # read back with the known schema: an empty landing zone writes no Parquet file
-        totals = (
-            spark.read.schema(aggs.schema).parquet(f"{out}/aggregates")
-            .agg(F.count(F.lit(1)).alias("rows"), F.sum("count").alias("meas"))
-            .collect()[0]
-        )
+        # counted as they are written (an Observation), not read back
+        written = Observation("aggregates")
+        aggs.observe(
+            written, F.count(F.lit(1)).alias("rows"), F.sum("count").alias("meas")
+        ).write.mode("overwrite").partitionBy("date").parquet(f"{out}/aggregates")
+        totals = written.get
         summary.windows = int(totals["rows"])
         summary.measurements = int(totals["meas"] or 0)
         say(f"aggregates written: {summary.windows} rows -> {out}/aggregates/")
