@@ -135,6 +135,26 @@ def parse_headers(header: Element | None) -> Addressing:
     return a
 
 
+#: bw-2.wsdl declares Renew and Unsubscribe in both SubscriptionManager and
+#: PausableSubscriptionManager; their default actions differ only in the portType segment.
+_BASE_SM = ns.WSNTW + "/SubscriptionManager/"
+_PAUSABLE_SM = ns.WSNTW + "/PausableSubscriptionManager/"
+
+
+def reply_action(request_action: str | None, reply: str) -> str:
+    """The wsa:Action of the reply to a request whose handler answered `reply`.
+
+    `reply` is returned unchanged, except for an operation bw-2.wsdl declares in both
+    SubscriptionManager and PausableSubscriptionManager (Renew, Unsubscribe): a request that
+    used the PausableSubscriptionManager input action gets that portType's output action
+    (WS-Addressing 1.0 Metadata §4.4.4), any other request the SubscriptionManager one.
+    """
+    pausable = bool(request_action) and str(request_action).strip().startswith(_PAUSABLE_SM)
+    if pausable and reply.startswith(_BASE_SM):
+        return _PAUSABLE_SM + reply[len(_BASE_SM) :]
+    return reply
+
+
 def new_message_id() -> str:
     return f"urn:uuid:{uuid.uuid4()}"
 

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from lxml import etree
 
 from gateway import faults, filters, landing, ns, publishers, subscriptions, topics
-from gateway.addressing import Epr, parse_epr, resource_epr
+from gateway.addressing import Epr, parse_epr, reply_action, resource_epr
 from gateway.config import Config
 from gateway.delivery import DeliveryManager, Target
 from gateway.faults import RECEIVER, SENDER, WsnFault
@@ -540,7 +540,7 @@ class NotificationBroker:
         resp = etree.Element(ns.q(ns.WSNT, "RenewResponse"), nsmap={"wsnt": ns.WSNT})
         resp.append(subscriptions.termination_element(ns.WSNT, "TerminationTime", new))
         resp.append(subscriptions.time_element(ns.WSNT, "CurrentTime", now))
-        return ns.A_RENEW_RESP, [resp]
+        return reply_action(req.wsa.action, ns.A_RENEW_RESP), [resp]
 
     async def unsubscribe(self, req: SoapRequest, sub: Subscription) -> Reply:
         try:
@@ -549,7 +549,7 @@ class NotificationBroker:
             raise faults.wsnt(
                 "UnableToDestroySubscriptionFault", f"could not destroy: {e}", RECEIVER
             ) from None
-        return ns.A_UNSUBSCRIBE_RESP, [
+        return reply_action(req.wsa.action, ns.A_UNSUBSCRIBE_RESP), [
             etree.Element(ns.q(ns.WSNT, "UnsubscribeResponse"), nsmap={"wsnt": ns.WSNT})
         ]
 

@@ -47,6 +47,7 @@ What a caller may rely on:
 from __future__ import annotations
 
 import functools
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,9 +63,11 @@ EXPLICIT_ACTION_ATTRS = (
 
 
 def _wsdl_dir() -> Path:
-    import onvif  # onvif-zeep-async, dev extra
-
-    return Path(onvif.__file__).parent / "wsdl"
+    # found without importing onvif: its client module calls logging.basicConfig(INFO)
+    spec = importlib.util.find_spec("onvif")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("onvif-zeep-async is not installed (it ships the OASIS WSDL)")
+    return Path(next(iter(spec.submodule_search_locations))) / "wsdl"
 
 
 WSDL_DIR: Path = _wsdl_dir()

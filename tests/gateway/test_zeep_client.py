@@ -6,13 +6,14 @@ bw-2.wsdl has portTypes only. Like any client of it, we add what it leaves to th
 implementer: a small WSDL (written to a temp dir) that imports bw-2.wsdl by its file URI,
 unchanged, and declares document/literal SOAP 1.1 and SOAP 1.2 bindings for the
 NotificationConsumer, NotificationProducer, CreatePullPoint, PullPoint and
-PausableSubscriptionManager portTypes. soapAction is the action URI WS-BaseNotification 1.3
-gives for each message; zeep.wsa.WsAddressingPlugin sends it as wsa:Action with a
-wsa:MessageID and wsa:To, as real clients do.
+PausableSubscriptionManager portTypes. soapAction is the WS-Addressing default action of
+each input, derived from bw-2.wsdl's portTypes (tests/wsdl_actions.py);
+zeep.wsa.WsAddressingPlugin sends it as wsa:Action with a wsa:MessageID and wsa:To, as
+real clients do.
 
 Checked on every exchange: zeep parses the response with the schemas (structure and types),
 the raw response body (or fault detail) validates with lxml against b-2.xsd/bf-2.xsd
-(gwtest.validate), wsa:Action is the response action of the spec and wsa:RelatesTo is the
+(gwtest.validate), wsa:Action is the output action bw-2.wsdl gives and wsa:RelatesTo is the
 request's MessageID. Notifications the gateway pushes to a consumer validate too.
 """
 
@@ -45,42 +46,27 @@ from zeep.exceptions import Fault
 from zeep.plugins import Plugin
 from zeep.wsa import WsAddressingPlugin
 
+from tests.wsdl_actions import action as wsdl_action
+
 BW = "http://docs.oasis-open.org/wsn/bw-2"
 BINDINGS_NS = "urn:wsn-edge:interop"
 TNS = "urn:wsn-edge:interop-topics"
 RD = "urn:wsn-edge:reading"
 
-# portType -> (operation, action of its input per WS-BaseNotification 1.3, request-response?)
-OPERATIONS: dict[str, list[tuple[str, str, bool]]] = {
-    "NotificationConsumer": [("Notify", "NotificationConsumer/Notify", False)],
-    "NotificationProducer": [
-        ("Subscribe", "NotificationProducer/SubscribeRequest", True),
-        ("GetCurrentMessage", "NotificationProducer/GetCurrentMessageRequest", True),
-    ],
-    "CreatePullPoint": [("CreatePullPoint", "CreatePullPoint/CreatePullPointRequest", True)],
-    "PullPoint": [
-        ("GetMessages", "PullPoint/GetMessagesRequest", True),
-        ("DestroyPullPoint", "PullPoint/DestroyPullPointRequest", True),
-        ("Notify", "NotificationConsumer/Notify", False),
-    ],
+# portType -> (operation, request-response?): the operations the gateway answers. Their
+# actions (soapAction, and the response action checked on every exchange) are derived from
+# bw-2.wsdl itself by tests/wsdl_actions.py, never taken from our constants.
+OPERATIONS: dict[str, list[tuple[str, bool]]] = {
+    "NotificationConsumer": [("Notify", False)],
+    "NotificationProducer": [("Subscribe", True), ("GetCurrentMessage", True)],
+    "CreatePullPoint": [("CreatePullPoint", True)],
+    "PullPoint": [("GetMessages", True), ("DestroyPullPoint", True), ("Notify", False)],
     "PausableSubscriptionManager": [
-        ("Renew", "SubscriptionManager/RenewRequest", True),
-        ("Unsubscribe", "SubscriptionManager/UnsubscribeRequest", True),
-        ("PauseSubscription", "SubscriptionManager/PauseSubscriptionRequest", True),
-        ("ResumeSubscription", "SubscriptionManager/ResumeSubscriptionRequest", True),
+        ("Renew", True),
+        ("Unsubscribe", True),
+        ("PauseSubscription", True),
+        ("ResumeSubscription", True),
     ],
-}
-# the response action of each request-response operation (WS-BaseNotification 1.3 §4-§6)
-RESPONSE_ACTION = {
-    "Subscribe": f"{BW}/NotificationProducer/SubscribeResponse",
-    "GetCurrentMessage": f"{BW}/NotificationProducer/GetCurrentMessageResponse",
-    "CreatePullPoint": f"{BW}/CreatePullPoint/CreatePullPointResponse",
-    "GetMessages": f"{BW}/PullPoint/GetMessagesResponse",
-    "DestroyPullPoint": f"{BW}/PullPoint/DestroyPullPointResponse",
-    "Renew": f"{BW}/SubscriptionManager/RenewResponse",
-    "Unsubscribe": f"{BW}/SubscriptionManager/UnsubscribeResponse",
-    "PauseSubscription": f"{BW}/SubscriptionManager/PauseSubscriptionResponse",
-    "ResumeSubscription": f"{BW}/SubscriptionManager/ResumeSubscriptionResponse",
 }
 SOAP_WSDL_NS = {
     "soap11": "http://schemas.xmlsoap.org/wsdl/soap/",
@@ -104,9 +90,10 @@ def binding_wsdl() -> str:
                 f'<wsdl:binding name="{port_type}_{v}" type="wsntw:{port_type}">'
                 f'<{v}:binding style="document" transport="http://schemas.xmlsoap.org/soap/http"/>'
             )
-            for name, action, request_response in ops:
+            for name, request_response in ops:
+                action = wsdl_action(port_type, name, "input")
                 out.append(
-                    f'<wsdl:operation name="{name}"><{v}:operation soapAction="{BW}/{action}"/>'
+                    f'<wsdl:operation name="{name}"><{v}:operation soapAction="{action}"/>'
                     f'<wsdl:input><{v}:body use="literal"/></wsdl:input>'
                 )
                 if request_response:
@@ -200,7 +187,9 @@ class Client:
             family = "wsrf" if "/wsrf/" in (etree.QName(detail[0]).namespace or "") else "wsn"
             assert hdr.findtext(f"{{{WSA}}}Action") == f"http://docs.oasis-open.org/{family}/fault"
             return el
-        assert hdr.findtext(f"{{{WSA}}}Action") == RESPONSE_ACTION[op], got
+        # the operation's output action in the portType its binding uses (bw-2.wsdl)
+        port_type = next(pt for pt, ops in OPERATIONS.items() if (op, True) in ops)
+        assert hdr.findtext(f"{{{WSA}}}Action") == wsdl_action(port_type, op, "output"), got
         validate(el)
         return el
 
@@ -410,7 +399,7 @@ def test_the_official_wsdl_is_used_unmodified(wsdl_path: Path) -> None:
     for v in ("soap11", "soap12"):
         for port_type, ops in OPERATIONS.items():
             b = client.wsdl.bindings[f"{{{BINDINGS_NS}}}{port_type}_{v}"]
-            assert sorted(b._operations) == sorted(o for o, _, _ in ops)
+            assert sorted(b._operations) == sorted(o for o, _ in ops)
 
 
 async def test_reference_parameters_echoed_as_headers_address_the_subscription(
