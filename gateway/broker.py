@@ -302,7 +302,7 @@ class NotificationBroker:
         if kind == "broker":
             op = self._broker_ops.get(tag)
             if op is None:
-                raise self._unknown_op(req, "the NotificationBroker (/wsn/broker)")
+                raise self._unknown_op(req, "the NotificationBroker (/wsn/broker)", on_broker=True)
             return op
         if kind == "subscriptions":
             sub = self.subs.get(rid)
@@ -321,18 +321,24 @@ class NotificationBroker:
             )
         return self._reg_op(tag, reg, req)
 
-    def _unknown_op(self, req: SoapRequest, where: str) -> WsnFault:
+    def _unknown_op(self, req: SoapRequest, where: str, on_broker: bool = False) -> WsnFault:
         qn = etree.QName(req.payload)
-        if qn.namespace in (ns.WSNT, ns.BR, ns.WSRF_RL, ns.WSRF_RP):
+        if on_broker and qn.namespace in (
+            ns.WSNT,
+            ns.BR,
+            ns.WSRF_RL,
+        ):
+            # a resource's operation sent to the broker without naming the resource: the
+            # resource it meant is unknown here (WS-Resource 1.2 §5)
             return faults.resource_unknown(
                 f"{qn.localname} is not an operation of {where}; send it to the address of "
                 "the resource's EPR (or include its edge:ResourceId header)"
             )
-        return WsnFault(
-            ns.BF,
-            "BaseFault",
-            f"unknown operation {{{qn.namespace}}}{qn.localname} for {where}",
-            SENDER,
+        # the endpoint exists but has no such operation (WS-Addressing 1.0 SOAP Binding §6.4.1)
+        return faults.ActionNotSupported(
+            f"{where} does not support {{{qn.namespace}}}{qn.localname}"
+            + (f" (wsa:Action {req.wsa.action})" if req.wsa.action else ""),
+            req.wsa.action,
         )
 
     @property
@@ -366,6 +372,9 @@ class NotificationBroker:
             ),
             ns.q(ns.WSRF_RL, "SetTerminationTime"): Op(
                 "SetTerminationTime", lambda r: self.set_termination_sub(r, sub), True
+            ),
+            ns.q(ns.WSRF_RL, "Destroy"): Op(
+                "Destroy", lambda r: self.destroy(lambda: self.unsubscribe(r, sub)), True
             ),
             ns.q(ns.WSRF_RP, "GetResourceProperty"): Op(
                 "GetResourceProperty",
@@ -403,6 +412,9 @@ class NotificationBroker:
             ),
             ns.q(ns.WSRF_RL, "SetTerminationTime"): Op(
                 "SetTerminationTime", lambda r: self.set_termination_reg(r, reg), True
+            ),
+            ns.q(ns.WSRF_RL, "Destroy"): Op(
+                "Destroy", lambda r: self.destroy(lambda: self.destroy_registration(r, reg)), True
             ),
             ns.q(ns.WSRF_RP, "GetResourceProperty"): Op(
                 "GetResourceProperty",
@@ -616,6 +628,18 @@ class NotificationBroker:
         resp.append(subscriptions.termination_element(ns.WSRF_RL, "NewTerminationTime", new))
         resp.append(subscriptions.time_element(ns.WSRF_RL, "CurrentTime", now))
         return ns.A_SET_TT_RESP, [resp]
+
+    async def destroy(self, op: Callable[[], Awaitable[Reply]]) -> Reply:
+        """WS-ResourceLifetime 1.2 §4.1 Destroy, which WS-BaseNotification 1.3 §6.4 and
+        WS-BrokeredNotification require of a subscription or registration exposed as a
+        WS-Resource: the resource's own destroy operation (`op`), answered as
+        wsrf-rl:DestroyResponse; a failure is wsrf-rl:ResourceNotDestroyedFault."""
+        try:
+            await op()
+        except WsnFault as f:
+            raise faults.rl("ResourceNotDestroyedFault", f.description, f.code) from None
+        resp = etree.Element(ns.q(ns.WSRF_RL, "DestroyResponse"), nsmap={"wsrf-rl": ns.WSRF_RL})
+        return ns.A_DESTROY_RESP, [resp]
 
     async def set_termination_sub(self, req: SoapRequest, sub: Subscription) -> Reply:
         new, now = self._set_tt_request(req)

@@ -147,6 +147,25 @@ def rl(name: str, description: str, code: str = SENDER) -> WsnFault:
     return WsnFault(ns.WSRF_RL, name, description, code)
 
 
+class ActionNotSupported(WsnFault):
+    """WS-Addressing 1.0 SOAP Binding §6.4.1 wsa:ActionNotSupported: the endpoint exists but
+    does not support this operation. Code Sender, Subcode wsa:ActionNotSupported, fault
+    action .../addressing/fault; the detail is wsa:ProblemAction (ws-addr.xsd), not a bf-2
+    BaseFault."""
+
+    def __init__(self, description: str, problem_action: str | None) -> None:
+        super().__init__(
+            ns.WSA, "ActionNotSupported", description, SENDER, action=ns.WSA_FAULT_ACTION
+        )
+        self.problem_action = problem_action
+
+    def detail_element(self) -> Element:
+        el = etree.Element(ns.q(ns.WSA, "ProblemAction"), nsmap={"wsa": ns.WSA})
+        if self.problem_action:
+            etree.SubElement(el, ns.q(ns.WSA, "Action")).text = self.problem_action
+        return el
+
+
 def from_topic_error(err: Exception) -> WsnFault:
     """Map a gateway.topics error 1:1 onto its WS-BaseNotification fault (topics-api.md)."""
     from gateway import topics

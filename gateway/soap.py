@@ -131,9 +131,14 @@ def fault_envelope(
         if subcode:
             sc = etree.SubElement(c, ns.q(version, "Subcode"))
             sq = etree.QName(subcode)
-            # the QName's prefix is declared on the element that carries it
-            v = etree.SubElement(sc, ns.q(version, "Value"), nsmap={"sub": sq.namespace})
-            v.text = f"sub:{sq.localname}"
+            # the QName's prefix is declared on the element that carries it; wsa is declared
+            # on the Envelope already (lxml would drop a second declaration of it)
+            if sq.namespace == ns.WSA:
+                v = etree.SubElement(sc, ns.q(version, "Value"))
+                v.text = f"wsa:{sq.localname}"
+            else:
+                v = etree.SubElement(sc, ns.q(version, "Value"), nsmap={"sub": sq.namespace})
+                v.text = f"sub:{sq.localname}"
         r = etree.SubElement(f, ns.q(version, "Reason"))
         t = etree.SubElement(r, ns.q(version, "Text"))
         t.set(ns.q(ns.XML_NS, "lang"), "en")
@@ -142,11 +147,22 @@ def fault_envelope(
             etree.SubElement(f, ns.q(version, "Detail")).append(detail)
     else:
         f = etree.Element(ns.q(version, "Fault"))
-        code11 = {SENDER: "Client", RECEIVER: "Server"}.get(code, code)
-        etree.SubElement(f, "faultcode").text = f"s:{code11}"
+        code11 = "s:" + {SENDER: "Client", RECEIVER: "Server"}.get(code, code)
+        headers = response_headers(wsa, action)
+        if subcode and etree.QName(subcode).namespace == ns.WSA:
+            # WS-Addressing 1.0 SOAP Binding §6 (SOAP 1.1): the subcode is the faultcode and
+            # the detail travels in a wsa:FaultDetail header (it is not about the Body)
+            code11 = "wsa:" + etree.QName(subcode).localname
+            if detail is not None:
+                fd = etree.Element(ns.q(ns.WSA, "FaultDetail"), nsmap={"wsa": ns.WSA})
+                fd.append(detail)
+                headers.append(fd)
+                detail = None
+        etree.SubElement(f, "faultcode").text = code11
         etree.SubElement(f, "faultstring").text = reason
         if detail is not None:
             etree.SubElement(f, "detail").append(detail)
+        return envelope(version, headers, [f])
     return envelope(version, response_headers(wsa, action), [f])
 
 

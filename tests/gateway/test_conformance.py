@@ -6,12 +6,19 @@ from __future__ import annotations
 
 import pytest
 from gwtest import (
+    RL,
+    SOAP11,
+    SOAP12,
+    WSA,
+    Reply,
     call,
+    epr_address,
     sub_address,
     subscribe_body,
     topic_filter,
     validate,
 )
+from lxml import etree
 
 from tests.wsdl_actions import action as wsdl_action
 
@@ -52,3 +59,107 @@ async def test_renew_unsubscribe_answer_in_the_port_type_of_the_request(
     assert r.status == 200, r.text
     validate(r.body)
     assert r.header("Action") == wsdl_action(port_type, op, "output")
+
+
+# ---------------------------------------------------------------- 3. Destroy, ActionNotSupported
+DESTROY = '<wsrf-rl:Destroy xmlns:wsrf-rl="http://docs.oasis-open.org/wsrf/rl-2"/>'
+
+
+async def _register(gw) -> str:  # type: ignore[no-untyped-def]
+    r = await call(
+        gw.url,
+        "<br:RegisterPublisher><br:PublisherReference><wsa:Address>http://127.0.0.1:9/p"
+        "</wsa:Address></br:PublisherReference></br:RegisterPublisher>",
+        action=wsdl_action("RegisterPublisher", "RegisterPublisher"),
+    )
+    assert r.status == 200, r.text
+    return epr_address(r, "br:PublisherRegistrationReference/wsa:Address")
+
+
+@pytest.mark.parametrize("kind", ["subscription", "registration"])
+async def test_destroy_terminates_the_resource(gw, consumer, kind: str) -> None:
+    """WS-ResourceLifetime Destroy (WS-BaseNotification 1.3 §6.4, WS-BrokeredNotification:
+    a subscription or registration exposed as a WS-Resource MUST support it)."""
+    if kind == "subscription":
+        r = await call(gw.url, subscribe_body(consumer.url, topic_filter("tns:t")))
+        addr = sub_address(r)
+    else:
+        addr = await _register(gw)
+    r = await call(addr, DESTROY, action=wsdl_action("ImmediateResourceTermination", "Destroy"))
+    assert r.status == 200, r.text
+    assert etree.QName(r.body).localname == "DestroyResponse", r.text
+    assert etree.QName(r.body).namespace == RL
+    assert r.header("Action") == wsdl_action("ImmediateResourceTermination", "Destroy", "output")
+    assert (gw.broker.subs if kind == "subscription" else gw.broker.registrations) == {}
+    # and now it is gone: the same request is about an unknown resource
+    r = await call(addr, DESTROY)
+    assert r.fault_name == "ResourceUnknownFault", r.text
+
+
+def _problem_action(r: Reply, version: int) -> etree._Element:
+    """The wsa:ProblemAction of an ActionNotSupported fault: SOAP 1.2 Subcode + Detail,
+    SOAP 1.1 faultcode + wsa:FaultDetail header (WS-Addressing 1.0 SOAP Binding §6)."""
+    assert r.is_fault, r.text
+    assert r.header("Action") == "http://www.w3.org/2005/08/addressing/fault"
+    f = r.body
+    if version == 12:
+        sub = f.findtext(f"{{{SOAP12}}}Code/{{{SOAP12}}}Subcode/{{{SOAP12}}}Value")
+        assert sub is not None and sub.endswith(":ActionNotSupported"), r.text
+        prefix = sub.split(":")[0]
+        assert (
+            f.find(f"{{{SOAP12}}}Code/{{{SOAP12}}}Subcode/{{{SOAP12}}}Value").nsmap[prefix] == WSA
+        )
+        return r.fault
+    assert f.findtext("faultcode") == "wsa:ActionNotSupported", r.text
+    assert r.root is not None
+    pa = r.root.find(f"{{{SOAP11}}}Header/{{{WSA}}}FaultDetail/{{{WSA}}}ProblemAction")
+    assert pa is not None, r.text
+    return pa
+
+
+@pytest.mark.parametrize("version", [11, 12])
+@pytest.mark.parametrize(
+    ("kind", "body", "port_type", "op"),
+    [
+        ("subscription", "<wsnt:GetMessages/>", "PullPoint", "GetMessages"),
+        (
+            "subscription",
+            "<br:DestroyRegistration/>",
+            "PublisherRegistrationManager",
+            "DestroyRegistration",
+        ),
+        (
+            "registration",
+            "<wsnt:PauseSubscription/>",
+            "PausableSubscriptionManager",
+            "PauseSubscription",
+        ),
+        ("pullpoint", "<wsnt:Renew/>", "SubscriptionManager", "Renew"),
+    ],
+)
+async def test_unsupported_operation_on_an_existing_resource_is_action_not_supported(
+    gw, consumer, version: int, kind: str, body: str, port_type: str, op: str
+) -> None:
+    if kind == "subscription":
+        addr = sub_address(await call(gw.url, subscribe_body(consumer.url)))
+    elif kind == "registration":
+        addr = await _register(gw)
+    else:
+        r = await call(gw.url, "<wsnt:CreatePullPoint/>")
+        addr = epr_address(r, "wsnt:PullPoint/wsa:Address")
+    act = wsdl_action(port_type, op)
+    r = await call(addr, body, version=version, action=act)
+    assert r.status in (400, 500), r.text
+    pa = _problem_action(r, version)
+    assert pa.findtext(f"{{{WSA}}}Action") == act
+    validate(pa)
+    # the resource is intact
+    r = await call(addr, GET_RP_TERMINATION if kind != "pullpoint" else "<wsnt:GetMessages/>")
+    assert r.status == 200, r.text
+
+
+GET_RP_TERMINATION = (
+    '<wsrf-rp:GetResourceProperty xmlns:wsrf-rp="http://docs.oasis-open.org/wsrf/rp-2" '
+    'xmlns:wsrf-rl="http://docs.oasis-open.org/wsrf/rl-2">wsrf-rl:CurrentTime'
+    "</wsrf-rp:GetResourceProperty>"
+)

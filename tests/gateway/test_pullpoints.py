@@ -165,7 +165,8 @@ async def test_pullpoint_addressed_by_reference_parameter_on_the_broker_url(gw):
     bogus = '<edge:ResourceId wsa:IsReferenceParameter="true">nope</edge:ResourceId>'
     r = await call(gw.url, "<wsnt:GetMessages/>", headers=bogus)
     assert r.fault_name == "ResourceUnknownFault"
-    # a broker operation sent to a resource address is not that resource's operation
+    # a broker operation sent to a resource address is not that resource's operation: the
+    # resource exists, the action is not supported (WS-Addressing 1.0 SOAP Binding §6.4.1)
     r = await call(pp, subscribe_body("http://127.0.0.1:1/x"))
-    assert r.fault_name == "ResourceUnknownFault"
+    assert r.fault_name == "ProblemAction"
     validate(r.fault)

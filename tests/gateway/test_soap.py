@@ -173,7 +173,8 @@ async def test_request_size_limit_413(make_gateway, consumer):
 
 async def test_unknown_operation_and_misdirected_manager_op(gw):
     r = await call(gw.url, '<x:Frobnicate xmlns:x="urn:x"/>')
-    assert r.is_fault and r.fault_name == "BaseFault"
+    # WS-Addressing 1.0 SOAP Binding §6.4.1: the endpoint exists, the operation does not
+    assert r.is_fault and r.fault_name == "ProblemAction"
     r = await call(gw.url, "<wsnt:Unsubscribe/>")
     assert r.is_fault and r.fault_name == "ResourceUnknownFault"
     validate(r.fault)
