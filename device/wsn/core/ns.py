@@ -50,12 +50,21 @@ GET_MESSAGES = _BW + "PullPoint/GetMessages"
 DESTROY_PP = _BW + "PullPoint/DestroyPullPoint"
 RENEW = _BW + "SubscriptionManager/Renew"
 UNSUBSCRIBE = _BW + "SubscriptionManager/Unsubscribe"
-PAUSE = _BW + "SubscriptionManager/PauseSubscription"
-RESUME = _BW + "SubscriptionManager/ResumeSubscription"
+# bw-2.wsdl puts Pause/Resume in the PausableSubscriptionManager portType: the WS-Addressing
+# default actions (WS-Addressing 1.0 Metadata §4.4.4) name that portType. Requests are
+# dispatched on the Body element, so the old .../SubscriptionManager/... request actions are
+# still accepted.
+PAUSE = _BW + "PausableSubscriptionManager/PauseSubscription"
+RESUME = _BW + "PausableSubscriptionManager/ResumeSubscription"
 GET_RP = "http://docs.oasis-open.org/wsrf/rpw-2/GetResourceProperty/GetResourceProperty"
 SET_TT = "http://docs.oasis-open.org/wsrf/rlw-2/ScheduledResourceTermination/SetTerminationTime"
+DESTROY = "http://docs.oasis-open.org/wsrf/rlw-2/ImmediateResourceTermination/Destroy"
 REGISTER = "http://docs.oasis-open.org/wsn/brw-2/RegisterPublisher/RegisterPublisher"
+# One fault-action rule for the device and the gateway (gateway/faults.py): faults of the WSRF
+# specifications (r-2, rp-2, rl-2) use the WSRF fault action, every other WS-N fault the
+# WS-N one.
 WSN_FAULT = "http://docs.oasis-open.org/wsn/fault"
+WSRF_FAULT = "http://docs.oasis-open.org/wsrf/fault"
 WSA_FAULT = "http://www.w3.org/2005/08/addressing/fault"
 
 V11 = const(11)

@@ -331,49 +331,69 @@ class Producer:
         return "<wsrf-rp:GetResourcePropertyResponse>%s</wsrf-rp:GetResourcePropertyResponse>" % out
 
     # ------------------------------------------------------------------ SubscriptionManager
+    # The operations a subscription answers: (namespace, Body element) -> (handler name,
+    # response action). WS-BaseNotification 1.3 §6.1 (Renew, Unsubscribe), §6.2 (Pause/Resume),
+    # §6.4 + WS-ResourceLifetime 1.2 §4.1 (Destroy: a subscription exposed as a WS-Resource
+    # MUST support immediate termination), WS-ResourceProperties 1.2 (GetResourceProperty).
+    _MANAGER_OPS = {
+        (ns.WSNT, "Renew"): ("_renew", ns.RENEW),
+        (ns.WSNT, "Unsubscribe"): ("_unsubscribe", ns.UNSUBSCRIBE),
+        (ns.WSNT, "PauseSubscription"): ("_pause", ns.PAUSE),
+        (ns.WSNT, "ResumeSubscription"): ("_resume", ns.RESUME),
+        (ns.WSRF_RL, "Destroy"): ("_destroy", ns.DESTROY),
+        (ns.WSRF_RP, "GetResourceProperty"): ("_sub_rp", ns.GET_RP),
+    }
+
     def _manager(self, req, sid, now, actions):
-        # WS-BaseNotification 1.3 §6.1 (Renew, Unsubscribe), §6.2 (Pause/Resume)
         self.expire(now)
         el = req.body
-        sub = self.subs.get(sid)
-        rp = el.ns == ns.WSRF_RP and el.name == "GetResourceProperty"
-        if not rp and (el.ns != ns.WSNT or el.name not in (
-                "Renew", "Unsubscribe", "PauseSubscription", "ResumeSubscription")):
+        op = self._MANAGER_OPS.get((el.ns, el.name))
+        if op is None:
             raise self._unknown(req)
+        sub = self.subs.get(sid)
         if sub is None:
             raise Fault("ResourceUnknownFault",
                         "no subscription '%s' (unsubscribed, expired or never created)" % sid,
                         fns=ns.WSRF_R)
-        if rp:
-            return ns.GET_RP + "Response", self._sub_rp(el, sub, now)
-        n = el.name
-        if n == "Renew":
-            tt = el.find(ns.WSNT, "TerminationTime")
-            if tt is None:
-                raise Fault("UnacceptableTerminationTimeFault", "Renew without TerminationTime",
-                            extra="<wsnt:MinimumTime>%s</wsnt:MinimumTime>" % format_datetime(now + 1))
-            sub.expires = self._termination(tt, now, "UnacceptableTerminationTimeFault")
-            if sub.expires is None:
-                term = '<wsnt:TerminationTime xmlns:xsi="%s" xsi:nil="true"/>' % ns.XSI
-            else:
-                term = "<wsnt:TerminationTime>%s</wsnt:TerminationTime>" % format_datetime(sub.expires)
-            return ns.RENEW + "Response", "<wsnt:RenewResponse>%s<wsnt:CurrentTime>%s" \
-                "</wsnt:CurrentTime></wsnt:RenewResponse>" % (term, format_datetime(now))
-        if n == "Unsubscribe":
-            self.subs.remove(sid)
-            actions.append(("unsubscribed", sub))
-            return ns.UNSUBSCRIBE + "Response", "<wsnt:UnsubscribeResponse/>"
-        if n == "PauseSubscription":
-            # §6.2.1: while paused nothing is produced for it; on resume only new readings
-            # (option 3); pushes already queued stay queued.
-            sub.paused = True
-            actions.append(("paused", sub))
-            return ns.PAUSE + "Response", "<wsnt:PauseSubscriptionResponse/>"
+        return op[1] + "Response", getattr(self, op[0])(el, sub, now, actions)
+
+    def _renew(self, el, sub, now, actions):
+        tt = el.find(ns.WSNT, "TerminationTime")
+        if tt is None:
+            raise Fault("UnacceptableTerminationTimeFault", "Renew without TerminationTime",
+                        extra="<wsnt:MinimumTime>%s</wsnt:MinimumTime>" % format_datetime(now + 1))
+        sub.expires = self._termination(tt, now, "UnacceptableTerminationTimeFault")
+        if sub.expires is None:
+            term = '<wsnt:TerminationTime xmlns:xsi="%s" xsi:nil="true"/>' % ns.XSI
+        else:
+            term = "<wsnt:TerminationTime>%s</wsnt:TerminationTime>" % format_datetime(sub.expires)
+        return "<wsnt:RenewResponse>%s<wsnt:CurrentTime>%s</wsnt:CurrentTime>" \
+               "</wsnt:RenewResponse>" % (term, format_datetime(now))
+
+    def _unsubscribe(self, el, sub, now, actions):
+        self.subs.remove(sub.id)
+        actions.append(("unsubscribed", sub))
+        return "<wsnt:UnsubscribeResponse/>"
+
+    def _destroy(self, el, sub, now, actions):
+        # WS-ResourceLifetime 1.2 §4.1: the resource is gone once DestroyResponse is sent
+        self.subs.remove(sub.id)
+        actions.append(("unsubscribed", sub))
+        return "<wsrf-rl:DestroyResponse/>"
+
+    def _pause(self, el, sub, now, actions):
+        # §6.2.1: while paused nothing is produced for it; on resume only new readings
+        # (option 3); pushes already queued stay queued.
+        sub.paused = True
+        actions.append(("paused", sub))
+        return "<wsnt:PauseSubscriptionResponse/>"
+
+    def _resume(self, el, sub, now, actions):
         sub.paused = False
         actions.append(("resumed", sub))
-        return ns.RESUME + "Response", "<wsnt:ResumeSubscriptionResponse/>"
+        return "<wsnt:ResumeSubscriptionResponse/>"
 
-    def _sub_rp(self, el, sub, now):
+    def _sub_rp(self, el, sub, now, actions):
         # WS-BaseNotification 1.3 §6.4: a Subscription's resource properties
         try:
             uri, local = el.resolve(el.value())

@@ -17,7 +17,7 @@ class Fault(Exception):
     # WS-BaseFaults members; base: False for faults without a BaseFault detail (WS-Addressing,
     # SOAP's own).
     def __init__(self, name, reason, fns=ns.WSNT, code="Sender", extra="", base=True,
-                 action=ns.WSN_FAULT):
+                 action=None):
         super().__init__(reason)
         self.name = name
         self.fns = fns
@@ -25,6 +25,9 @@ class Fault(Exception):
         self.reason = reason
         self.extra = extra
         self.base = base
+        if action is None:
+            # the rule gateway/faults.py follows too: WSRF faults get the WSRF fault action
+            action = ns.WSRF_FAULT if fns in (ns.WSRF_R, ns.WSRF_RP, ns.WSRF_RL) else ns.WSN_FAULT
         self.action = action
 
 

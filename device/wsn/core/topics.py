@@ -34,8 +34,10 @@ class TopicSet:
         # namespace declarations in scope at el. -> topic index. Faults:
         # InvalidTopicExpressionFault (not a QName, undeclared prefix) and
         # TopicNotSupportedFault (another namespace, or not one of our root topics).
-        # An unprefixed name is taken to be in the device's namespace (there is only one), even
-        # if a default namespace is in scope: clients rarely declare one for topic QNames.
+        # An unprefixed name is in no namespace, whatever default namespace is in scope:
+        # WS-Topics 1.3 §10, the ad-hoc Topic Namespace "is accessed by using
+        # TopicExpressions which are unqualified". So `temperature` is one of our topics only
+        # if our topic namespace is the ad-hoc one ("").
         expr = (el.text if text is None else text).strip()
         if not expr:
             raise Fault("InvalidTopicExpressionFault", "empty Simple TopicExpression")
@@ -44,15 +46,15 @@ class TopicSet:
             raise Fault("InvalidTopicExpressionFault",
                         "'%s' is not a QName: the Simple dialect (WS-Topics 1.3 §8.1) names "
                         "one root topic, no paths or wildcards" % expr)
-        if p:
-            uri = el.scope.get(p)
-            if uri is None:
-                raise Fault("InvalidTopicExpressionFault",
-                            "prefix '%s' in '%s' is not declared" % (p, expr))
-            if uri != self.ns:
-                raise Fault("TopicNotSupportedFault",
-                            "topic namespace '%s' is not supported; this device publishes "
-                            "in '%s'" % (uri, self.ns))
+        uri = el.scope.get(p) if p else ""
+        if uri is None:
+            raise Fault("InvalidTopicExpressionFault",
+                        "prefix '%s' in '%s' is not declared" % (p, expr))
+        if uri != self.ns:
+            raise Fault("TopicNotSupportedFault",
+                        "topic namespace '%s' is not supported (an unprefixed name is in no "
+                        "namespace, WS-Topics 1.3 §10); this device publishes in '%s': "
+                        "write the topic as a QName with a prefix bound to it" % (uri, self.ns))
         i = self.index(local)
         if i < 0:
             raise Fault("TopicNotSupportedFault",

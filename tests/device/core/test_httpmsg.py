@@ -18,6 +18,11 @@ def test_parse_head():
     assert _status(H.parse_head, b"GET / HTTP/1.1\r\nbad header") == 400
     many = b"GET / HTTP/1.1" + b"".join([b"\r\nX: y"] * 40)
     assert _status(H.parse_head, many) == 431
+    # issue 13: two conflicting Content-Length headers are a framing error (RFC 9112 §6.3)
+    two = b"POST / HTTP/1.1\r\nContent-Length: 5\r\ncontent-length: 500"
+    assert _status(H.parse_head, two) == 400
+    same = b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5"
+    assert H.parse_head(same)[3]["content-length"] == "5"
 
 
 def test_body_length():

@@ -159,6 +159,46 @@ def test_pause_resume_renew_unsubscribe():
         assert _fault(p, op, path) == "ResourceUnknownFault"
 
 
+PAUSE_OLD = "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/PauseSubscriptionRequest"
+RESUME_OLD = "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/ResumeSubscriptionRequest"
+PSM = "http://docs.oasis-open.org/wsn/bw-2/PausableSubscriptionManager/"
+
+
+def _action(root):
+    return root.children[0].find(ns.WSA, "Action").value()
+
+
+def test_pause_resume_answer_with_pausable_subscription_manager_actions():
+    # bw-2.wsdl: PauseSubscription/ResumeSubscription are operations of the
+    # PausableSubscriptionManager portType; the old SubscriptionManager request actions are
+    # still accepted (the Body decides).
+    p = make_producer()
+    path = subscribe(p)
+    for op, old, new in (("PauseSubscription", PAUSE_OLD, PSM + "PauseSubscriptionRequest"),
+                         ("ResumeSubscription", RESUME_OLD, PSM + "ResumeSubscriptionRequest")):
+        for action in (old, new):
+            st, root, _ = call(p, path, env("<wsnt:%s/>" % op, 12, action))
+            assert st == 200 and body_of(root).name == op + "Response"
+            assert _action(root) == PSM + op + "Response", _action(root)
+
+
+def test_destroy_terminates_a_subscription():
+    # WS-ResourceLifetime 1.2 §4.1 ImmediateResourceTermination (WS-BaseNotification 1.3 §6.4)
+    p = make_producer()
+    path = subscribe(p)
+    d = '<wsrf-rl:Destroy xmlns:wsrf-rl="http://docs.oasis-open.org/wsrf/rl-2"/>'
+    st, root, r = call(p, path, env(d, 12, "http://docs.oasis-open.org/wsrf/rlw-2/ImmediateResourceTermination/DestroyRequest"))
+    assert st == 200 and body_of(root).name == "DestroyResponse" and body_of(root).ns == ns.WSRF_RL
+    assert _action(root) == "http://docs.oasis-open.org/wsrf/rlw-2/ImmediateResourceTermination/DestroyResponse"
+    assert [a for a, _ in r.actions] == ["unsubscribed"]
+    assert len(p.subs) == 0 and p.publish(0, PAYLOAD, NOW) == ([], False)
+    st, root, _ = call(p, path, d)
+    assert fault_of(root) == "ResourceUnknownFault"
+    # the same rule as the gateway (gateway/faults.py): a WSRF fault, the WSRF fault action
+    assert _action(root) == "http://docs.oasis-open.org/wsrf/fault"
+    assert _fault(p, "<wsnt:Notify/>", path) == "ActionNotSupported"
+
+
 def test_expiry_destroys():
     p = make_producer()
     path = subscribe(p, itt="PT5S")

@@ -2,7 +2,7 @@
 from test_support import TOPICS_XML, topicset
 from wsn.core import xml as X
 from wsn.core.soap import Fault
-from wsn.core.topics import load_namespace
+from wsn.core.topics import TopicSet, load_namespace
 
 
 def _te(text, decl='xmlns:dt="urn:wsn-edge:device-topics"'):
@@ -40,7 +40,18 @@ def test_resolve_simple():
     assert ts.resolve_simple(_te("dt:humidity")) == 1
     assert ts.resolve_simple(_te("  dt:temperature \n")) == 0
     assert ts.resolve_simple(_te("other:heartbeat", 'xmlns:other="urn:wsn-edge:device-topics"')) == 2
-    assert ts.resolve_simple(_te("heartbeat", "")) == 2  # unprefixed: the device's namespace
+
+
+def test_unprefixed_simple_expression_is_in_no_namespace():
+    # WS-Topics 1.3 §10: an unqualified TopicExpression names a topic of the ad-hoc Topic
+    # Namespace (""), even with a default namespace in scope; the device's topics are in
+    # urn:wsn-edge:device-topics, so `heartbeat` is not one of them.
+    ts = topicset()
+    assert _fault(ts, _te("heartbeat", "")) == "TopicNotSupportedFault"
+    assert _fault(ts, _te("heartbeat", 'xmlns="urn:wsn-edge:device-topics"')) == "TopicNotSupportedFault"
+    adhoc = TopicSet("", ["heartbeat"])
+    assert adhoc.resolve_simple(_te("heartbeat", "")) == 0
+    assert _fault(adhoc, _te("dt:heartbeat")) == "TopicNotSupportedFault"
 
 
 def test_resolve_simple_faults():
