@@ -10,8 +10,8 @@ A caller may rely on:
 * :func:`parse_topic_expression_element` reads ``@Dialect`` (``@dialect`` of
   the 2004 drafts as well) and the text of the element, and resolves prefixes
   through the element's in-scope namespace declarations (WS-Topics 1.3 §8);
-* :func:`render_topic` gives text that every receiver implementing the
-  Concrete dialect understands (see its docstring).
+* :func:`render_topic` renders a topic in the subscriber's dialect
+  (WS-BaseNotification 1.3 §3.1; see its docstring).
 """
 
 from __future__ import annotations
@@ -88,12 +88,19 @@ def render_topic(topic: ConcreteTopic, dialect: str) -> tuple[str, str, dict[str
     """``(dialect_uri, text, {prefix: namespace})`` to put in the wsnt:Topic of
     a Notify sent to a subscriber whose subscription used ``dialect``.
 
-    Simple when the subscriber used Simple and the topic is a root topic; the
-    Concrete dialect otherwise. Concrete text is valid Full and XPath text with
-    the same meaning (§8.3, §8.4), and the Concrete dialect is the one every
-    broker must accept (WS-BrokeredNotification), so Full and XPath subscribers
-    get Concrete too: it interoperates. Prefixes are ``tns``, ``tns1``, ... in
-    order along the path; ad-hoc roots (§10) are unprefixed.
+    WS-BaseNotification 1.3 §3.1: wsnt:Topic/@Dialect "MUST be the same dialect
+    used by the Subscriber when it created the Subscription". So the answer is
+    ``dialect`` (its WS-Topics 1.3 URI) with the topic's concrete path as text:
+    a Concrete path is valid Full (§8.3), and as an XPath (§8.4) it is a
+    relative location path (``tns:t1/t2``) that selects exactly this topic's
+    element from the TopicSet element, the context node. The one exception is
+    Simple for a topic that is not a root topic, which Simple cannot express
+    (§8.1); a Simple subscription never selects one, and if it did the topic
+    goes out as Concrete. An expression without a dialect (no TopicExpression
+    in the subscription) gets Concrete. Prefixes are ``tns``, ``tns1``, ... in
+    order along the path, and the caller declares them on the wsnt:Topic
+    element so the text resolves with the declarations in scope; ad-hoc roots
+    (§10) are unprefixed.
     """
     canon = canonical_dialect(dialect)
     if not topic.path:
@@ -115,6 +122,6 @@ def render_topic(topic: ConcreteTopic, dialect: str) -> tuple[str, str, dict[str
         sns, local = split_step(step)
         parts.append(local if sns is None else qname(sns, local))
     text = "/".join(parts)
-    if canon == SIMPLE and topic.is_root:
-        return SIMPLE, text, prefixes
-    return CONCRETE, text, prefixes
+    if canon == SIMPLE and not topic.is_root:
+        return CONCRETE, text, prefixes
+    return canon, text, prefixes

@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import pytest
 from gwtest import (
+    CONCRETE,
+    FULL,
     RL,
+    SIMPLE,
     SOAP11,
     SOAP12,
     WSA,
+    WSNT,
+    WSTOP,
+    XPATH,
     Reply,
     call,
     epr_address,
+    notify_body,
+    reading,
     sub_address,
     subscribe_body,
     topic_filter,
@@ -163,3 +171,64 @@ GET_RP_TERMINATION = (
     'xmlns:wsrf-rl="http://docs.oasis-open.org/wsrf/rl-2">wsrf-rl:CurrentTime'
     "</wsrf-rp:GetResourceProperty>"
 )
+
+
+# ---------------------------------------------------------------- 2. delivered topic dialect
+async def _topic_set(gw) -> etree._Element:  # type: ignore[no-untyped-def]
+    r = await call(gw.url, "<rp:GetResourceProperty>wstop:TopicSet</rp:GetResourceProperty>")
+    assert r.status == 200, r.text
+    ts = r.body.find(f"{{{WSTOP}}}TopicSet")
+    assert ts is not None, r.text
+    return ts
+
+
+@pytest.mark.parametrize(
+    ("dialect", "expr", "notified"),
+    [
+        (SIMPLE, "tns:t1", "tns:t1"),
+        (CONCRETE, "tns:t1", "tns:t1"),
+        (FULL, "tns:t1//.", "tns:t1"),
+        (FULL, "tns:t1//.", "tns:t1/t2"),
+        (XPATH, "//tns:t1", "tns:t1"),
+        (XPATH, "tns:t1/descendant-or-self::*", "tns:t1/t2"),
+    ],
+)
+async def test_delivered_topic_is_in_the_subscribers_dialect(
+    gw, consumer, dialect: str, expr: str, notified: str
+) -> None:
+    """WS-BaseNotification 1.3 §3.1: wsnt:Topic/@Dialect MUST be the subscriber's dialect;
+    the text is valid in it and resolves with the namespace declarations in scope."""
+    r = await call(gw.url, subscribe_body(consumer.url, topic_filter(expr, dialect)))
+    assert r.status == 200, r.text
+    r = await call(gw.url, notify_body((notified, reading(1))))
+    assert r.status == 202, r.text
+    await consumer.wait_for(1)
+    [nm] = consumer.messages()
+    validate(consumer.bodies()[0])
+    topic = nm.find(f"{{{WSNT}}}Topic")
+    assert topic is not None
+    assert topic.get("Dialect") == dialect
+    text = (topic.text or "").strip()
+    # the expected topic as (namespace, local) steps, resolved independently
+    want = [("urn:test", notified.split("/")[0].split(":")[1])] + [
+        (None, s) for s in notified.split("/")[1:]
+    ]
+    if dialect == XPATH:
+        # evaluated with lxml against the broker's own TopicSet document (WS-Topics 1.3
+        # §8.4: the TopicSet element is the context node), prefixes from the wsnt:Topic
+        ts = await _topic_set(gw)
+        nsmap = {k: v for k, v in topic.nsmap.items() if k}
+        got = ts.xpath(text, namespaces=nsmap)
+        assert isinstance(got, list) and len(got) == 1, (text, got)
+        el = got[0]
+        path = []
+        while el is not ts:
+            path.append(el)
+            el = el.getparent()
+        assert [etree.QName(e).localname for e in reversed(path)] == [w[1] for w in want]
+        assert etree.QName(path[-1]).namespace == "urn:test"
+    else:
+        steps = text.split("/")
+        prefix, local = steps[0].split(":")
+        assert topic.nsmap[prefix] == "urn:test", etree.tostring(topic)
+        assert [local, *steps[1:]] == [w[1] for w in want]

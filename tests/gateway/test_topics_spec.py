@@ -418,12 +418,15 @@ def test_unknown_namespace_grows_like_ad_hoc() -> None:
 
 # --- render_topic -------------------------------------------------------------------
 def test_render_topic() -> None:
+    # WS-BaseNotification 1.3 §3.1: @Dialect MUST be the subscriber's dialect
     assert render_topic(T("t1"), SIMPLE) == (SIMPLE, "tns:t1", {"tns": EX1})
+    # (Simple cannot express a child topic, and never selects one)
     assert render_topic(T("t1", "t3"), SIMPLE) == (CONCRETE, "tns:t1/t3", {"tns": EX1})
-    assert render_topic(T("t1"), FULL) == (CONCRETE, "tns:t1", {"tns": EX1})
+    assert render_topic(T("t1"), FULL) == (FULL, "tns:t1", {"tns": EX1})
+    assert render_topic(T("t1", "t3"), CONCRETE) == (CONCRETE, "tns:t1/t3", {"tns": EX1})
     ext = ConcreteTopic(EX1, ("t1", f"{{{EX2}}}t3", "c"))
     dialect, text, ns = render_topic(ext, XPATH)
-    assert (dialect, text, ns) == (CONCRETE, "tns:t1/tns1:t3/c", {"tns": EX1, "tns1": EX2})
+    assert (dialect, text, ns) == (XPATH, "tns:t1/tns1:t3/c", {"tns": EX1, "tns1": EX2})
     # round trip
     assert compile_expression(dialect, text, ns).single_topic() == ext
 
