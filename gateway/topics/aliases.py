@@ -20,8 +20,9 @@ A caller may rely on, for an expression used as a parameter (2004 §8):
 
 :func:`require_single_topic` is for operations that need one concrete topic
 (Notify's wsnt:Topic, GetCurrentMessage): it raises
-:class:`MultipleTopicsSpecified` when the expression has wildcards or resolves
-to several topics, and :class:`TopicNotSupported` when it resolves to none.
+:class:`MultipleTopicsSpecified` when the expression selects several topics
+(wildcards are fine when they select one), and :class:`TopicNotSupported`
+when it selects none.
 """
 
 from __future__ import annotations
@@ -71,12 +72,14 @@ def resolve_topic(topic: ConcreteTopic, ts: TopicSet) -> frozenset[ConcreteTopic
 
 
 def require_single_topic(expr: TopicExpression, ts: TopicSet) -> ConcreteTopic:
-    """The one concrete topic ``expr`` identifies after alias resolution."""
-    if expr.has_wildcards:
-        raise MultipleTopicsSpecified(
-            f"topic expression {expr.text!r} uses wildcards; this operation needs exactly "
-            "one concrete topic"
-        )
+    """The one concrete topic ``expr`` identifies after alias resolution.
+
+    WS-BaseNotification 1.3 §4.3: MultipleTopicsSpecifiedFault when "the
+    GetCurrentMessage message referenced more than one topic". So the expression
+    is evaluated against the Topic Set and judged by what it selects, not by its
+    syntax: ``/wstop:TopicSet/tns:g1/a`` (XPath) or ``tns:*/a`` (Full) that
+    select one topic are that topic.
+    """
     topics = resolve_expression(expr, ts)
     if len(topics) > 1:
         raise MultipleTopicsSpecified(
@@ -85,7 +88,7 @@ def require_single_topic(expr: TopicExpression, ts: TopicSet) -> ConcreteTopic:
         )
     if not topics:
         raise TopicNotSupported(
-            f"topic expression {expr.text!r} resolves to no topic (its aliases form a cycle "
-            "or select nothing)"
+            f"topic expression {expr.text!r} identifies no topic of the topic set (its "
+            "wildcards or aliases select nothing, or its aliases form a cycle)"
         )
     return next(iter(topics))

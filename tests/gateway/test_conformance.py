@@ -232,3 +232,40 @@ async def test_delivered_topic_is_in_the_subscribers_dialect(
         prefix, local = steps[0].split(":")
         assert topic.nsmap[prefix] == "urn:test", etree.tostring(topic)
         assert [local, *steps[1:]] == [w[1] for w in want]
+
+
+# ---------------------------------------------------------------- 4. GetCurrentMessage, one topic
+def _gcm(expr: str, dialect: str) -> str:
+    return (
+        f'<wsnt:GetCurrentMessage><wsnt:Topic Dialect="{dialect}" xmlns:tns="urn:test">'
+        f"{expr}</wsnt:Topic></wsnt:GetCurrentMessage>"
+    )
+
+
+async def test_get_current_message_is_judged_by_the_topics_it_selects(gw) -> None:
+    """WS-BaseNotification 1.3 §4.3: MultipleTopicsSpecifiedFault only when the expression
+    references more than one topic; evaluated against the topic set, not judged by syntax."""
+    for path, v in (("tns:g1/a", 1), ("tns:g1/b", 2)):
+        assert (await call(gw.url, notify_body((path, reading(v))))).status == 202
+    one = [
+        (XPATH, "/wstop:TopicSet/tns:g1/a"),
+        (XPATH, "//tns:g1/a"),
+        (FULL, "tns:*/a"),
+        (FULL, "tns:g1//a"),
+    ]
+    for dialect, expr in one:
+        r = await call(
+            gw.url,
+            _gcm(expr, dialect),
+            action=wsdl_action("NotificationProducer", "GetCurrentMessage"),
+        )
+        assert r.status == 200, (expr, r.text)
+        assert r.body.findtext(".//{urn:wsn-edge:reading}value") == "1", (expr, r.text)
+        assert r.header("Action") == wsdl_action(
+            "NotificationProducer", "GetCurrentMessage", "output"
+        )
+    for dialect, expr in ((XPATH, "/wstop:TopicSet/tns:g1/*"), (FULL, "tns:g1/*")):
+        r = await call(gw.url, _gcm(expr, dialect))
+        assert r.fault_name == "MultipleTopicsSpecifiedFault", (expr, r.text)
+        assert "2 topics" in r.text
+        validate(r.fault)
