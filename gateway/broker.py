@@ -18,12 +18,13 @@ from urllib.parse import urlsplit
 
 from lxml import etree
 
-from gateway import faults, filters, landing, ns, publishers, subscriptions, topics
+from gateway import faults, filters, landing, ns, oplog, publishers, subscriptions, topics
 from gateway.addressing import Epr, parse_epr, reply_action, resource_epr
 from gateway.config import Config
 from gateway.delivery import DeliveryManager, Target
 from gateway.faults import RECEIVER, SENDER, WsnFault
 from gateway.landing_parquet import ParquetLandingWriter  # imports pyarrow only when used
+from gateway.metrics import Metrics
 from gateway.publishers import PublisherObserver, Registration
 from gateway.pullpoints import PullPoint
 from gateway.soap import SoapRequest
@@ -102,6 +103,8 @@ class NotificationBroker:
         self.storage = Storage(
             cfg.data_dir / "broker.sqlite3", cfg.sqlite_synchronous, cfg.sqlite_busy_timeout_ms
         )
+        self.metrics = Metrics()  # gateway.metrics: event counters; state is read at scrape
+        self.storage.on_commit = self.metrics.observe_commit
         self.delivery = DeliveryManager(
             self.storage,
             timeout=cfg.delivery_timeout,
@@ -111,6 +114,7 @@ class NotificationBroker:
             dead_after=cfg.consumer_dead_after,
             max_backlog=cfg.max_backlog,
             on_dead=self._consumer_dead,
+            metrics=self.metrics,
         )
         self.landing: landing.LandingWriter | None = None
         self.landing_parquet: ParquetLandingWriter | None = None
@@ -252,6 +256,8 @@ class NotificationBroker:
     async def _consumer_dead(self, sub_id: str) -> None:
         with contextlib.suppress(StorageError):
             await self._destroy_subscriptions([sub_id])
+            oplog.event("subscription_ended", "subscription ended", subscription=sub_id,
+                        reason="consumer dead")  # fmt: skip
 
     async def _sweep_loop(self) -> None:
         while True:
@@ -268,6 +274,8 @@ class NotificationBroker:
         dead = [s.id for s in self.subs.values() if s.expired(now)]
         if dead:
             await self._destroy_subscriptions(dead)
+            for sid in dead:
+                oplog.event("subscription_expired", "subscription expired", subscription=sid)
         for reg in [
             r for r in self.registrations.values() if r.termination and r.termination <= now
         ]:
@@ -514,6 +522,15 @@ class NotificationBroker:
                 "SubscribeCreationFailedFault", f"could not store the subscription: {e}", RECEIVER
             ) from None
         self._activate(sub)
+        oplog.event(
+            "subscription_created",
+            "subscription created",
+            subscription=sub.id,
+            consumer=f"pullpoint {pp_id}" if pp_id else sub.consumer.address,
+            dialect=sub.dialect.rsplit("/", 1)[-1],
+            expression=sub.topic_exprs[0].text if sub.topic_exprs else None,
+            raw=sub.raw,
+        )
         self._recompute_demand()
         resp = etree.Element(ns.q(ns.WSNT, "SubscribeResponse"), nsmap={"wsnt": ns.WSNT})
         resp.append(
@@ -561,6 +578,8 @@ class NotificationBroker:
             raise faults.wsnt(
                 "UnableToDestroySubscriptionFault", f"could not destroy: {e}", RECEIVER
             ) from None
+        oplog.event("subscription_ended", "subscription ended", subscription=sub.id,
+                    reason="Unsubscribe")  # fmt: skip
         return reply_action(req.wsa.action, ns.A_UNSUBSCRIBE_RESP), [
             etree.Element(ns.q(ns.WSNT, "UnsubscribeResponse"), nsmap={"wsnt": ns.WSNT})
         ]
@@ -811,6 +830,7 @@ class NotificationBroker:
         return None, []
 
     async def notify_registration(self, req: SoapRequest, reg: Registration) -> Reply:
+        reg.last_seen = self.clock()
         await self.publish(self._parse_notify(req, reg))
         return None, []
 
@@ -1025,6 +1045,8 @@ class NotificationBroker:
         self.pullpoints.pop(pp.id, None)
         for s in feeding:
             self._deactivate(s)
+            oplog.event("subscription_ended", "subscription ended", subscription=s,
+                        reason="pull point destroyed")  # fmt: skip
         pp.signal()
         self._recompute_demand()
         return ns.A_DESTROY_PP_RESP, [

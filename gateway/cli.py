@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import os
 import signal
 import sys
 from datetime import timedelta
 from pathlib import Path
 
+from gateway import oplog
 from gateway.config import Config
 from gateway.xmlutil import parse_duration
 
@@ -128,6 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--auth-user")
     s.add_argument("--auth-password", help="or env WSN_GATEWAY_PASSWORD")
     s.add_argument("--auth-token", help="bearer token, or env WSN_GATEWAY_TOKEN")
+    s.add_argument(
+        "--status-public",
+        action="store_true",
+        help="without credentials, serve /status, /status.json and /metrics to any client "
+        "(default: loopback clients only)",
+    )
     st = p.add_argument_group("storage and landing zone")
     st.add_argument("--sqlite-synchronous", choices=["FULL", "NORMAL", "EXTRA"], default="FULL")
     st.add_argument("--sqlite-busy-timeout-ms", type=int, default=5000)
@@ -141,7 +147,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="landing files as JSON lines (default), Parquet (needs pyarrow) or both",
     )
     p.add_argument("--sweep-interval", type=_seconds, default=1.0, help=argparse.SUPPRESS)
-    p.add_argument("--log-level", default="WARNING")
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        help="INFO (default) logs one line per lifecycle event; WARNING only problems",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=oplog.FORMATS,
+        default="text",
+        help="text (default) or json: one JSON object per line (gateway.oplog)",
+    )
     return p
 
 
@@ -177,6 +193,7 @@ def config_from_args(ns: argparse.Namespace) -> Config:
         auth_user=ns.auth_user,
         auth_password=ns.auth_password or os.environ.get("WSN_GATEWAY_PASSWORD"),
         auth_token=ns.auth_token or os.environ.get("WSN_GATEWAY_TOKEN"),
+        status_public=ns.status_public,
         sqlite_synchronous=ns.sqlite_synchronous,
         sqlite_busy_timeout_ms=ns.sqlite_busy_timeout_ms,
         landing_max_bytes=ns.landing_max_bytes,
@@ -205,10 +222,7 @@ async def _run(cfg: Config) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    oplog.configure(str(args.log_level), args.log_format)
     cfg = config_from_args(args)
     try:
         asyncio.run(_run(cfg))

@@ -47,6 +47,9 @@ class Config:
     auth_user: str | None = None
     auth_password: str | None = None
     auth_token: str | None = None
+    #: serve /status, /status.json and /metrics to any client when no credentials are set
+    #: (default: loopback clients only; gateway.status)
+    status_public: bool = False
     # -- storage / landing --
     sqlite_synchronous: str = "FULL"
     sqlite_busy_timeout_ms: int = 5000

@@ -40,8 +40,9 @@ from dataclasses import dataclass, field
 import aiohttp
 from lxml import etree
 
-from gateway import ns, soap
+from gateway import ns, oplog, soap
 from gateway.addressing import Epr, request_headers
+from gateway.metrics import Metrics
 from gateway.storage import Storage
 from gateway.xmlutil import parse_xml
 
@@ -81,6 +82,10 @@ class _Queue:
     dead: bool = False  # reported to on_dead; never sent again
     delivered: int = 0
     dropped: int = 0
+    #: monotonic time each seq was queued (for wsn_delivery_latency_seconds); seqs reloaded
+    #: after a restart have none and are not observed
+    queued_at: dict[int, float] = field(default_factory=dict)
+    last_delivery: float | None = None  # wall-clock epoch seconds of the last 2xx answer
 
     @property
     def sendable(self) -> bool:
@@ -99,6 +104,7 @@ class _Endpoint:
     failing_since: float | None = None
     attempts: int = 0
     requests: int = 0
+    failures: int = 0  # failed requests so far (attempts: the current streak)
 
 
 def _tagged(sub_id: str, items: list[tuple[int, str]]) -> Iterator[tuple[int, str, str]]:
@@ -117,8 +123,10 @@ class DeliveryManager:
         dead_after: float = 3600.0,
         max_backlog: int = 1000,
         on_dead: Callable[[str], Awaitable[None]] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.storage = storage
+        self.metrics = metrics or Metrics()
         self.timeout = timeout
         self.batch = batch
         self.backoff_initial = backoff_initial
@@ -199,6 +207,21 @@ class DeliveryManager:
             "requests": q.endpoint.requests,
         }
 
+    def state(self, sub_id: str) -> dict[str, float | int | None]:
+        """For operators (gateway.status): backlog, delivered, dropped, failed requests to
+        the consumer endpoint (total and current streak) and the last 2xx answer (epoch s)."""
+        q = self._queues.get(sub_id)
+        if q is None:
+            return {}
+        return {
+            "backlog": len(q.items),
+            "delivered": q.delivered,
+            "dropped": q.dropped,
+            "failures": q.endpoint.failures,
+            "failing": q.endpoint.attempts,
+            "last_delivery": q.last_delivery,
+        }
+
     def overflow(self, sub_id: str, incoming: int) -> list[int]:
         """Seqs to drop (oldest first) so that `incoming` more fit the backlog bound."""
         q = self._queues.get(sub_id)
@@ -210,6 +233,7 @@ class DeliveryManager:
         drop = [s for s, _ in q.items[:excess]]
         del q.items[:excess]
         q.dropped += len(drop)
+        self._dropped(q, drop)
         log.warning("subscription %s: backlog full, dropped %d oldest messages", sub_id, len(drop))
         return drop
 
@@ -218,13 +242,20 @@ class DeliveryManager:
         if q is None:
             return
         bisect.insort(q.items, (seq, xml))
+        q.queued_at[seq] = time.monotonic()
         if len(q.items) > self.max_backlog:  # concurrent Notify raced past overflow()
             excess = len(q.items) - self.max_backlog
             drop = [s for s, _ in q.items[:excess]]
             del q.items[:excess]
             q.dropped += excess
+            self._dropped(q, drop)
             self._forget(drop)
         q.endpoint.wake.set()
+
+    def _dropped(self, q: _Queue, seqs: list[int]) -> None:
+        for s in seqs:
+            q.queued_at.pop(s, None)
+        self.metrics.delivered("dropped", len(seqs))
 
     def _forget(self, seqs: list[int]) -> None:
         """Delete dropped rows in the background (they must not come back on restart)."""
@@ -254,12 +285,19 @@ class DeliveryManager:
                 by_sub: dict[str, set[int]] = {}
                 for seq, sid, _x in batch:
                     by_sub.setdefault(sid, set()).add(seq)
+                answered, wall = time.monotonic(), time.time()
                 for sid, done in by_sub.items():
                     q = ep.queues.get(sid)
                     if q is None:  # removed meanwhile; its rows are gone with it
                         continue
                     q.items = [it for it in q.items if it[0] not in done]
                     q.delivered += len(done)
+                    q.last_delivery = wall
+                    for seq in done:
+                        t0 = q.queued_at.pop(seq, None)
+                        if t0 is not None:
+                            self.metrics.delivery_latency.observe(answered - t0)
+                self.metrics.delivered("ok", len(batch))
                 ep.attempts = 0
                 ep.failing_since = None
                 try:
@@ -271,12 +309,14 @@ class DeliveryManager:
             if ep.failing_since is None:
                 ep.failing_since = now
             ep.attempts += 1
+            ep.failures += 1
             if now - ep.failing_since >= self.dead_after:
                 self._dead(ep, now - ep.failing_since, why)
                 continue
+            self.metrics.delivered("retried", len(batch))
             delay = min(self.backoff_max, self.backoff_initial * (2 ** (ep.attempts - 1)))
             delay *= random.uniform(0.5, 1.0)
-            log.info(
+            log.debug(  # a retry is not an operator event; consumer_dead is
                 "delivery to %s failed (%s); retry %d in %.2fs",
                 ep.target.consumer.address,
                 why,
@@ -293,8 +333,16 @@ class DeliveryManager:
             if not q.sendable:
                 continue
             q.dead = True
-            log.warning(
-                "consumer of %s dead for %.0fs (%s): ending subscription", sid, failing_for, why
+            self.metrics.delivered("failed", len(q.items))
+            oplog.event(
+                "consumer_dead",
+                "consumer marked dead: ending its subscription",
+                level=logging.WARNING,
+                subscription=sid,
+                consumer=q.target.consumer.address,
+                failing_for_s=round(failing_for),
+                error=why,
+                backlog=len(q.items),
             )
             if self.on_dead is not None:
                 # the broker then calls remove(), which may cancel this worker: run apart

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from gateway import ns, soap
+from gateway import ns, oplog, soap, status
 from gateway.broker import NotificationBroker
 from gateway.config import Config
 from gateway.demand import DemandManager
 from gateway.faults import RECEIVER, WsnFault
+from gateway.status import OP_KEY, REJECTED_KEY
 
 log = logging.getLogger("gateway.http")
 
@@ -95,8 +96,10 @@ async def handle(request: web.Request) -> web.StreamResponse:
         body = soap.fault_envelope(e.version, None, e.code, e.reason, fault_action)
         status = soap.http_status_for(e.version, e.code)
         return _soap_response(e.version, body, status, fault_action)
+    request[OP_KEY] = "unresolved"  # gateway.status.timed: metric label (a bounded set)
     try:
         op = broker.resolve(request.path, req)
+        request[OP_KEY] = op.name
         if op.manage and not _authorized(cfg, request.headers.get("Authorization")):
             return web.Response(
                 status=401,
@@ -105,6 +108,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
             )
         action, children = await op.handler(req)
     except WsnFault as f:
+        request[REJECTED_KEY] = f.name
+        if req.payload.tag == ns.q(ns.WSNT, "Notify"):
+            request[OP_KEY] = "Notify"
         body = soap.wsn_fault(req.version, req.wsa, f)
         return _soap_response(
             req.version, body, soap.http_status_for(req.version, f.code), f.action
@@ -125,14 +131,19 @@ async def not_allowed(request: web.Request) -> web.StreamResponse:
     )
 
 
-def create_app(broker: NotificationBroker) -> web.Application:
+def create_app(broker: NotificationBroker, demand: DemandManager | None = None) -> web.Application:
     # aiohttp enforces client_max_size while reading; keep a margin so our own check
     # (with the clearer message) runs first for declared lengths.
-    app = web.Application(client_max_size=broker.cfg.max_request_bytes)
+    app = web.Application(
+        client_max_size=broker.cfg.max_request_bytes, middlewares=[status.timed]
+    )
     app[BROKER_KEY] = broker
     app.router.add_post("/wsn/broker", handle)
     app.router.add_post(r"/wsn/{kind:subscriptions|pullpoints|registrations}/{rid}", handle)
     app.router.add_get("/wsn/broker", not_allowed)
+    # operator endpoints: GET only, routed apart from the SOAP handler (gateway.status)
+    cfg = broker.cfg
+    status.setup(app, broker, demand, lambda h: _authorized(cfg, h), _challenge(cfg))
     return app
 
 
@@ -172,12 +183,13 @@ async def start(cfg: Config, broker: NotificationBroker | None = None) -> Runnin
     port = int(sock.getsockname()[1])
     broker.set_listening(cfg.host, port)
     demand = DemandManager(broker)  # observes the registrations broker.start() reloads
+    broker.add_observer(oplog.RegistrationLog())  # operator log lines (gateway.oplog)
     try:
         await broker.start()
     except BaseException:
         sock.close()
         raise
-    runner = web.AppRunner(create_app(broker), access_log=None, handle_signals=False)
+    runner = web.AppRunner(create_app(broker, demand), access_log=None, handle_signals=False)
     await runner.setup()
     await web.SockSite(runner, sock).start()
     await demand.start()  # after serving: a publisher may push as soon as it is subscribed

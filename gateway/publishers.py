@@ -38,6 +38,8 @@ class Registration:
     exprs: list[topics.TopicExpression] = field(default_factory=list)
     #: concrete broker topics named by single-topic expressions (device topics mapped)
     named_topics: set[topics.ConcreteTopic] = field(default_factory=set)
+    #: when it last sent a Notify to its registration address (gateway.status); not stored
+    last_seen: datetime | None = None
 
     def topics_json(self) -> str:
         return json.dumps(self.topic_specs)

@@ -132,6 +132,8 @@ class Storage:
         self.busy_seconds = 0.0
         self.transactions = 0
         self.groups = 0
+        #: called from the writer thread with each transaction's duration (gateway.metrics)
+        self.on_commit: Callable[[float], None] | None = None
         self._pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
         self._group_task: asyncio.Future[None] | None = None
 
@@ -181,9 +183,31 @@ class Storage:
         except sqlite3.Error as e:
             raise StorageError(f"storage failure: {e}") from e
         finally:
-            self.busy_seconds += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            self.busy_seconds += dt
             self.transactions += 1
+            if self.on_commit is not None:
+                self.on_commit(dt)
         return out
+
+    # ---- operator views (gateway.status, /readyz) ----
+    @property
+    def is_open(self) -> bool:
+        return self._conn is not None
+
+    async def ping(self) -> None:
+        """Raise StorageError unless a transaction can run now."""
+        await self._run(lambda c: c.execute("SELECT 1").fetchone())
+
+    async def landing_lag(self) -> tuple[int, str | None]:
+        """(rows in the JSON-lines landing outbox, the oldest row's line or None)."""
+
+        def fn(c: sqlite3.Connection) -> tuple[int, str | None]:
+            n = int(c.execute("SELECT count(*) FROM landing_outbox").fetchone()[0])
+            row = c.execute("SELECT line FROM landing_outbox ORDER BY seq LIMIT 1").fetchone()
+            return n, (str(row[0]) if row else None)
+
+        return await self._run(fn)
 
     # ---- load everything at start ----
     def load(self) -> Snapshot:

@@ -1,0 +1,159 @@
+"""Prometheus metrics of the gateway (`GET /metrics`, prometheus-client).
+
+Two kinds, so that the hot path pays for one counter increment or histogram observation
+at most:
+
+- **events** (`Metrics`): counters and histograms the code increments where things happen
+  (a delivery answered, a Notify refused, an SQLite transaction committed, a request
+  handled). Each gateway has its own `CollectorRegistry`, so several brokers in one
+  process (the tests) never share counts.
+- **state** (`StateCollector`): gauges read from the broker's own bookkeeping only when
+  Prometheus scrapes (subscriptions, backlogs, pull points, registrations, landing lag),
+  plus `wsn_notifications_accepted_total`, which the broker already counts.
+
+Names follow the Prometheus conventions (`_total` counters, `_seconds` units). The full
+list, with what each counts, is in docs/gateway.md "Metrics".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+#: outcomes of `wsn_deliveries_total` (messages, not requests)
+DELIVERY_OUTCOMES = ("ok", "retried", "failed", "dropped")
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+
+class Metrics:
+    """The event counters and histograms of one gateway."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.rejected = Counter(
+            "wsn_notifications_rejected",
+            "Notify requests refused with a fault or an HTTP error, by reason (fault name)",
+            ["reason"],
+            registry=r,
+        )
+        self.deliveries = Counter(
+            "wsn_deliveries",
+            "Messages for push consumers by outcome: ok (consumer answered 2xx), retried "
+            "(in a failed attempt, sent again later), failed (ended with a dead consumer), "
+            "dropped (backlog bound, oldest first)",
+            ["outcome"],
+            registry=r,
+        )
+        for o in DELIVERY_OUTCOMES:  # present at 0 from the start: rates need a first sample
+            self.deliveries.labels(o)
+        self.delivery_latency = Histogram(
+            "wsn_delivery_latency_seconds",
+            "From the commit of an accepted Notify to the consumer's 2xx answer",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.request_latency = Histogram(
+            "wsn_request_duration_seconds",
+            "SOAP requests handled, by operation (body element; 'invalid' if unparsable)",
+            ["operation"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.commit_seconds = Histogram(
+            "wsn_sqlite_commit_seconds",
+            "Duration of one SQLite transaction (BEGIN IMMEDIATE .. COMMIT)",
+            buckets=_COMMIT_BUCKETS,
+            registry=r,
+        )
+
+    def delivered(self, outcome: str, n: int = 1) -> None:
+        if n:
+            self.deliveries.labels(outcome).inc(n)
+
+    def observe_commit(self, seconds: float) -> None:
+        """Called by Storage from its writer thread (prometheus-client is thread-safe)."""
+        self.commit_seconds.observe(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+@dataclass
+class StateSample:
+    """What the state collector reports; refreshed by the /metrics handler before each
+    scrape (some of it needs an SQLite query, which a collector must not await)."""
+
+    accepted: int = 0
+    subscriptions_active: int = 0
+    subscriptions_paused: int = 0
+    backlog_total: int = 0
+    backlog_max: int = 0
+    pullpoints: int = 0
+    pullpoint_messages: int = 0
+    registrations: int = 0
+    landing_lag_rows: int = 0
+    landing_lag_seconds: float = 0.0
+    uptime_seconds: float = 0.0
+
+
+class StateCollector(Collector):
+    """Gauges from a `StateSample` produced by `sample()` at scrape time."""
+
+    def __init__(self, sample: Callable[[], StateSample]) -> None:
+        self._sample = sample
+
+    def describe(self) -> list[Metric]:
+        return []  # dynamic: nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._sample()
+        yield CounterMetricFamily(
+            "wsn_notifications_accepted",
+            "Notifications accepted (committed to SQLite before the answer)",
+            value=s.accepted,
+        )
+        subs = GaugeMetricFamily(
+            "wsn_subscriptions", "Subscriptions at the broker by state", labels=["state"]
+        )
+        subs.add_metric(["active"], s.subscriptions_active)
+        subs.add_metric(["paused"], s.subscriptions_paused)
+        yield subs
+        yield GaugeMetricFamily(
+            "wsn_backlog_messages",
+            "Messages waiting for push consumers, over all subscriptions",
+            value=s.backlog_total,
+        )
+        yield GaugeMetricFamily(
+            "wsn_backlog_max_messages",
+            "The largest backlog of one subscription",
+            value=s.backlog_max,
+        )
+        yield GaugeMetricFamily("wsn_pullpoints", "Pull points", value=s.pullpoints)
+        yield GaugeMetricFamily(
+            "wsn_pullpoint_messages",
+            "Messages waiting in pull points, over all pull points",
+            value=s.pullpoint_messages,
+        )
+        yield GaugeMetricFamily(
+            "wsn_registrations", "Publisher registrations", value=s.registrations
+        )
+        yield GaugeMetricFamily(
+            "wsn_landing_lag_rows",
+            "Accepted notifications not yet written to the landing zone",
+            value=s.landing_lag_rows,
+        )
+        yield GaugeMetricFamily(
+            "wsn_landing_lag_seconds",
+            "Age of the oldest accepted notification not yet in the landing zone (0 = none)",
+            value=s.landing_lag_seconds,
+        )
+        yield GaugeMetricFamily(
+            "wsn_uptime_seconds", "Seconds since the gateway started", value=s.uptime_seconds
+        )

@@ -1,0 +1,375 @@
+"""What an operator sees: `GET /status` (HTML), `/status.json`, `/metrics` (Prometheus),
+`/healthz` and `/readyz`.
+
+These are plain GET routes, apart from the SOAP POST handler of gateway.http. The state
+is read from the broker through a few explicit accessors (its subscription, pull-point
+and registration tables, `DeliveryManager.state`, `DemandManager.status`, the landing
+writers, `Storage.landing_lag`), never by touching the hot path: a page load costs one
+small SQLite read (the landing lag) and a walk over the tables.
+
+Access (docs/gateway.md "Operating the gateway"): with credentials configured
+(`--auth-token`, `--auth-user/--auth-password`) /status, /status.json and /metrics need
+them; without credentials they are served to loopback clients only, unless
+`--status-public`. /healthz and /readyz are always open: they say nothing but "alive" and
+"ready" (or what is not ready), which a load balancer or an orchestrator must see.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import aiohttp_jinja2
+import jinja2
+from aiohttp import web
+
+from gateway import topics
+from gateway.broker import NotificationBroker
+from gateway.demand import DemandManager
+from gateway.metrics import StateCollector, StateSample
+from gateway.publishers import Registration
+from gateway.storage import StorageError
+from gateway.subscriptions import Subscription
+
+Authorizer = Callable[[str | None], bool]
+
+_DIALECTS = {
+    topics.SIMPLE: "Simple",
+    topics.CONCRETE: "Concrete",
+    topics.FULL: "Full",
+    topics.XPATH: "XPath",
+}
+
+
+def _version() -> str:
+    try:
+        return metadata.version("wsn-edge")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _iso(t: datetime | float | None) -> str | None:
+    if t is None:
+        return None
+    if isinstance(t, float | int):
+        t = datetime.fromtimestamp(t, UTC)
+    return t.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    return False
+
+
+class StatusView:
+    """The operator endpoints of one gateway."""
+
+    def __init__(
+        self,
+        broker: NotificationBroker,
+        demand: DemandManager | None,
+        authorized: Authorizer,
+        challenge: str,
+    ) -> None:
+        self.broker = broker
+        self.demand = demand
+        self.authorized = authorized
+        self.challenge = challenge
+        self.started = time.time()
+        self.version = _version()
+        self._sample = StateSample()
+        broker.metrics.registry.register(StateCollector(lambda: self._sample))
+
+    # ------------------------------------------------------------------ access
+    def _refuse(self, request: web.Request) -> web.Response | None:
+        cfg = self.broker.cfg
+        if cfg.auth_enabled:
+            if self.authorized(request.headers.get("Authorization")):
+                return None
+            return web.Response(
+                status=401,
+                text=f"{request.path} needs the gateway's credentials "
+                "(Authorization: Bearer <--auth-token>, or HTTP Basic)\n",
+                headers={"WWW-Authenticate": self.challenge},
+            )
+        if cfg.status_public or _is_loopback(request.remote):
+            return None
+        return web.Response(
+            status=403,
+            text=f"{request.path} is served to loopback clients only; start the gateway with "
+            "--auth-token (then send it) or --status-public\n",
+        )
+
+    # ------------------------------------------------------------------ the snapshot
+    async def snapshot(self) -> dict[str, Any]:
+        """Everything /status shows, JSON-ready (documented in docs/gateway.md)."""
+        b = self.broker
+        now = b.clock()
+        landing = await self._landing()
+        by_age = sorted(b.subs.values(), key=lambda s: s.created)
+        subs = [self._subscription(s) for s in by_age]
+        pps = [
+            {
+                "id": pp.id,
+                "address": b.urls("pullpoints", pp.id),
+                "depth": pp.queued,
+                "dropped": pp.dropped,
+                "waiting_clients": pp.waiters,
+                "created": _iso(pp.created),
+                "subscriptions": sorted(s.id for s in b.subs.values() if s.pullpoint == pp.id),
+            }
+            for pp in sorted(b.pullpoints.values(), key=lambda p: p.created)
+        ]
+        return {
+            "gateway": {
+                "gateway_id": getattr(b.cfg, "gateway_id", None),
+                "version": self.version,
+                "broker": f"{b.base_url}/wsn/broker",
+                "started": _iso(self.started),
+                "uptime_s": round(time.time() - self.started, 1),
+                "now": _iso(now),
+                "storage_bytes": self._storage_bytes(),
+                "accepted": b.accepted,
+                "topics": len(list(b.ts.topics())),
+            },
+            "registrations": [
+                self._registration(r)
+                for r in sorted(b.registrations.values(), key=lambda r: r.created)
+            ],
+            "subscriptions": subs,
+            "pullpoints": pps,
+            "landing": landing,
+        }
+
+    def _subscription(self, s: Subscription) -> dict[str, Any]:
+        st = self.broker.delivery.state(s.id) if s.pullpoint is None else {}
+        expr = s.topic_exprs[0] if s.topic_exprs else None
+        return {
+            "id": s.id,
+            "address": self.broker.urls("subscriptions", s.id),
+            "consumer": s.consumer.address,
+            "pullpoint": s.pullpoint,
+            "dialect": _DIALECTS.get(expr.dialect, expr.dialect) if expr else None,
+            "expression": expr.text if expr else None,
+            "message_content": len(s.content),
+            "raw": s.raw,
+            "paused": s.paused,
+            "backlog": st.get("backlog", 0),
+            "delivered": st.get("delivered", 0),
+            "dropped": st.get("dropped", 0),
+            "failures": st.get("failures", 0),
+            "failing": st.get("failing", 0),
+            "last_delivery": _iso(st.get("last_delivery")),
+            "created": _iso(s.created),
+            "expires": _iso(s.termination),
+        }
+
+    def _registration(self, r: Registration) -> dict[str, Any]:
+        managed = self.demand.status() if self.demand is not None else []
+        remote = [e for e in managed if e["registration"] == r.id]
+        if not r.demand:
+            state = "pushing"  # a publisher without Demand pushes whenever it likes
+        elif not remote or all(e["paused"] is None for e in remote):
+            state = "not subscribed"
+        elif any(e["paused"] is False for e in remote):
+            state = "pushing"
+        else:
+            state = "paused"
+        return {
+            "id": r.id,
+            "device_id": r.device_id,
+            "producer": r.publisher.address if r.publisher else None,
+            "topics": [str(t) for t in sorted(r.named_topics, key=str)]
+            or [text for _d, text, _n in r.topic_specs],
+            "demand": r.demand,
+            "state": state,
+            "topic_states": [
+                {"topic": e["topic"], "paused": e["paused"], "failures": e["failures"]}
+                for e in remote
+            ],
+            "last_seen": _iso(r.last_seen),
+            "created": _iso(r.created),
+            "expires": _iso(r.termination),
+        }
+
+    def _storage_bytes(self) -> int:
+        p = self.broker.storage.path
+        total = 0
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(OSError):
+                total += os.stat(f"{p}{suffix}").st_size
+        return total
+
+    async def _landing(self) -> dict[str, Any]:
+        b = self.broker
+        out: dict[str, Any] = {
+            "enabled": b.cfg.landing_enabled,
+            "format": b.cfg.landing_format,
+            "directory": str(b.cfg.data_dir / "landing"),
+            "current_file": None,
+            "current_bytes": 0,
+            "files": 0,
+            "bytes": 0,
+            "lag_rows": 0,
+            "lag_s": 0.0,
+        }
+        w = b.landing
+        if w is not None:
+            tmp: Path | None = getattr(w, "_tmp", None)  # the open file (landing.LandingWriter)
+            if tmp is not None:
+                out["current_file"] = tmp.name
+                out["current_bytes"] = int(getattr(w, "_size", 0))
+            out["lines_written"] = w.lines_written
+            with contextlib.suppress(StorageError):
+                rows, oldest = await b.storage.landing_lag()
+                out["lag_rows"] = rows
+                if oldest is not None:
+                    with contextlib.suppress(ValueError, KeyError, TypeError):
+                        got = datetime.fromisoformat(json.loads(oldest)["received_at"])
+                        out["lag_s"] = round(max(0.0, (b.clock() - got).total_seconds()), 3)
+        if b.landing_parquet is not None:
+            with contextlib.suppress(StorageError):
+                rows, _bytes, _seq = await b.storage.parquet_outbox_stats()
+                out["parquet_pending_rows"] = rows
+        with contextlib.suppress(OSError):
+            for e in os.scandir(out["directory"]):
+                if e.name.startswith("landing-") and e.is_file():
+                    out["files"] += 1
+                    out["bytes"] += e.stat().st_size
+        return out
+
+    # ------------------------------------------------------------------ handlers
+    async def status_html(self, request: web.Request) -> web.StreamResponse:
+        refused = self._refuse(request)
+        if refused is not None:
+            return refused
+        snap = await self.snapshot()
+        try:
+            refresh = max(1, min(3600, int(request.query.get("refresh", "5"))))
+        except ValueError:
+            refresh = 5
+        resp = aiohttp_jinja2.render_template(
+            "status.html", request, {"s": snap, "refresh": refresh}
+        )
+        resp.headers["Cache-Control"] = "no-store"
+        return resp
+
+    async def status_json(self, request: web.Request) -> web.StreamResponse:
+        refused = self._refuse(request)
+        if refused is not None:
+            return refused
+        return web.json_response(await self.snapshot(), dumps=lambda o: json.dumps(o, indent=1))
+
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
+        refused = self._refuse(request)
+        if refused is not None:
+            return refused
+        self._sample = await self._state_sample()
+        return web.Response(
+            body=self.broker.metrics.exposition(),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+
+    async def _state_sample(self) -> StateSample:
+        b = self.broker
+        backlogs = [b.delivery.backlog(sid) for sid, s in b.subs.items() if s.pullpoint is None]
+        lag_rows, lag_s = 0, 0.0
+        if b.landing is not None:
+            land = await self._landing()
+            lag_rows, lag_s = land["lag_rows"], land["lag_s"]
+        return StateSample(
+            accepted=b.accepted,
+            subscriptions_active=sum(1 for s in b.subs.values() if not s.paused),
+            subscriptions_paused=sum(1 for s in b.subs.values() if s.paused),
+            backlog_total=sum(backlogs),
+            backlog_max=max(backlogs, default=0),
+            pullpoints=len(b.pullpoints),
+            pullpoint_messages=sum(p.queued for p in b.pullpoints.values()),
+            registrations=len(b.registrations),
+            landing_lag_rows=lag_rows,
+            landing_lag_seconds=lag_s,
+            uptime_seconds=time.time() - self.started,
+        )
+
+    async def healthz(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(text="ok\n")
+
+    async def readyz(self, request: web.Request) -> web.StreamResponse:
+        """Ready = storage answers a transaction and the landing directory is writable."""
+        problems: list[str] = []
+        b = self.broker
+        try:
+            await b.storage.ping()
+        except StorageError as e:
+            problems.append(f"storage: {e}")
+        if b.cfg.landing_enabled:
+            d = b.cfg.data_dir / "landing"
+            if not (d.is_dir() and os.access(d, os.W_OK | os.X_OK)):
+                problems.append(f"landing: directory {d} is not writable")
+        if problems:
+            return web.Response(status=503, text="not ready: " + "; ".join(problems) + "\n")
+        return web.Response(text="ready\n")
+
+
+STATUS_KEY = web.AppKey("status", StatusView)
+#: set by gateway.http.handle for `timed`: the operation (a name from the broker's fixed
+#: tables, so label values stay bounded) and the fault a request was refused with
+OP_KEY = web.RequestKey("wsn_op", str)
+REJECTED_KEY = web.RequestKey("wsn_rejected", str)
+
+
+@web.middleware
+async def timed(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """wsn_request_duration_seconds by operation and wsn_notifications_rejected_total for
+    SOAP POSTs; gateway.http.handle names the operation and the fault in the request."""
+    if request.method != "POST":
+        return await handler(request)
+    t0 = time.perf_counter()
+    try:
+        return await handler(request)
+    finally:
+        view = request.app.get(STATUS_KEY)
+        if view is not None:
+            m = view.broker.metrics
+            op = request.get(OP_KEY, "invalid")
+            m.request_latency.labels(op).observe(time.perf_counter() - t0)
+            rejected = request.get(REJECTED_KEY)
+            if op == "Notify" and rejected:
+                m.rejected.labels(rejected).inc()
+
+
+def setup(
+    app: web.Application,
+    broker: NotificationBroker,
+    demand: DemandManager | None,
+    authorized: Authorizer,
+    challenge: str,
+) -> StatusView:
+    """Add the operator routes (GET only) and the template environment to `app`."""
+    view = StatusView(broker, demand, authorized, challenge)
+    app[STATUS_KEY] = view
+    aiohttp_jinja2.setup(
+        app,
+        loader=jinja2.PackageLoader("gateway", "templates"),
+        autoescape=jinja2.select_autoescape(["html"]),
+        undefined=jinja2.StrictUndefined,
+    )
+    app.router.add_get("/status", view.status_html)
+    app.router.add_get("/status.json", view.status_json)
+    app.router.add_get("/metrics", view.metrics)
+    app.router.add_get("/healthz", view.healthz)
+    app.router.add_get("/readyz", view.readyz)
+    return view

@@ -1,0 +1,112 @@
+"""`GET /metrics` (gateway.metrics, issue 14): parsed with prometheus_client.parser; every
+counter moves by exactly what the test did."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+from gwtest import (
+    CONCRETE,
+    FULL,
+    Consumer,
+    call,
+    notify_body,
+    reading,
+    subscribe_body,
+    topic_filter,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway import http
+
+A_NOTIFY = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
+A_SUBSCRIBE = "http://docs.oasis-open.org/wsn/bw-2/NotificationProducer/SubscribeRequest"
+
+
+async def scrape(gw: http.Running) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """{(sample name, sorted labels): value} of one scrape."""
+    async with (
+        aiohttp.ClientSession() as s,
+        s.get(f"http://127.0.0.1:{gw.port}/metrics") as r,
+    ):
+        assert r.status == 200, await r.text()
+        assert r.content_type == "text/plain"
+        text = await r.text()
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            out[(smp.name, tuple(sorted(smp.labels.items())))] = smp.value
+    return out
+
+
+def v(m: dict[Any, float], name: str, **labels: str) -> float:
+    return m.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def notify(gw: http.Running, *msgs: tuple[str, str], dialect: str = CONCRETE) -> Any:
+    return await call(gw.url, notify_body(*msgs, dialect=dialect), action=A_NOTIFY)
+
+
+async def test_counters_move_by_exactly_what_happened(
+    make_gateway: Any, make_consumer: Any
+) -> None:
+    gw = await make_gateway()
+    flaky: Consumer = await make_consumer(fail=2)  # two failed attempts, then 2xx
+    before = await scrape(gw)
+    r = await call(
+        gw.url, subscribe_body(flaky.url, topic_filter("tns:a", FULL)), action=A_SUBSCRIBE
+    )
+    assert not r.is_fault, r.text
+    r = await notify(gw, ("tns:a", reading(0)))
+    assert r.status == 202, r.text
+    await flaky.wait_for(1, timeout=10)  # alone in both failed requests, then delivered
+    for i in (1, 2):
+        r = await notify(gw, ("tns:a", reading(i)))
+        assert r.status == 202, r.text
+    # a Notify whose Topic is not one concrete topic: InvalidTopicExpressionFault (§3.2)
+    bad = await notify(gw, ("tns:*", reading(9)), dialect=FULL)
+    assert bad.is_fault and bad.fault_name == "InvalidTopicExpressionFault"
+    await flaky.wait_for(3, timeout=10)
+    after = await scrape(gw)
+
+    def d(name: str, **labels: str) -> float:
+        return v(after, name, **labels) - v(before, name, **labels)
+
+    assert d("wsn_notifications_accepted_total") == 3
+    assert d("wsn_notifications_rejected_total", reason="InvalidTopicExpressionFault") == 1
+    assert d("wsn_deliveries_total", outcome="retried") == 2
+    assert d("wsn_deliveries_total", outcome="ok") == 3
+    assert d("wsn_deliveries_total", outcome="failed") == 0
+    assert d("wsn_deliveries_total", outcome="dropped") == 0
+    assert d("wsn_delivery_latency_seconds_count") == 3
+    assert d("wsn_request_duration_seconds_count", operation="Notify") == 4
+    assert d("wsn_request_duration_seconds_count", operation="Subscribe") == 1
+    assert d("wsn_sqlite_commit_seconds_count") >= 1  # group commit may merge Notifies
+    assert v(after, "wsn_subscriptions", state="active") == 1
+    assert v(after, "wsn_backlog_messages") == 0
+
+
+async def test_backlog_gauges_and_drops(make_gateway: Any, make_consumer: Any) -> None:
+    gw = await make_gateway(max_backlog=3)
+    dead: Consumer = await make_consumer(fail=10**9)
+    r = await call(gw.url, subscribe_body(dead.url, topic_filter("tns:a")), action=A_SUBSCRIBE)
+    assert not r.is_fault, r.text
+    pp = await call(gw.url, "<wsnt:CreatePullPoint/>")
+    pp_addr = pp.body.findtext(".//{http://www.w3.org/2005/08/addressing}Address")
+    r = await call(gw.url, subscribe_body(pp_addr, topic_filter("tns:a")), action=A_SUBSCRIBE)
+    assert not r.is_fault, r.text
+    before = await scrape(gw)
+    # five messages in one Notify: the backlog bound (3) drops the two oldest at once
+    r = await notify(gw, *[("tns:a", reading(i)) for i in range(5)])
+    assert r.status == 202, r.text
+    after = await scrape(gw)
+    assert v(after, "wsn_deliveries_total", outcome="dropped") - v(
+        before, "wsn_deliveries_total", outcome="dropped"
+    ) == 2
+    assert v(after, "wsn_backlog_messages") == 3
+    assert v(after, "wsn_backlog_max_messages") == 3
+    assert v(after, "wsn_pullpoints") == 1
+    assert v(after, "wsn_pullpoint_messages") == 5
+    assert v(after, "wsn_subscriptions", state="active") == 2
+    assert v(after, "wsn_landing_lag_rows") >= 0

@@ -1,0 +1,205 @@
+"""Operator endpoints and logs (gateway.status, gateway.oplog; issue 14): /status.json
+content, who may read /status, /status.json and /metrics, /healthz and /readyz, and the
+lifecycle log lines (`--log-format json`) of a real gateway process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import make_mocked_request
+from gwtest import (
+    BR,
+    CONCRETE,
+    WSA,
+    Consumer,
+    call,
+    notify_body,
+    reading,
+    start_gateway,
+    stop_gateway,
+    subscribe_body,
+    topic_filter,
+)
+
+from gateway import http
+from gateway.status import STATUS_KEY
+
+A_NOTIFY = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
+A_REG = "http://docs.oasis-open.org/wsn/brw-2/RegisterPublisher/RegisterPublisherRequest"
+DT = 'xmlns:dt="urn:wsn-edge:device-topics"'
+PRODUCER = "http://127.0.0.1:9/wsn/producer"  # never called: Demand=false
+
+
+async def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as s, s.get(url, headers=headers or {}) as r:
+        return r.status, await r.text()
+
+
+def register_body(device: str, producer: str) -> str:
+    return (
+        f"<br:RegisterPublisher xmlns:br='{BR}'><br:PublisherReference>"
+        f"<wsa:Address>{producer}</wsa:Address><wsa:Metadata><edge:DeviceId>{device}"
+        "</edge:DeviceId></wsa:Metadata></br:PublisherReference>"
+        f'<br:Topic Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple" {DT}>'
+        "dt:temperature</br:Topic><br:Demand>false</br:Demand></br:RegisterPublisher>"
+    )
+
+
+async def populate(gw: http.Running, dead: Consumer) -> dict[str, str]:
+    """A registered device, a push subscription whose consumer fails (a backlog of 2) and a
+    pull point with a subscription into it (depth 2); -> their ids."""
+    r = await call(gw.url, register_body("esp32-07", PRODUCER), action=A_REG)
+    assert not r.is_fault, r.text
+    reg = r.body.findtext(f".//{{{WSA}}}Address") or ""
+    r = await call(gw.url, subscribe_body(dead.url, topic_filter("tns:a")))
+    assert not r.is_fault, r.text
+    sub = (r.body.findtext(f".//{{{WSA}}}Address") or "").rsplit("/", 1)[1]
+    r = await call(gw.url, "<wsnt:CreatePullPoint/>")
+    pp = r.body.findtext(f".//{{{WSA}}}Address") or ""
+    r = await call(gw.url, subscribe_body(pp, topic_filter("tns:a")))
+    assert not r.is_fault, r.text
+    for i in range(2):
+        r = await call(gw.url, notify_body(("tns:a", reading(i))), action=A_NOTIFY)
+        assert r.status == 202, r.text
+    last = {"registration": reg, "pullpoint": pp}
+    return {"subscription": sub, **{k: a.rsplit("/", 1)[1] for k, a in last.items()}}
+
+
+async def test_status_json_lists_what_the_broker_holds(
+    make_gateway: Any, make_consumer: Any
+) -> None:
+    gw = await make_gateway()
+    dead: Consumer = await make_consumer(fail=10**9)
+    ids = await populate(gw, dead)
+    status, text = await get(f"http://127.0.0.1:{gw.port}/status.json")
+    assert status == 200, text
+    s = json.loads(text)
+    assert {"subscriptions", "registrations", "pullpoints", "landing"} <= set(s)
+    (reg,) = s["registrations"]
+    assert reg["id"] == ids["registration"] and reg["device_id"] == "esp32-07"
+    assert reg["producer"] == "http://127.0.0.1:9/wsn/producer"
+    assert reg["topics"] == ["{urn:wsn-edge:devices}esp32-07/temperature"]
+    assert reg["state"] == "pushing" and reg["last_seen"] is None
+    subs = {x["id"]: x for x in s["subscriptions"]}
+    push = subs[ids["subscription"]]
+    assert push["consumer"] == dead.url and push["dialect"] == "Concrete"
+    assert push["expression"] == "tns:a" and push["raw"] is False and push["paused"] is False
+    assert push["backlog"] == 2 and push["expires"]
+    (pp,) = s["pullpoints"]
+    assert pp["id"] == ids["pullpoint"] and pp["depth"] == 2 and len(pp["subscriptions"]) == 1
+    assert s["landing"]["enabled"] is True and s["gateway"]["accepted"] == 2
+    # the HTML page shows the same rows
+    status, page = await get(f"http://127.0.0.1:{gw.port}/status")
+    assert status == 200 and 'http-equiv="refresh"' in page
+    for needle in ("esp32-07", ids["subscription"], ids["pullpoint"]):
+        assert needle in page
+
+
+async def test_registration_last_seen_and_backlog_failures(make_gateway: Any) -> None:
+    gw = await make_gateway()
+    r = await call(gw.url, register_body("d9", PRODUCER), action=A_REG)
+    reg_addr = r.body.findtext(f".//{{{WSA}}}Address") or ""
+    msg = notify_body(("dt:temperature", reading(1)), nsdecl=DT)
+    r = await call(reg_addr, msg, action=A_NOTIFY)
+    assert r.status == 202, r.text
+    _, text = await get(f"http://127.0.0.1:{gw.port}/status.json")
+    (reg,) = json.loads(text)["registrations"]
+    assert reg["last_seen"] is not None
+
+
+async def test_token_guards_status_json_and_metrics(make_gateway: Any) -> None:
+    gw = await make_gateway(auth_token="s3cret")
+    base = f"http://127.0.0.1:{gw.port}"
+    for path in ("/status", "/status.json", "/metrics"):
+        status, text = await get(base + path)
+        assert status == 401 and "credentials" in text, (path, text)
+        status, _ = await get(base + path, {"Authorization": "Bearer wrong"})
+        assert status == 401
+        status, _ = await get(base + path, {"Authorization": "Bearer s3cret"})
+        assert status == 200, path
+    for path in ("/healthz", "/readyz"):  # probes stay open
+        status, _ = await get(base + path)
+        assert status == 200, path
+
+
+@pytest.mark.parametrize(
+    ("peer", "public", "allowed"),
+    [("127.0.0.1", False, True), ("::1", False, True), ("192.0.2.7", False, False),
+     ("192.0.2.7", True, True)],
+)  # fmt: skip
+async def test_loopback_only_unless_status_public(
+    make_gateway: Any, peer: str, public: bool, allowed: bool
+) -> None:
+    """The policy as such; a non-loopback peer can only be simulated here (tests use
+    loopback addresses only), so the request object says where it came from."""
+    gw = await make_gateway(status_public=public)
+    app = gw.runner.app
+    transport: Any = type("T", (), {"get_extra_info": lambda self, k, d=None: (peer, 5000)})()
+    req = make_mocked_request("GET", "/status.json", app=app, transport=transport)
+    resp = await app[STATUS_KEY].status_json(req)
+    assert resp.status == (200 if allowed else 403)
+    if not allowed:
+        assert "--status-public" in resp.text  # type: ignore[attr-defined]
+
+
+async def test_readyz_reports_an_unwritable_landing_zone(make_gateway: Any, tmp_path: Path) -> None:
+    gw = await make_gateway(data_dir=tmp_path / "gw")
+    base = f"http://127.0.0.1:{gw.port}"
+    assert await get(base + "/healthz") == (200, "ok\n")
+    assert (await get(base + "/readyz"))[0] == 200
+    landing = tmp_path / "gw" / "landing"
+    shutil.rmtree(landing)
+    landing.write_text("not a directory")
+    status, text = await get(base + "/readyz")
+    assert status == 503 and "landing" in text
+    landing.unlink()
+    landing.mkdir()
+    assert (await get(base + "/readyz"))[0] == 200
+
+
+async def test_lifecycle_logs_one_json_line_each_and_no_tracebacks(
+    tmp_path: Path, make_consumer: Any
+) -> None:
+    gwp = start_gateway(tmp_path / "gw", "--log-format", "json", "--min-termination", "0.1",
+                        "--sweep-interval", "0.1")  # fmt: skip
+    try:
+        c: Consumer = await make_consumer()
+        r = await call(gwp.url, register_body("dj", PRODUCER), action=A_REG)
+        assert not r.is_fault
+        r = await call(gwp.url, subscribe_body(c.url, topic_filter("tns:a")))
+        sub_addr = r.body.findtext(f".//{{{WSA}}}Address") or ""
+        await call(sub_addr, "<wsnt:Unsubscribe/>")
+        r = await call(
+            gwp.url,
+            subscribe_body(c.url, topic_filter("tns:a"),
+                           "<wsnt:InitialTerminationTime>PT0.3S</wsnt:InitialTerminationTime>"),
+        )  # fmt: skip
+        assert not r.is_fault, r.text
+        # client mistakes: not SOAP, not XML, an unknown operation, a bad topic
+        async with aiohttp.ClientSession() as s:
+            for body, ctype in [(b"hello", "text/plain"), (b"<a><b>", "application/soap+xml"),
+                                (b"\x00\xff" * 10, "application/soap+xml")]:  # fmt: skip
+                async with s.post(gwp.url, data=body, headers={"Content-Type": ctype}) as resp:
+                    assert 400 <= resp.status < 500
+        r = await call(gwp.url, notify_body(("tns:*", reading(1)), dialect=CONCRETE))
+        assert r.is_fault
+        await asyncio.sleep(1.0)  # the expiry sweep
+    finally:
+        assert stop_gateway(gwp) == 0
+    lines = gwp.stderr.read_text().splitlines()
+    assert "Traceback" not in "\n".join(lines)
+    records = [json.loads(line) for line in lines]  # every line is one JSON object
+    events = [r["event"] for r in records if "event" in r]
+    assert events.count("registration_created") == 1
+    assert events.count("subscription_created") == 2
+    assert events.count("subscription_ended") == 1
+    assert events.count("subscription_expired") == 1
+    created = next(r for r in records if r.get("event") == "subscription_created")
+    assert created["consumer"] == c.url and created["expression"] == "tns:a"
+    assert created["level"] == "INFO" and created["time"].endswith("Z")
