@@ -11,6 +11,7 @@ import json
 import logging
 import re
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -129,6 +130,9 @@ class NotificationBroker:
             )
         self._sweeper: asyncio.Task[None] | None = None
         self.accepted = 0
+        #: notifications dropped because their topic does not admit them (WS-Topics §6)
+        self.inadmissible: Counter[str] = Counter()
+        self._logged_topics: set[tuple[topics.ConcreteTopic | None, str]] = set()
 
     # ------------------------------------------------------------------ lifecycle
     def set_listening(self, host: str, port: int) -> None:
@@ -834,12 +838,46 @@ class NotificationBroker:
         await self.publish(self._parse_notify(req, reg))
         return None, []
 
+    def _admitted(
+        self, items: list[tuple[topics.ConcreteTopic | None, Epr | None, Element, Element]]
+    ) -> list[tuple[topics.ConcreteTopic | None, Epr | None, Element, Element]]:
+        """Drop the notifications their topic's messageTypes/MessagePattern do not admit
+        (WS-Topics 1.3 §6): not delivered, not landed, not current; counted per topic in
+        `inadmissible`, logged once per topic. Dropped, not faulted: Notify is one-way
+        (bw-2.wsdl declares no fault for it) and the admitted messages of the same Notify
+        are still accepted (docs/gateway.md)."""
+        out = []
+        for item in items:
+            topic = item[0]
+            d = self.ts.get(topic) if topic is not None else None
+            why = topics.inadmissible(d, str(topic), item[2])
+            if why is None:
+                if (
+                    d is not None
+                    and (cant := topics.unjudgeable(d))
+                    and self._log_once((topic, "pattern"))
+                ):
+                    log.warning("topic %s: %s; admitting every message", topic, cant)
+                out.append(item)
+                continue
+            self.inadmissible[str(topic)] += 1
+            if self._log_once((topic, "dropped")):
+                log.warning("dropped a notification (counted, logged once per topic): %s", why)
+        return out
+
+    def _log_once(self, key: tuple[topics.ConcreteTopic | None, str]) -> bool:
+        if key in self._logged_topics:
+            return False
+        self._logged_topics.add(key)
+        return True
+
     async def publish(
         self, items: list[tuple[topics.ConcreteTopic | None, Epr | None, Element, Element]]
     ) -> None:
         """Accept notifications: one SQLite transaction for topic growth, current
         messages, deliveries, pull-point messages and landing lines. Returns once it is
         committed (a positive answer to Notify means durably accepted)."""
+        items = self._admitted(items)
         now = self.clock()
         batch = AcceptBatch(pp_limit=self.cfg.pullpoint_max_messages)
         grown_now: list[topics.ConcreteTopic] = []

@@ -5,6 +5,7 @@ The names below are the contract the broker codes against
 (docs/topics-api.md); see each module's docstring for what it guarantees.
 """
 
+from .admission import inadmissible, unjudgeable
 from .aliases import require_single_topic, resolve_expression, resolve_topic
 from .compile import compile_expression, parse_topic_expression_element, render_topic
 from .dialects import (
@@ -63,10 +64,12 @@ __all__ = [
     "canonical_dialect",
     "compile_expression",
     "hardened_parser",
+    "inadmissible",
     "load_topic_namespace",
     "parse_topic_expression_element",
     "render_topic",
     "require_single_topic",
     "resolve_expression",
     "resolve_topic",
+    "unjudgeable",
 ]
