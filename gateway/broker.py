@@ -58,6 +58,17 @@ Handler = Callable[[SoapRequest], Awaitable[Reply]]
 
 ALL_DIALECTS = (topics.SIMPLE, topics.CONCRETE, topics.FULL, topics.XPATH)
 
+#: b-2.xsd NotificationProducerRP (every one minOccurs=0) + br:RequiresRegistration
+PRODUCER_RP = frozenset(
+    {
+        ns.q(ns.WSNT, "TopicExpression"),
+        ns.q(ns.WSNT, "FixedTopicSet"),
+        ns.q(ns.WSNT, "TopicExpressionDialect"),
+        ns.q(ns.WSTOP, "TopicSet"),
+        ns.q(ns.BR, "RequiresRegistration"),
+    }
+)
+
 
 @dataclass
 class Op:
@@ -366,7 +377,9 @@ class NotificationBroker:
                 "RegisterPublisher", self.register_publisher, True
             ),
             ns.q(ns.WSRF_RP, "GetResourceProperty"): Op(
-                "GetResourceProperty", lambda r: self.get_rp(r, self.producer_properties()), False
+                "GetResourceProperty",
+                lambda r: self.get_rp(r, self.producer_properties(), PRODUCER_RP),
+                False,
             ),
         }
 
@@ -390,7 +403,11 @@ class NotificationBroker:
             ),
             ns.q(ns.WSRF_RP, "GetResourceProperty"): Op(
                 "GetResourceProperty",
-                lambda r: self.get_rp(r, subscriptions.resource_properties(sub, self.clock())),
+                lambda r: self.get_rp(
+                    r,
+                    subscriptions.resource_properties(sub, self.clock()),
+                    subscriptions.RESOURCE_PROPERTIES,
+                ),
                 False,
             ),
         }
@@ -430,7 +447,11 @@ class NotificationBroker:
             ),
             ns.q(ns.WSRF_RP, "GetResourceProperty"): Op(
                 "GetResourceProperty",
-                lambda r: self.get_rp(r, publishers.resource_properties(reg, self.clock())),
+                lambda r: self.get_rp(
+                    r,
+                    publishers.resource_properties(reg, self.clock()),
+                    publishers.RESOURCE_PROPERTIES,
+                ),
                 False,
             ),
         }
@@ -708,8 +729,14 @@ class NotificationBroker:
             self._rp_cache = (self.ts.version, root)
         return self._rp_cache[1]
 
-    async def get_rp(self, req: SoapRequest, props: list[Element]) -> Reply:
-        """WS-ResourceProperties 1.2 §5.2: body text is the property's QName."""
+    async def get_rp(
+        self, req: SoapRequest, props: list[Element], declared: frozenset[str]
+    ) -> Reply:
+        """WS-ResourceProperties 1.2 §5.2: body text is the property's QName. `declared` are
+        the properties the resource's RP document declares: one declared with minOccurs=0
+        and absent now (a subscription without Filter, an empty topic set) exists and is
+        answered with an empty response; only an undeclared QName is
+        InvalidResourcePropertyQNameFault."""
         txt = text_of(req.payload)
         prefix, _, local = txt.rpartition(":")
         nsuri = req.payload.nsmap.get(prefix or None)
@@ -717,8 +744,11 @@ class NotificationBroker:
             raise faults.invalid_rp_qname(f"{txt!r} is not a QName with a declared prefix")
         want = ns.q(nsuri, local) if nsuri else local
         found = [p for p in props if p.tag == want]
-        if not found:
-            known = sorted({etree.QName(p).localname for p in props})
+        if not found and want not in declared:
+            known = sorted(
+                {etree.QName(p).localname for p in props}
+                | {etree.QName(d).localname for d in declared}
+            )
             raise faults.invalid_rp_qname(
                 f"{txt} is not a resource property of this resource (known: {', '.join(known)})"
             )

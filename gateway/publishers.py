@@ -157,6 +157,20 @@ def parse_register(el: Element) -> RegisterRequest:
     return RegisterRequest(publisher, specs, demand, itt)
 
 
+#: WS-BrokeredNotification PublisherRegistrationRP (PublisherReference and Topic are
+#: optional) + WS-ResourceLifetime CurrentTime/TerminationTime
+RESOURCE_PROPERTIES = frozenset(
+    {
+        ns.q(ns.BR, "PublisherReference"),
+        ns.q(ns.BR, "Topic"),
+        ns.q(ns.BR, "Demand"),
+        ns.q(ns.BR, "CreationTime"),
+        ns.q(ns.WSRF_RL, "CurrentTime"),
+        ns.q(ns.WSRF_RL, "TerminationTime"),
+    }
+)
+
+
 def resource_properties(reg: Registration, now: datetime) -> list[Element]:
     """br PublisherRegistrationRP (+ WS-ResourceLifetime CurrentTime/TerminationTime)."""
     from gateway.subscriptions import termination_element, time_element

@@ -219,6 +219,20 @@ def time_element(local_ns: str, local: str, t: datetime) -> Element:
     return el
 
 
+#: b-2.xsd SubscriptionManagerRP (ConsumerReference; Filter, SubscriptionPolicy and
+#: CreationTime minOccurs=0) + WS-ResourceLifetime CurrentTime/TerminationTime (§6.4.1)
+RESOURCE_PROPERTIES = frozenset(
+    {
+        ns.q(ns.WSNT, "ConsumerReference"),
+        ns.q(ns.WSNT, "Filter"),
+        ns.q(ns.WSNT, "SubscriptionPolicy"),
+        ns.q(ns.WSNT, "CreationTime"),
+        ns.q(ns.WSRF_RL, "CurrentTime"),
+        ns.q(ns.WSRF_RL, "TerminationTime"),
+    }
+)
+
+
 def resource_properties(sub: Subscription, now: datetime) -> list[Element]:
     """§6.4.1 SubscriptionManagerRP (+ WS-ResourceLifetime CurrentTime/TerminationTime)."""
     from gateway.xmlutil import parse_xml

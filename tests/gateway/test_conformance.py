@@ -14,6 +14,7 @@ from gwtest import (
     CONCRETE,
     FULL,
     RL,
+    RP,
     SIMPLE,
     SOAP11,
     SOAP12,
@@ -345,3 +346,35 @@ async def test_a_message_its_topic_does_not_admit_is_dropped_counted_and_logged_
     # and the current message of B is the admitted one
     r = await call(gw.url, _gcm("tns:B", CONCRETE))
     assert r.body.findtext(".//{urn:m}v") == "1", r.text
+
+
+# ---------------------------------------------------------------- 6. absent optional properties
+def _get_rp(qname: str) -> str:
+    return f"<rp:GetResourceProperty>{qname}</rp:GetResourceProperty>"
+
+
+async def test_an_absent_optional_resource_property_is_an_empty_response(gw, consumer) -> None:
+    """A property the RP document declares with minOccurs=0 exists (b-2.xsd
+    SubscriptionManagerRP Filter/SubscriptionPolicy, NotificationProducerRP TopicExpression):
+    asked for while absent, it is an empty GetResourcePropertyResponse, not
+    InvalidResourcePropertyQNameFault; an undeclared QName still is that fault."""
+    addr = sub_address(await call(gw.url, subscribe_body(consumer.url)))  # no Filter/Policy
+    reg = await _register(gw)  # no br:Topic
+    cases = [
+        (addr, "wsnt:Filter"),
+        (addr, "wsnt:SubscriptionPolicy"),
+        (gw.url, "wsnt:TopicExpression"),  # empty topic set
+        (reg, "br:Topic"),
+    ]
+    for url, qn in cases:
+        r = await call(
+            url, _get_rp(qn), action=wsdl_action("GetResourceProperty", "GetResourceProperty")
+        )
+        assert r.status == 200, (url, qn, r.text)
+        assert r.body.tag == f"{{{RP}}}GetResourcePropertyResponse", r.text
+        assert len(r.body) == 0, r.text
+        assert r.header("Action") == wsdl_action(
+            "GetResourceProperty", "GetResourceProperty", "output"
+        )
+    r = await call(addr, _get_rp("wsnt:NoSuchProperty"))
+    assert r.fault_name == "InvalidResourcePropertyQNameFault", r.text
