@@ -123,6 +123,20 @@ def compile_specs(reg: Registration) -> None:
         reg.exprs.append(e)
 
 
+def _xsd_boolean(text: str) -> bool:
+    """br:Demand is an xsd:boolean (XML Schema Part 2 §3.2.2: true, false, 1, 0 after
+    whitespace collapse); anything else is refused rather than read as false."""
+    v = text.strip()
+    if v in ("true", "1"):
+        return True
+    if v in ("false", "0"):
+        return False
+    raise faults.br(
+        "PublisherRegistrationRejectedFault",
+        f"br:Demand {v!r} is not an xsd:boolean: send true, false, 1 or 0",
+    )
+
+
 @dataclass
 class RegisterRequest:
     publisher: Epr | None
@@ -143,7 +157,8 @@ def parse_register(el: Element) -> RegisterRequest:
             ) from None
     specs: list[tuple[str, str, dict[str, str]]] = []
     for t in children(el, ns.q(ns.BR, "Topic")):
-        dialect = t.get("Dialect") or ""
+        # the 2004 drafts spell it @dialect: accepted as on wsnt:TopicExpression (compile.py)
+        dialect = t.get("Dialect") or t.get("dialect") or ""
         text = text_of(t)
         nsmap = {k or "": v for k, v in t.nsmap.items()}
         try:
@@ -152,7 +167,7 @@ def parse_register(el: Element) -> RegisterRequest:
             raise faults.from_topic_error(e) from None
         specs.append((dialect, text, nsmap))
     demand_el = child(el, ns.q(ns.BR, "Demand"))
-    demand = text_of(demand_el).lower() in ("true", "1") if demand_el is not None else False
+    demand = _xsd_boolean(text_of(demand_el)) if demand_el is not None else False
     itt = child(el, ns.q(ns.BR, "InitialTerminationTime"))
     return RegisterRequest(publisher, specs, demand, itt)
 

@@ -378,3 +378,50 @@ async def test_an_absent_optional_resource_property_is_an_empty_response(gw, con
         )
     r = await call(addr, _get_rp("wsnt:NoSuchProperty"))
     assert r.fault_name == "InvalidResourcePropertyQNameFault", r.text
+
+
+# ---------------------------------------------------------- 7. br:Topic @dialect, 8. br:Demand
+async def test_br_topic_takes_the_2004_lowercase_dialect_like_topic_expression(gw) -> None:
+    """The 2004 drafts' lowercase @dialect is accepted on wsnt:TopicExpression; br:Topic
+    (the same TopicExpressionType) accepts it too, with the same meaning."""
+    r = await call(
+        gw.url,
+        "<br:RegisterPublisher><br:PublisherReference><wsa:Address>http://127.0.0.1:9/p"
+        f'</wsa:Address></br:PublisherReference><br:Topic dialect="{CONCRETE}" '
+        'xmlns:tns="urn:test">tns:a/b</br:Topic></br:RegisterPublisher>',
+    )
+    assert r.status == 200, r.text
+    reg = epr_address(r, "br:PublisherRegistrationReference/wsa:Address")
+    r = await call(reg, notify_body(("tns:a/b", reading(1))))
+    assert r.status == 202, r.text
+    r = await call(reg, notify_body(("tns:other", reading(1))))
+    assert r.fault_name == "TopicNotSupportedFault", r.text  # the registered topic counts
+    r = await call(reg, _get_rp("br:Topic"))
+    [t] = r.body
+    assert t.get("Dialect") == CONCRETE and t.text == "tns:a/b", r.text
+
+
+@pytest.mark.parametrize("value", ["yes", "TRUE", "", "2"])
+async def test_br_demand_that_is_not_an_xsd_boolean_is_refused(gw, value: str) -> None:
+    r = await call(
+        gw.url,
+        "<br:RegisterPublisher><br:PublisherReference><wsa:Address>http://127.0.0.1:9/p"
+        f"</wsa:Address></br:PublisherReference><br:Demand>{value}</br:Demand>"
+        "</br:RegisterPublisher>",
+    )
+    assert r.fault_name == "PublisherRegistrationRejectedFault", r.text
+    assert "xsd:boolean" in r.text
+    assert gw.broker.registrations == {}  # nothing registered
+
+
+@pytest.mark.parametrize(("value", "demand"), [(" true ", True), ("1", True), ("0", False)])
+async def test_br_demand_lexical_forms(gw, value: str, demand: bool) -> None:
+    r = await call(
+        gw.url,
+        "<br:RegisterPublisher><br:PublisherReference><wsa:Address>http://127.0.0.1:9/p"
+        f"</wsa:Address></br:PublisherReference><br:Demand>{value}</br:Demand>"
+        "</br:RegisterPublisher>",
+    )
+    assert r.status == 200, r.text
+    [reg] = gw.broker.registrations.values()
+    assert reg.demand is demand
