@@ -139,6 +139,8 @@ class NotificationBroker:
             self.landing_parquet = ParquetLandingWriter(
                 cfg.data_dir / "landing", self.storage, cfg.landing_max_bytes, cfg.landing_max_age
             )
+        # landing lines: built off the event loop when big (landing_record docstring)
+        self.records = landing.RecordBuilder(cfg.gateway_id)
         self._sweeper: asyncio.Task[None] | None = None
         self.accepted = 0
         #: notifications dropped because their topic does not admit them (WS-Topics §6)
@@ -220,6 +222,7 @@ class NotificationBroker:
             await self.landing.stop()
         if self.landing_parquet is not None:
             await self.landing_parquet.stop()
+        self.records.close()
         self.storage.close()
 
     def _restore_subscription(self, row: SubscriptionRow) -> Subscription:
@@ -909,6 +912,11 @@ class NotificationBroker:
         committed (a positive answer to Notify means durably accepted)."""
         items = self._admitted(items)
         now = self.clock()
+        landed: list[tuple[str, str]] | None = None
+        if self.landing is not None or self.landing_parquet is not None:
+            # first, before any state is read: big records are built on another thread
+            its = landing.items_for(items, self.registrations.values(), _new_id)
+            landed = await self.records.lines(now, its)
         batch = AcceptBatch(pp_limit=self.cfg.pullpoint_max_messages)
         grown_now: list[topics.ConcreteTopic] = []
         deliveries_for: list[str] = []
@@ -924,23 +932,16 @@ class NotificationBroker:
             # recorded on every Notify (INSERT OR IGNORE): a topic grown in memory by a
             # Notify whose commit failed is persisted by the next one
             batch.grown.append((topic.namespace, "/".join(topic.path)))
-        for topic, producer, payload, _nm in items:
+        for i, (topic, producer, payload, _nm) in enumerate(items):
             payload_xml = etree.tostring(payload, encoding="unicode", with_tail=False)
-            msg_id = _new_id()
+            msg_id = landed[i][0] if landed is not None else _new_id()
             if topic is not None:
                 # a notification on an alias topic is published on the topics it resolves
                 # to (WS-Topics 2004 §8), so it is their current message too
                 for t in sorted({topic} | topics.resolve_topic(topic, self.ts), key=str):
                     batch.current.append((t.namespace, "/".join(t.path), payload_xml))
-            if self.landing is not None or self.landing_parquet is not None:
-                line = landing.record(
-                    msg_id,
-                    now,
-                    producer.address if producer else None,
-                    topic.namespace if topic else None,
-                    "/".join(topic.path) if topic else None,
-                    payload,
-                )
+            if landed is not None:
+                line = landed[i][1]
                 if self.landing is not None:
                     batch.landing.append((msg_id, line))
                 if self.landing_parquet is not None:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -146,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="jsonl",
         help="landing files as JSON lines (default), Parquet (needs pyarrow) or both",
     )
+    st.add_argument(
+        "--gateway-id",
+        default=None,
+        help="this gateway's name in every landing line and its status (default: host name)",
+    )
     p.add_argument("--sweep-interval", type=_seconds, default=1.0, help=argparse.SUPPRESS)
     p.add_argument(
         "--log-level",
@@ -200,6 +206,7 @@ def config_from_args(ns: argparse.Namespace) -> Config:
         landing_max_age=ns.landing_max_age,
         landing_enabled=not ns.no_landing,
         landing_format=ns.landing_format,
+        gateway_id=ns.gateway_id or socket.gethostname(),
         sweep_interval=ns.sweep_interval,
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import ipaddress
+import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -57,6 +58,9 @@ class Config:
     landing_max_age: float = 60.0
     landing_enabled: bool = True
     landing_format: str = "jsonl"  # jsonl | parquet | both (parquet needs pyarrow)
+    #: names this gateway in every landing line (fleets of gateways, docs/design.md) and
+    #: in its status; --gateway-id, default the host name
+    gateway_id: str = field(default_factory=socket.gethostname)
     sweep_interval: float = 1.0
 
     @property

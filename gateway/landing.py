@@ -19,48 +19,14 @@ import contextlib
 import json
 import os
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from lxml import etree
-
 from gateway.landing_files import OutboxWriter
+from gateway.landing_record import Item, RecordBuilder, items_for, record
 from gateway.storage import Storage
-from gateway.xmlutil import Element
 
-
-def record(
-    msg_id: str,
-    received_at: datetime,
-    producer: str | None,
-    topic_ns: str | None,
-    topic_path: str | None,
-    payload: Element,
-) -> str:
-    """One landing line (design.md table), without the trailing newline."""
-    qn = etree.QName(payload)
-    fields: dict[str, str] = {}
-    for el in payload.iter():
-        if not isinstance(el.tag, str):
-            continue
-        for k, v in el.attrib.items():
-            fields.setdefault(etree.QName(k).localname, str(v))
-        if len(el) == 0 and el is not payload:
-            fields.setdefault(etree.QName(el).localname, (el.text or "").strip())
-    if len(payload) == 0 and (payload.text or "").strip():
-        fields.setdefault(qn.localname, (payload.text or "").strip())
-    obj = {
-        "id": msg_id,
-        "received_at": received_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-        "producer": producer,
-        "topic_namespace": topic_ns,
-        "topic_path": topic_path,
-        "message_type": f"{{{qn.namespace}}}{qn.localname}" if qn.namespace else qn.localname,
-        "fields": fields,
-        "payload": etree.tostring(payload, encoding="unicode", with_tail=False),
-    }
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+__all__ = ["Item", "LandingWriter", "RecordBuilder", "items_for", "record"]
 
 
 class LandingWriter(OutboxWriter):

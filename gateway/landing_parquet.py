@@ -1,7 +1,9 @@
 """Parquet variant of the landing zone (docs/spark_ingest.md "Parquet landing"), selected
 with --landing-format parquet|both. Same records as the JSON lines (landing.record), as the
 columns id, received_at (timestamp[us, UTC]), producer, topic_namespace, topic_path,
-message_type, fields (map<string, string>), payload.
+message_type, fields (map<string, string>), payload, then (issue 15; files written before
+lack them, and a reader gets nulls) event_time (timestamp[us, UTC]), device_id, gateway_id,
+fields_truncated (bool) and payload_omitted (int64, 0 when the payload is whole).
 
 A Parquet file is readable only once its footer is written, so it cannot grow line by line
 like the JSON-lines file. Records wait in their own SQLite outbox (landing_outbox_parquet,
@@ -67,8 +69,30 @@ def arrow_schema(pa: Any) -> Any:
             ("message_type", pa.string()),
             ("fields", pa.map_(pa.string(), pa.string())),
             ("payload", pa.string()),
+            ("event_time", pa.timestamp("us", tz="UTC")),
+            ("device_id", pa.string()),
+            ("gateway_id", pa.string()),
+            ("fields_truncated", pa.bool_()),
+            ("payload_omitted", pa.int64()),
         ]
     )
+
+
+_STRINGS = (
+    "producer",
+    "topic_namespace",
+    "topic_path",
+    "message_type",
+    "payload",
+    "device_id",
+    "gateway_id",
+)
+
+
+def _utc(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
 
 def _columns(lines: list[str]) -> dict[str, list[Any]]:
@@ -77,23 +101,23 @@ def _columns(lines: list[str]) -> dict[str, list[Any]]:
         for k in (
             "id",
             "received_at",
-            "producer",
-            "topic_namespace",
-            "topic_path",
-            "message_type",
             "fields",
-            "payload",
+            "event_time",
+            "fields_truncated",
+            "payload_omitted",
+            *_STRINGS,
         )
     }
     for line in lines:
         r = json.loads(line)
         cols["id"].append(r["id"])
-        cols["received_at"].append(
-            datetime.strptime(r["received_at"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-        )
-        for k in ("producer", "topic_namespace", "topic_path", "message_type", "payload"):
+        cols["received_at"].append(_utc(r["received_at"]))
+        cols["event_time"].append(_utc(r.get("event_time")))
+        for k in _STRINGS:
             cols[k].append(r.get(k))
         cols["fields"].append(list(r["fields"].items()))
+        cols["fields_truncated"].append(bool(r.get("fields_truncated", False)))
+        cols["payload_omitted"].append(int(r.get("payload_omitted", 0)))
     return cols
 
 

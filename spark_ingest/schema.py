@@ -42,6 +42,11 @@ LANDING_PARQUET = T.StructType(
         T.StructField("message_type", T.StringType()),
         T.StructField("fields", T.MapType(T.StringType(), T.StringType())),
         T.StructField("payload", T.StringType()),
+        T.StructField("event_time", T.TimestampType()),
+        T.StructField("device_id", T.StringType()),
+        T.StructField("gateway_id", T.StringType()),
+        T.StructField("fields_truncated", T.BooleanType()),
+        T.StructField("payload_omitted", T.LongType()),
     ]
 )
 
@@ -60,6 +65,11 @@ def parquet_landing_arrow() -> Any:
             ("message_type", pa.string()),
             ("fields", pa.map_(pa.string(), pa.string())),
             ("payload", pa.string()),
+            ("event_time", pa.timestamp("us", tz="UTC")),
+            ("device_id", pa.string()),
+            ("gateway_id", pa.string()),
+            ("fields_truncated", pa.bool_()),
+            ("payload_omitted", pa.int64()),
         ]
     )
 

@@ -268,6 +268,11 @@ def _write_parquet(directory: Path, name: str, cols: dict[str, list[Any]]) -> Pa
             "message_type": pa.array([READING_TYPE] * n, pa.string()),
             "fields": _map_array(cols["fields"]),
             "payload": pa.array(cols["pl"], pa.string()),
+            "event_time": pa.array(cols.get("ev", [None] * n), pa.timestamp("us", tz="UTC")),
+            "device_id": pa.array(cols.get("dev", [None] * n), pa.string()),
+            "gateway_id": pa.array(cols.get("gw", [None] * n), pa.string()),
+            "fields_truncated": pa.array([False] * n, pa.bool_()),
+            "payload_omitted": pa.array([0] * n, pa.int64()),
         },
         schema=parquet_landing_arrow(),
     )

@@ -26,7 +26,7 @@ def _lines(d: Path) -> list[dict]:  # type: ignore[type-arg]
 
 
 async def test_records_follow_the_contract_and_rotate_by_age(make_gateway, tmp_path):
-    gw = await make_gateway(data_dir=tmp_path / "d", landing_max_age=0.3)
+    gw = await make_gateway(data_dir=tmp_path / "d", landing_max_age=0.3, gateway_id="site-7")
     r = await call(
         gw.url,
         notify_body(
@@ -53,6 +53,9 @@ async def test_records_follow_the_contract_and_rotate_by_age(make_gateway, tmp_p
         "message_type",
         "fields",
         "payload",
+        "device_id",
+        "gateway_id",
+        "event_time",
     }
     assert re.fullmatch(r"[0-9a-f]{32}", a["id"])
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", a["received_at"])
@@ -65,9 +68,14 @@ async def test_records_follow_the_contract_and_rotate_by_age(make_gateway, tmp_p
         "unit": "Cel",
         "time": "2026-11-21T05:00:00Z",
     }
-    assert a["payload"].startswith("<rd:Reading")
+    # only the declaration the payload uses, none of the envelope's (issue 15)
+    assert a["payload"] == reading(21.5, "esp32-01")
+    assert a["event_time"] == "2026-11-21T05:00:00.000000Z"
+    assert a["gateway_id"] == b["gateway_id"] == "site-7"
+    assert a["device_id"] is None  # not a registered device
     assert b["topic_namespace"] is None and b["topic_path"] is None
     assert b["message_type"] == "plain" and b["fields"] == {"plain": "7"}
+    assert b["payload"] == "<plain>7</plain>" and b["event_time"] is None
     # nothing hidden stays behind once the age passed
     await asyncio.sleep(0.5)
     assert not list(d.glob(".landing-*"))

@@ -30,6 +30,11 @@ CONTRACT = pa.schema(
         ("message_type", pa.string()),
         ("fields", pa.map_(pa.string(), pa.string())),
         ("payload", pa.string()),
+        ("event_time", pa.timestamp("us", tz="UTC")),
+        ("device_id", pa.string()),
+        ("gateway_id", pa.string()),
+        ("fields_truncated", pa.bool_()),
+        ("payload_omitted", pa.int64()),
     ]
 )
 
@@ -59,7 +64,9 @@ def test_the_column_contract_is_spark_ingests() -> None:
 
 
 async def test_both_formats_hold_the_same_records(make_gateway, tmp_path):
-    gw = await make_gateway(data_dir=tmp_path / "d", landing_format="both", landing_max_age=30)
+    gw = await make_gateway(
+        data_dir=tmp_path / "d", landing_format="both", landing_max_age=30, gateway_id="site-7"
+    )
     r = await call(
         gw.url,
         notify_body(
@@ -81,6 +88,13 @@ async def test_both_formats_hold_the_same_records(make_gateway, tmp_path):
         assert dict(row["fields"]) == line["fields"]
         for k in ("producer", "topic_namespace", "topic_path", "message_type", "payload"):
             assert row[k] == line[k], k
+        for k in ("device_id", "gateway_id"):
+            assert row[k] == line[k], k
+        ev = row["event_time"]
+        assert (ev.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if ev else None) == line["event_time"]
+        assert row["fields_truncated"] is False and row["payload_omitted"] == 0
+    assert rows[0]["event_time"] is not None and rows[1]["event_time"] is None
+    assert {r["gateway_id"] for r in rows} == {"site-7"}
     assert rows[0]["producer"] == "http://127.0.0.1:1/p" and rows[0]["topic_path"] == "a/b"
     assert rows[1]["topic_path"] is None and dict(rows[1]["fields"]) == {"plain": "7"}
     assert not list(d.glob(".landing-*"))

@@ -1,0 +1,363 @@
+"""One landing line per accepted notification (docs/design.md "Landing zone"): what is in
+it, what it costs, and where it is built.
+
+A caller may rely on:
+
+- **Linear, bounded cost.** The `fields` walk reads attributes lazily (lxml's
+  `attrib.items()` looks every value up again from the start of the attribute list, which
+  made a payload element with 100,000 attributes cost minutes) and stops at
+  `MAX_FIELD_NODES` attributes and elements examined, `MAX_FIELDS` fields or
+  `MAX_FIELD_CHARS` characters of names and values. A record cut short says so:
+  `"fields_truncated": true`. A payload longer than `MAX_PAYLOAD_CHARS` characters is not
+  copied into the line: `"payload": null, "payload_omitted": <its length>` (the request
+  size limit, 1 MiB by default, keeps this from happening with the defaults). Nothing is
+  cut without one of those two keys saying so.
+- **Off the event loop when big.** `RecordBuilder.lines()` builds a record on the calling
+  (event-loop) thread only when its payload is small (at most `INLINE_NODES` nodes and
+  `INLINE_CHARS` characters of text; every reading is). A bigger one is built on the
+  builder's own single worker thread, so one hostile Notify delays only itself: the event
+  loop goes on answering other requests meanwhile.
+- **A payload with only the namespace declarations it uses.** lxml serializes a
+  sub-element with every declaration in scope (the SOAP envelope's `s`, `wsa`, `wsnt`, ...).
+  `minimal_namespaces()` keeps a declaration only when `prefix:` occurs in the payload
+  (an element or attribute name, or a QName in text or an attribute value, such as a
+  topic expression), and the default namespace only when an unprefixed element uses it;
+  the document's meaning is unchanged. The root's declarations come first, then its
+  other attributes (attribute order carries no meaning in XML).
+- **Identity.** `device_id` (the registered device's id, else null), `gateway_id`
+  (`--gateway-id`, default the host name) and `event_time` (the payload's `time`, a leaf
+  element or attribute such as the reading's `rd:time`, parsed as ISO 8601, UTC when it
+  has no offset; null when absent or unparseable) are keys of every line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from lxml import etree
+
+from gateway import ns
+from gateway.xmlutil import Element
+
+#: caps of the `fields` object (see the module docstring)
+MAX_FIELD_NODES = 10_000
+MAX_FIELDS = 1_000
+MAX_FIELD_CHARS = 64 * 1024
+#: a longer payload is left out of the line (payload_omitted says how long it was)
+MAX_PAYLOAD_CHARS = 1024 * 1024
+#: a record whose payload stays within both is built on the event loop
+INLINE_NODES = 256
+INLINE_CHARS = 16 * 1024
+
+_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+# a JSON string literal, not ASCII-escaped (C speed)
+_json_str: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_ELEMENT = etree.Element  # as a tag filter, iter() yields elements only
+
+
+class _TooBig(Exception):
+    """The inline budget is exceeded: build the record on the worker thread."""
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """What a landing line is made of, besides the time it was received."""
+
+    msg_id: str
+    producer: str | None
+    topic_namespace: str | None
+    topic_path: str | None
+    payload: Element
+    device_id: str | None = None
+
+
+def _fields(payload: Element, inline: bool) -> tuple[dict[str, str], bool]:
+    """(fields, truncated): the payload's attributes and leaf elements' text by local
+    name, the first occurrence of each name winning. With `inline`, raise _TooBig as soon
+    as the payload exceeds the inline budget."""
+    fields: dict[str, str] = {}
+    nodes = 0
+    chars = 0
+    seen_chars = 0
+    max_nodes = INLINE_NODES if inline else MAX_FIELD_NODES
+    for el in payload.iter(_ELEMENT):
+        if inline:
+            # text the walk below does not see still ends up in the serialized payload
+            seen_chars += len(el.text or "") + len(el.tail or "")
+            if seen_chars > INLINE_CHARS:
+                raise _TooBig
+        # lazily: attrib.items() would look every value up again from the first one
+        key: str
+        for key in el.attrib.iterkeys():  # type: ignore[assignment]
+            nodes += 1
+            if nodes > max_nodes:
+                if inline:
+                    raise _TooBig
+                return fields, True
+            name = key[key.rfind("}") + 1 :]
+            value = el.get(key) or ""
+            if inline:
+                seen_chars += len(value)
+                if seen_chars > INLINE_CHARS:
+                    raise _TooBig
+            if name in fields:
+                continue
+            chars += len(name) + len(value)
+            if len(fields) >= MAX_FIELDS or chars > MAX_FIELD_CHARS:
+                return fields, True
+            fields[name] = value
+        if el is not payload and len(el) == 0:
+            nodes += 1
+            if nodes > max_nodes:
+                if inline:
+                    raise _TooBig
+                return fields, True
+            tag = el.tag
+            name = tag[tag.rfind("}") + 1 :]
+            if name in fields:
+                continue
+            value = (el.text or "").strip()
+            chars += len(name) + len(value)
+            if len(fields) >= MAX_FIELDS or chars > MAX_FIELD_CHARS:
+                return fields, True
+            fields[name] = value
+    if len(payload) == 0:
+        text = (payload.text or "").strip()
+        if text:
+            tag = payload.tag
+            name = tag[tag.rfind("}") + 1 :]
+            if name not in fields:
+                if len(fields) >= MAX_FIELDS or chars + len(name) + len(text) > MAX_FIELD_CHARS:
+                    return fields, True
+                fields[name] = text
+    return fields, False
+
+
+# the start tag's attributes, in order: name="value" (lxml always writes double quotes
+# and escapes '"', '<' and '>' in values, so the first '>' ends the start tag)
+_ATTR = re.compile(r'\s([^\s=]+)="([^"]*)"')
+_UNPREFIXED_TAG = re.compile(r"<[^\s/>:!?]+[\s/>]")
+
+
+_Head = tuple[str, tuple[tuple[str, str], ...], str, str]
+_heads: dict[str, _Head] = {}
+_HEADS_MAX = 1024
+
+
+def _split_head(head: str) -> _Head:
+    """(`<name`, the declarations as (prefix or "" for the default, ' xmlns:p="uri"'),
+    the other attributes' text, "/" or ""); cached, since the same start tags recur."""
+    got = _heads.get(head)
+    if got is not None:
+        return got
+    name_end = 1
+    while name_end < len(head) and not head[name_end].isspace() and head[name_end] != "/":
+        name_end += 1
+    decls = []
+    others = []
+    for name, value in _ATTR.findall(head, name_end):
+        if name == "xmlns":
+            decls.append(("", f' {name}="{value}"'))
+        elif name.startswith("xmlns:"):
+            decls.append((name[6:], f' {name}="{value}"'))
+        else:
+            others.append(f' {name}="{value}"')
+    got = (head[:name_end], tuple(decls), "".join(others), "/" if head.endswith("/") else "")
+    if len(head) <= 4096:  # a hostile start tag is not kept
+        if len(_heads) >= _HEADS_MAX:
+            _heads.clear()
+        _heads[head] = got
+    return got
+
+
+def minimal_namespaces(xml: str) -> str:
+    """`xml` (an element lxml serialized) with the root's namespace declarations that
+    nothing in it uses removed (see the module docstring for what counts as a use)."""
+    end = xml.find(">")
+    if end < 0 or "xmlns" not in xml[:end]:
+        return xml
+    start, decls, others, slash = _split_head(xml[:end])
+    # everything but the declarations: "p:" anywhere in it may be a use of prefix p (a
+    # false positive only keeps one declaration too many)
+    rest = start + others + xml[end:]
+    kept = ""
+    for prefix, text in decls:
+        if (prefix + ":" in rest) if prefix else _UNPREFIXED_TAG.search(rest) is not None:
+            kept += text
+    return start + kept + others + slash + xml[end:]
+
+
+# the common form (what the device writes), formatted without a datetime round trip
+_UTC_Z = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?Z")
+
+
+def _event_time(fields: dict[str, str]) -> str | None:
+    raw = fields.get("time")
+    if not raw:
+        return None
+    raw = raw.strip()
+    try:
+        t = datetime.fromisoformat(raw)  # validates (month 13 is refused) in all forms
+        m = _UTC_Z.fullmatch(raw)
+        if m is not None:
+            return f"{m.group(1)}.{(m.group(2) or '').ljust(6, '0')}Z"
+        if t.tzinfo is None:
+            t = t.replace(tzinfo=UTC)
+        return t.astimezone(UTC).strftime(_TIME_FORMAT)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _s(v: str | None) -> str:
+    return "null" if v is None else _json_str(v)
+
+
+def _line(item: Item, received_at: str, gateway_id: str | None, inline: bool) -> str:
+    fields, truncated = _fields(item.payload, inline)
+    payload: str | None = etree.tostring(item.payload, encoding="unicode", with_tail=False)
+    assert payload is not None
+    payload = minimal_namespaces(payload)
+    omitted = 0
+    if len(payload) > MAX_PAYLOAD_CHARS:
+        omitted = len(payload)
+        payload = None
+    tag = item.payload.tag
+    # written out by hand: the keys are fixed, and this is about twice as fast as
+    # json.dumps of a dict on the hot path (tests/bench/landing_bench.py)
+    parts = [
+        '{"id":',
+        _s(item.msg_id),
+        ',"received_at":',
+        _s(received_at),
+        ',"event_time":',
+        _s(_event_time(fields)),
+        ',"producer":',
+        _s(item.producer),
+        ',"device_id":',
+        _s(item.device_id),
+        ',"gateway_id":',
+        _s(gateway_id),
+        ',"topic_namespace":',
+        _s(item.topic_namespace),
+        ',"topic_path":',
+        _s(item.topic_path),
+        ',"message_type":',
+        _s(tag if isinstance(tag, str) else None),
+        ',"fields":{',
+        ",".join([f"{_json_str(k)}:{_json_str(v)}" for k, v in fields.items()]),
+        '},"payload":',
+        _s(payload),
+    ]
+    if truncated:
+        parts.append(',"fields_truncated":true')
+    if omitted:
+        parts.append(f',"payload_omitted":{omitted}')
+    parts.append("}")
+    return "".join(parts)
+
+
+def format_received_at(t: datetime) -> str:
+    """UTC, ISO 8601 with microseconds and `Z` (the landing contract's form)."""
+    return t.astimezone(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
+
+
+def record(
+    msg_id: str,
+    received_at: datetime,
+    producer: str | None,
+    topic_ns: str | None,
+    topic_path: str | None,
+    payload: Element,
+    *,
+    device_id: str | None = None,
+    gateway_id: str | None = None,
+) -> str:
+    """One landing line (design.md table), without the trailing newline, built on the
+    calling thread whatever its size (the caps still apply)."""
+    item = Item(msg_id, producer, topic_ns, topic_path, payload, device_id)
+    return _line(item, format_received_at(received_at), gateway_id, False)
+
+
+def device_id_for(
+    topic_namespace: str | None,
+    topic_path: str | None,
+    producer: str | None,
+    registered: Iterable[tuple[str | None, str | None]],
+) -> str | None:
+    """The registered device a notification comes from: the registration whose publisher
+    address is `producer`, else the registration whose device id roots the topic
+    (`dev:<id>/...`, design.md), else None. `registered` is (publisher address, device id)
+    of every registration."""
+    by_root: str | None = None
+    root = None
+    if topic_namespace == ns.DEVICES_NS and topic_path:
+        root = topic_path.split("/", 1)[0]
+    for address, device_id in registered:
+        if device_id is None:
+            continue
+        if producer is not None and address == producer:
+            return device_id
+        if root is not None and device_id == root:
+            by_root = device_id
+    return by_root
+
+
+def items_for(
+    notifications: Iterable[tuple[Any, Any, Element, Element]],
+    registrations: Iterable[Any],
+    new_id: Callable[[], str],
+) -> list[Item]:
+    """Items for the broker's parsed notifications (topics.ConcreteTopic | None,
+    addressing.Epr | None, payload, NotificationMessage) and its publisher registrations
+    (publishers.Registration); each gets a new message id."""
+    regs = [(r.publisher.address if r.publisher else None, r.device_id) for r in registrations]
+    out = []
+    for topic, producer, payload, _nm in notifications:
+        tns = topic.namespace if topic is not None else None
+        path = "/".join(topic.path) if topic is not None else None
+        address = producer.address if producer is not None else None
+        out.append(
+            Item(new_id(), address, tns, path, payload, device_id_for(tns, path, address, regs))
+        )
+    return out
+
+
+class RecordBuilder:
+    """Builds the landing lines of one Notify (see the module docstring for where)."""
+
+    def __init__(self, gateway_id: str | None) -> None:
+        self.gateway_id = gateway_id
+        self._pool: ThreadPoolExecutor | None = None
+        #: records built on the worker thread (for tests and status)
+        self.offloaded = 0
+
+    async def lines(self, received_at: datetime, items: Sequence[Item]) -> list[tuple[str, str]]:
+        """(message id, line) per item, in order."""
+        when = format_received_at(received_at)
+        out = []
+        for item in items:
+            try:
+                out.append((item.msg_id, _line(item, when, self.gateway_id, True)))
+            except _TooBig:
+                if self._pool is None:
+                    # one thread: hostile payloads queue behind each other, not in front
+                    # of the event loop or the landing writer's file appends
+                    self._pool = ThreadPoolExecutor(1, thread_name_prefix="landing-record")
+                self.offloaded += 1
+                line = await asyncio.get_running_loop().run_in_executor(
+                    self._pool, _line, item, when, self.gateway_id, False
+                )
+                out.append((item.msg_id, line))
+        return out
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
