@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import socket
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -197,14 +198,23 @@ def test_graceful_stop_publishes_every_line_once(e2e: dict[str, Any]) -> None:
     # the contract of design.md, line by line, in publish order
     for x, p in zip(lines, published, strict=True):
         assert set(x) == {"id", "received_at", "producer", "topic_namespace", "topic_path",
-                          "message_type", "fields", "payload"}  # fmt: skip
+                          "message_type", "fields", "payload", "device_id", "gateway_id",
+                          "event_time"}  # fmt: skip
         assert e2e["t0"] <= _received(x["received_at"]) <= e2e["t1"]
         assert (x["producer"], x["topic_path"]) == (p.producer, p.topic_path)
         want_ns = {LEGACY: LAB, None: None}.get(p.producer, "urn:wsn-edge:devices")
         assert x["topic_namespace"] == want_ns
         assert x["message_type"] == "{urn:wsn-edge:reading}Reading"
         assert x["fields"]["value"] == p.value and x["fields"]["unit"] == p.unit
-        assert x["payload"].startswith("<rd:Reading")
+        # only the payload's own namespace declaration, none of the envelope's (issue 15)
+        device = p.topic_path.split("/")[0] if want_ns == "urn:wsn-edge:devices" else None
+        assert x["payload"] == reading_xml(
+            device or {LEGACY: "legacy", None: "anon"}[p.producer], p.value, p.unit
+        )
+        # identity (issue 15): the registered device, this gateway, the device's clock
+        assert x["device_id"] == device
+        assert x["gateway_id"] == socket.gethostname()
+        assert x["event_time"] == "2026-11-21T05:00:00.000000Z"
 
 
 def _num(v: str) -> float | None:
