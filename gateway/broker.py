@@ -19,9 +19,21 @@ from urllib.parse import urlsplit
 
 from lxml import etree
 
-from gateway import faults, filters, landing, ns, oplog, publishers, subscriptions, topics
+from gateway import (
+    consumer_policy,
+    faults,
+    filters,
+    landing,
+    loops,
+    ns,
+    oplog,
+    publishers,
+    subscriptions,
+    topics,
+)
 from gateway.addressing import Epr, parse_epr, reply_action, resource_epr
 from gateway.config import Config
+from gateway.consumer_policy import ConsumerPolicy
 from gateway.delivery import DeliveryManager, Target
 from gateway.faults import RECEIVER, SENDER, WsnFault
 from gateway.landing_parquet import ParquetLandingWriter  # imports pyarrow only when used
@@ -100,6 +112,9 @@ class NotificationBroker:
         self.clock = clock
         self.base_url = (cfg.public_url or f"http://{cfg.host}:{cfg.port}").rstrip("/")
         self.own_netlocs: set[str] = set()
+        # raises consumer_policy.PolicyError (a clear message) for an unreadable rule
+        self.consumer_policy = ConsumerPolicy.from_texts(cfg.consumer_allow, cfg.allow_loopback)
+        self.loop_id = loops.new_loop_id()  # per process, edge:Via (loops.py)
         self.ts = topics.TopicSet(fixed=cfg.fixed_topic_set)
         for f in cfg.topic_namespace_files:
             self.ts.add_namespace(topics.load_topic_namespace(f.read_bytes()))
@@ -127,6 +142,8 @@ class NotificationBroker:
             max_backlog=cfg.max_backlog,
             on_dead=self._consumer_dead,
             metrics=self.metrics,
+            policy=self.consumer_policy,
+            loop_id=self.loop_id,
         )
         self.landing: landing.LandingWriter | None = None
         self.landing_parquet: ParquetLandingWriter | None = None
@@ -146,6 +163,7 @@ class NotificationBroker:
         #: notifications dropped because their topic does not admit them (WS-Topics §6)
         self.inadmissible: Counter[str] = Counter()
         self._logged_topics: set[tuple[topics.ConcreteTopic | None, str]] = set()
+        self.looped = 0  # Notify requests not published again (loops.py)
 
     # ------------------------------------------------------------------ lifecycle
     def set_listening(self, host: str, port: int) -> None:
@@ -156,6 +174,11 @@ class NotificationBroker:
         self.own_netlocs.add(urlsplit(self.base_url).netloc)
         for h in ("127.0.0.1", "localhost", host):
             self.own_netlocs.add(f"{h}:{port}")
+        pub = consumer_policy.Target.parse(self.base_url)
+        names = [(host, port), ("localhost", port)]
+        if not isinstance(pub, str):
+            names.append((pub.host, pub.port))
+        self.consumer_policy.set_self(port, names)
 
     async def start(self) -> None:
         self.storage.open()
@@ -464,28 +487,24 @@ class NotificationBroker:
         return op
 
     # ------------------------------------------------------------------ Subscribe §4.2
-    def _own_pullpoint(self, address: str) -> str | None:
-        """The id of our pull point that `address` names, if any (delivered in-process)."""
-        try:
-            parts = urlsplit(address)
-        except ValueError:
+    async def _own_pullpoint(self, address: str) -> str | None:
+        """The id of our pull point that `address` names in any spelling (delivered
+        in-process), if any."""
+        t = consumer_policy.Target.parse(address)
+        if isinstance(t, str):
             return None
-        m = _RES_PATH.match(parts.path)
+        m = _RES_PATH.match(t.path)
         if not m or m.group(1) != "pullpoints" or m.group(2) not in self.pullpoints:
             return None
-        if parts.netloc not in self.own_netlocs:
-            return None
-        return m.group(2)
+        return m.group(2) if await self.consumer_policy.refers_to_self(t) else None
 
-    def _loops_back(self, address: str) -> str | None:
-        """Refuse consumers that are this broker's own endpoints (other than its pull
-        points): a subscription delivering to /wsn/broker or a registration address would
-        publish its own notifications again, forever."""
-        try:
-            parts = urlsplit(address)
-        except ValueError:
-            return None
-        if parts.netloc in self.own_netlocs and parts.path.startswith("/wsn/"):
+    async def _loops_back(self, address: str) -> str | None:
+        """Refuse consumers that are this broker (other than its pull points) in any
+        spelling: scheme, resolved host and port compared, userinfo never part of it.
+        A subscription delivering to /wsn/broker would publish its own notifications
+        again, forever (consumer_policy.py)."""
+        t = consumer_policy.Target.parse(address)
+        if not isinstance(t, str) and await self.consumer_policy.refers_to_self(t):
             return (
                 f"consumer address {address!r} is this broker itself: delivering there would "
                 "loop; use a pull point (CreatePullPoint) to consume in the broker"
@@ -504,9 +523,10 @@ class NotificationBroker:
         pp_id = None
         if cons_el is not None:
             addr = text_of(child(cons_el, ns.q(ns.WSA, "Address")))
-            pp_id = self._own_pullpoint(addr)
+            why = self.consumer_policy.check(addr) if addr else None
+            pp_id = await self._own_pullpoint(addr) if not why else None
             if pp_id is None and addr:
-                why = self.cfg.consumer_allowed(addr) or self._loops_back(addr)
+                why = why or await self._loops_back(addr)
                 if why:
                     raise faults.wsnt("SubscribeCreationFailedFault", why)
         parsed = subscriptions.parse_subscribe(
@@ -863,13 +883,26 @@ class NotificationBroker:
         return None
 
     async def notify_broker(self, req: SoapRequest) -> Reply:
-        await self.publish(self._parse_notify(req, None))
+        items = self._parse_notify(req, None)
+        via = loops.via_of(req.header)
+        if not self._looped(via):
+            await self.publish(items, via)
         return None, []
 
     async def notify_registration(self, req: SoapRequest, reg: Registration) -> Reply:
         reg.last_seen = self.clock()
-        await self.publish(self._parse_notify(req, reg))
+        items = self._parse_notify(req, reg)
+        via = loops.via_of(req.header)
+        if not self._looped(via):
+            await self.publish(items, via)
         return None, []
+
+    def _looped(self, via: tuple[str, ...]) -> bool:
+        why = loops.looped(via, self.loop_id)
+        if why:
+            self.looped += 1
+            log.info("Notify accepted but not published again: %s", why)
+        return why is not None
 
     def _admitted(
         self, items: list[tuple[topics.ConcreteTopic | None, Epr | None, Element, Element]]
@@ -905,7 +938,9 @@ class NotificationBroker:
         return True
 
     async def publish(
-        self, items: list[tuple[topics.ConcreteTopic | None, Epr | None, Element, Element]]
+        self,
+        items: list[tuple[topics.ConcreteTopic | None, Epr | None, Element, Element]],
+        via: tuple[str, ...] = (),
     ) -> None:
         """Accept notifications: one SQLite transaction for topic growth, current
         messages, deliveries, pull-point messages and landing lines. Returns once it is
@@ -954,6 +989,8 @@ class NotificationBroker:
                 sub = self.subs.get(sid)
                 if sub is None or sub.paused or sub.expired(now):
                     continue
+                if via and self.delivery.peer(sid) in via:  # never back where it came from
+                    continue
                 if topic is not None and any(
                     not e.matches(topic, self.ts) for e in sub.topic_exprs[1:]
                 ):
@@ -985,7 +1022,7 @@ class NotificationBroker:
                 ns.BF, "BaseFault", f"notification not accepted: {e}", RECEIVER
             ) from None
         for (sid, xml), seq in zip(batch.deliveries, res.delivery_seqs, strict=True):
-            self.delivery.enqueue(sid, seq, xml)
+            self.delivery.enqueue(sid, seq, xml, via)
         for tns, path, xml in batch.current:
             self.current[topics.ConcreteTopic(tns, tuple(path.split("/")) if path else ())] = xml
         touched: set[str] = set()
@@ -1155,7 +1192,7 @@ class NotificationBroker:
             )
         r = publishers.parse_register(req.payload)
         if r.publisher is not None and r.demand:
-            why = self.cfg.consumer_allowed(r.publisher.address)
+            why = self.consumer_policy.check(r.publisher.address)
             if why:  # the broker will call this address (demand-based publishing)
                 raise faults.br(
                     "PublisherRegistrationRejectedFault", why.replace("consumer", "publisher")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from gateway import oplog
 from gateway.config import Config
+from gateway.consumer_policy import PolicyError, parse_rule
 from gateway.xmlutil import parse_duration
 
 
@@ -37,6 +38,14 @@ def _seconds(text: str) -> float:
     if d is None:
         raise argparse.ArgumentTypeError("a duration is required here")
     return d.total_seconds()
+
+
+def _consumer_rule(text: str) -> str:
+    try:
+        parse_rule(text)
+    except PolicyError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,6 +109,19 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--min-termination", type=_duration, default=timedelta(seconds=1))
     g.add_argument("--registration-default-termination", type=_duration, default=timedelta(hours=1))
     g.add_argument("--max-wait", type=_seconds, default=60.0, help="cap of edge:Wait long polls")
+    g.add_argument(
+        "--request-timeout",
+        type=_seconds,
+        default=10.0,
+        help="a request's head and its body must each arrive within this (default 10 s; 408)",
+    )
+    g.add_argument(
+        "--max-connections",
+        type=int,
+        default=512,
+        help="concurrent client connections; more get 503 (default 512, lowered to fit the "
+        "open-file limit)",
+    )
     d = p.add_argument_group("delivery")
     d.add_argument("--delivery-timeout", type=_seconds, default=10.0)
     d.add_argument("--delivery-batch", type=int, default=100)
@@ -117,8 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-consumer",
         action="append",
         default=[],
-        metavar="PATTERN",
-        help="allow consumer URLs matching this fnmatch pattern (repeatable)",
+        type=_consumer_rule,
+        metavar="RULE",
+        help="also allow consumers at [http(s)://]HOST[:PORT], HOST an address, a CIDR range "
+        "(10.0.0.0/24), a name or *.suffix (repeatable; docs/gateway.md Security)",
     )
     d.add_argument(
         "--no-loopback-consumers",
@@ -187,6 +211,8 @@ def config_from_args(ns: argparse.Namespace) -> Config:
         min_termination=ns.min_termination or timedelta(0),
         registration_default_termination=ns.registration_default_termination,
         max_wait=ns.max_wait,
+        request_timeout=ns.request_timeout,
+        max_connections=ns.max_connections,
         delivery_timeout=ns.delivery_timeout,
         delivery_batch=ns.delivery_batch,
         backoff_initial=ns.backoff_initial,

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import fnmatch
-import ipaddress
 import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import urlsplit
 
 
 @dataclass
@@ -33,6 +30,8 @@ class Config:
     min_termination: timedelta = timedelta(seconds=1)
     registration_default_termination: timedelta | None = timedelta(hours=1)
     max_wait: float = 60.0  # cap of edge:Wait on GetMessages
+    request_timeout: float = 10.0  # a request head or body must arrive within (408)
+    max_connections: int = 512  # concurrent HTTP connections (503 beyond; http_limits.py)
     # -- delivery --
     delivery_timeout: float = 10.0
     delivery_batch: int = 100
@@ -41,7 +40,7 @@ class Config:
     consumer_dead_after: float = 3600.0  # seconds of continuous failure -> subscription ends
     raw_delivery: bool = True
     wrapped_delivery: bool = True
-    # -- consumer address policy (fnmatch patterns on the URL) --
+    # -- consumer address policy (rules of gateway/consumer_policy.py) --
     consumer_allow: list[str] = field(default_factory=list)
     allow_loopback: bool = True
     # -- credentials for management operations --
@@ -68,26 +67,8 @@ class Config:
         return bool(self.auth_token or (self.auth_user and self.auth_password is not None))
 
     def consumer_allowed(self, address: str) -> str | None:
-        """None if the broker may send to `address`, else the reason it may not."""
-        try:
-            parts = urlsplit(address)
-        except ValueError:
-            return f"consumer address {address!r} is not a URL"
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            return f"consumer address {address!r} is not an http(s) URL"
-        for pat in self.consumer_allow:
-            if fnmatch.fnmatchcase(address, pat):
-                return None
-        host = parts.hostname
-        if self.allow_loopback:
-            if host == "localhost":
-                return None
-            try:
-                if ipaddress.ip_address(host).is_loopback:
-                    return None
-            except ValueError:
-                pass
-        return (
-            f"consumer address {address!r} is not allowed by the broker's consumer-address "
-            "policy (loopback only by default; the operator can add --allow-consumer PATTERN)"
-        )
+        """None if the broker may send to `address`, else the reason it may not (the
+        static part of gateway/consumer_policy.py; raises PolicyError for a bad rule)."""
+        from gateway.consumer_policy import ConsumerPolicy
+
+        return ConsumerPolicy.from_texts(self.consumer_allow, self.allow_loopback).check(address)

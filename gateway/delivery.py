@@ -40,8 +40,9 @@ from dataclasses import dataclass, field
 import aiohttp
 from lxml import etree
 
-from gateway import ns, oplog, soap
+from gateway import consumer_policy, loops, ns, oplog, soap
 from gateway.addressing import Epr, request_headers
+from gateway.consumer_policy import ConsumerPolicy, connector_kwargs
 from gateway.metrics import Metrics
 from gateway.storage import Storage
 from gateway.xmlutil import parse_xml
@@ -105,6 +106,7 @@ class _Endpoint:
     attempts: int = 0
     requests: int = 0
     failures: int = 0  # failed requests so far (attempts: the current streak)
+    peer: str | None = None  # the broker id it answered with (gateway/loops.py)
 
 
 def _tagged(sub_id: str, items: list[tuple[int, str]]) -> Iterator[tuple[int, str, str]]:
@@ -124,6 +126,8 @@ class DeliveryManager:
         max_backlog: int = 1000,
         on_dead: Callable[[str], Awaitable[None]] | None = None,
         metrics: Metrics | None = None,
+        policy: ConsumerPolicy | None = None,
+        loop_id: str | None = None,
     ) -> None:
         self.storage = storage
         self.metrics = metrics or Metrics()
@@ -134,6 +138,10 @@ class DeliveryManager:
         self.dead_after = dead_after
         self.max_backlog = max_backlog
         self.on_dead = on_dead
+        self.policy = policy or ConsumerPolicy([])
+        self.loop_id = loop_id or loops.new_loop_id()
+        # seq -> the brokers a queued message went through (edge:Via); in memory only
+        self._via: dict[int, tuple[str, ...]] = {}
         self._queues: dict[str, _Queue] = {}
         self._endpoints: dict[Hashable, _Endpoint] = {}
         self._session: aiohttp.ClientSession | None = None
@@ -142,7 +150,10 @@ class DeliveryManager:
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=8),
+            # names resolve through the consumer address policy (DNS rebinding)
+            connector=aiohttp.TCPConnector(
+                limit=0, limit_per_host=8, **connector_kwargs(self.policy)
+            ),
             auto_decompress=True,
         )
 
@@ -177,6 +188,8 @@ class DeliveryManager:
         q = self._queues.pop(sub_id, None)
         if q is None:
             return
+        for seq, _x in q.items:
+            self._via.pop(seq, None)
         ep = q.endpoint
         ep.queues.pop(sub_id, None)
         if not ep.queues:
@@ -222,6 +235,11 @@ class DeliveryManager:
             "last_delivery": q.last_delivery,
         }
 
+    def peer(self, sub_id: str) -> str | None:
+        """The broker id the consumer of `sub_id` answered with, if it is a broker."""
+        q = self._queues.get(sub_id)
+        return q.endpoint.peer if q else None
+
     def overflow(self, sub_id: str, incoming: int) -> list[int]:
         """Seqs to drop (oldest first) so that `incoming` more fit the backlog bound."""
         q = self._queues.get(sub_id)
@@ -232,15 +250,19 @@ class DeliveryManager:
             return []
         drop = [s for s, _ in q.items[:excess]]
         del q.items[:excess]
+        for s in drop:
+            self._via.pop(s, None)
         q.dropped += len(drop)
         self._dropped(q, drop)
         log.warning("subscription %s: backlog full, dropped %d oldest messages", sub_id, len(drop))
         return drop
 
-    def enqueue(self, sub_id: str, seq: int, xml: str) -> None:
+    def enqueue(self, sub_id: str, seq: int, xml: str, via: tuple[str, ...] = ()) -> None:
         q = self._queues.get(sub_id)
         if q is None:
             return
+        if via:
+            self._via[seq] = via
         bisect.insort(q.items, (seq, xml))
         q.queued_at[seq] = time.monotonic()
         if len(q.items) > self.max_backlog:  # concurrent Notify raced past overflow()
@@ -249,6 +271,8 @@ class DeliveryManager:
             del q.items[:excess]
             q.dropped += excess
             self._dropped(q, drop)
+            for s in drop:
+                self._via.pop(s, None)
             self._forget(drop)
         q.endpoint.wake.set()
 
@@ -280,8 +304,13 @@ class DeliveryManager:
                 await ep.wake.wait()
                 continue
             ep.requests += 1
-            ok, why = await self._send(ep.target, [x for _, _, x in batch])
+            via: list[str] = []
+            for seq, _s, _x in batch:
+                via.extend(self._via.get(seq, ()))
+            ok, why = await self._send(ep, [x for _, _, x in batch], via)
             if ok:
+                for seq, _s, _x in batch:
+                    self._via.pop(seq, None)
                 by_sub: dict[str, set[int]] = {}
                 for seq, sid, _x in batch:
                     by_sub.setdefault(sid, set()).add(seq)
@@ -352,8 +381,27 @@ class DeliveryManager:
         ep.failing_since = None
         ep.attempts = 0
 
-    async def _send(self, t: Target, xmls: list[str]) -> tuple[bool, str]:
+    async def _send(self, ep: _Endpoint, xmls: list[str], via: list[str]) -> tuple[bool, str]:
         assert self._session is not None
+        t = ep.target
+        # checked again at each request: the policy may have changed since Subscribe (a
+        # restart with other options); names are checked on their resolved addresses by
+        # the connector's PolicyResolver
+        target = consumer_policy.Target.parse(t.consumer.address)
+        why = (
+            target
+            if isinstance(target, str)
+            else self.policy.check_target(target, t.consumer.address)
+        )
+        if (
+            not why
+            and not isinstance(target, str)
+            and target.ip is not None
+            and self.policy.is_self_ip(target.ip, target.port)
+        ):
+            why = "the consumer address is this broker itself"
+        if why:
+            return False, why
         if t.raw:
             body_children = [parse_xml(xmls[0].encode())]
             action = ns.A_NOTIFY
@@ -363,7 +411,9 @@ class DeliveryManager:
                 notify.append(parse_xml(x.encode()))
             body_children = [notify]
             action = ns.A_NOTIFY
-        data = soap.envelope(t.soap_version, request_headers(t.consumer, action), body_children)
+        hdrs = request_headers(t.consumer, action)
+        hdrs.append(loops.via_header([*via, self.loop_id]))
+        data = soap.envelope(t.soap_version, hdrs, body_children)
         headers = {"Content-Type": soap.content_type(t.soap_version, action)}
         if t.soap_version == ns.SOAP11:
             headers["SOAPAction"] = f'"{action}"'
@@ -376,6 +426,7 @@ class DeliveryManager:
                 allow_redirects=False,
             ) as resp:
                 await resp.read()
+                ep.peer = resp.headers.get(loops.HTTP_HEADER) or ep.peer
                 if 200 <= resp.status < 300:
                     return True, ""
                 return False, f"HTTP {resp.status}"

@@ -51,6 +51,7 @@ from lxml import etree
 from gateway import ns, publishers, soap, topics
 from gateway.addressing import Epr, EprError, parse_epr, request_headers, resource_epr
 from gateway.broker import NotificationBroker
+from gateway.consumer_policy import connector_kwargs
 from gateway.publishers import Registration
 from gateway.storage import DemandRow, StorageError
 from gateway.xmlutil import (
@@ -275,7 +276,12 @@ class DemandManager:
         # after each answer anyway, and a kept-alive connection the publisher dropped
         # meanwhile would turn a Subscribe into an ambiguous failure
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=2, force_close=True)
+            connector=aiohttp.TCPConnector(
+                limit=0,
+                limit_per_host=2,
+                force_close=True,
+                **connector_kwargs(self.broker.consumer_policy),
+            )
         )
         try:
             rows = await self.broker.storage.demand_load()

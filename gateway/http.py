@@ -4,11 +4,14 @@ URL space (design.md): /wsn/broker, /wsn/subscriptions/<id>, /wsn/pullpoints/<id
 /wsn/registrations/<id>. Status codes: 200 with a SOAP response; 202 with an empty body for
 one-way Notify (the message is committed when it is sent); SOAP faults with 500 (SOAP 1.1,
 SOAP 1.2 Receiver) or 400 (SOAP 1.2 Sender); 400 text for non-SOAP bodies; 401 with
-WWW-Authenticate for management operations without valid credentials; 413 over the size limit.
+WWW-Authenticate for management operations without valid credentials; 413 over the size limit;
+415 for a Content-Type that is not SOAP's; 408 for a stalled request, 503 over the connection
+cap (http_limits.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hmac
 import logging
@@ -17,16 +20,18 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from gateway import ns, oplog, soap, status
+from gateway import http_limits, loops, ns, oplog, soap, status
 from gateway.broker import NotificationBroker
 from gateway.config import Config
 from gateway.demand import DemandManager
 from gateway.faults import RECEIVER, WsnFault
+from gateway.http_limits import Limits
 from gateway.status import OP_KEY, REJECTED_KEY
 
 log = logging.getLogger("gateway.http")
 
 BROKER_KEY = web.AppKey("broker", NotificationBroker)
+LIMITS_KEY = web.AppKey("limits", Limits)
 
 
 def _soap_response(version: str, body: bytes, status: int, action: str | None) -> web.Response:
@@ -64,23 +69,63 @@ def _challenge(cfg: Config) -> str:
     return ", ".join(parts)
 
 
-async def handle(request: web.Request) -> web.StreamResponse:
-    broker = request.app[BROKER_KEY]
-    cfg = broker.cfg
-    if request.content_length is not None and request.content_length > cfg.max_request_bytes:
-        return web.Response(
-            status=413,
-            text=f"request body of {request.content_length} bytes exceeds the limit of "
-            f"{cfg.max_request_bytes} bytes (--max-request-bytes)\n",
-        )
+# SOAP 1.2 part 2 §7.1.4 (application/soap+xml), SOAP 1.1 §6.1.1 (text/xml); application/xml
+# is accepted too (interoperates, and an XML body is all the parser needs)
+SOAP_MEDIA_TYPES = ("application/soap+xml", "text/xml", "application/xml")
+
+
+def _not_soap_media_type(request: web.Request) -> web.Response | None:
+    raw = request.headers.get("Content-Type")
+    media = (raw or "").split(";", 1)[0].strip().lower()
+    if media in SOAP_MEDIA_TYPES:
+        return None
+    what = f"Content-Type {media!r}" if raw else "no Content-Type"
+    return web.Response(
+        status=415,
+        text=f"{what} is not SOAP: send SOAP 1.2 as application/soap+xml or SOAP 1.1 as text/xml\n",
+        headers={"Accept-Post": ", ".join(SOAP_MEDIA_TYPES)},
+    )
+
+
+async def _read_body(request: web.Request, cfg: Config) -> bytes | web.Response:
+    """The body, or the answer when it is too large (413) or stalls (408, connection
+    closed after it: http_limits.py)."""
     try:
-        data = await request.read()
+        async with asyncio.timeout(cfg.request_timeout):
+            return await request.read()
     except web.HTTPRequestEntityTooLarge:
         return web.Response(
             status=413,
             text=f"request body exceeds the limit of {cfg.max_request_bytes} bytes "
             "(--max-request-bytes)\n",
         )
+    except TimeoutError:
+        request.app[LIMITS_KEY].drops.drop(
+            "body-timeout",
+            request.remote,
+            f"request body incomplete after {cfg.request_timeout:g} s (--request-timeout); "
+            "answered 408",
+        )
+        resp = web.Response(status=408, text="request body not complete in time\n")
+        resp.force_close()
+        return resp
+
+
+async def handle(request: web.Request) -> web.StreamResponse:
+    broker = request.app[BROKER_KEY]
+    cfg = broker.cfg
+    bad_type = _not_soap_media_type(request)
+    if bad_type is not None:
+        return bad_type
+    if request.content_length is not None and request.content_length > cfg.max_request_bytes:
+        return web.Response(
+            status=413,
+            text=f"request body of {request.content_length} bytes exceeds the limit of "
+            f"{cfg.max_request_bytes} bytes (--max-request-bytes)\n",
+        )
+    data = await _read_body(request, cfg)
+    if isinstance(data, web.Response):
+        return data
     if not data.strip():
         return web.Response(
             status=400, text="empty request body: POST a SOAP 1.1 or 1.2 envelope\n"
@@ -88,7 +133,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if request.host and len(broker.own_netlocs) < 64:  # bounded: Host is client-chosen
         broker.own_netlocs.add(request.host)
     try:
-        req = soap.parse_request(data)
+        req = soap.parse_request(data, _version_hint(request))
     except soap.NotSoap as e:
         return web.Response(status=400, text=f"{e}\n")
     except soap.SoapFault as e:
@@ -131,6 +176,15 @@ async def not_allowed(request: web.Request) -> web.StreamResponse:
     )
 
 
+def _version_hint(request: web.Request) -> str:
+    return ns.SOAP12 if request.content_type == "application/soap+xml" else ns.SOAP11
+
+
+async def _identify(request: web.Request, response: web.StreamResponse) -> None:
+    # loops.py: a broker delivering here learns that this consumer is a broker
+    response.headers[loops.HTTP_HEADER] = request.app[BROKER_KEY].loop_id
+
+
 def create_app(broker: NotificationBroker, demand: DemandManager | None = None) -> web.Application:
     # aiohttp enforces client_max_size while reading; keep a margin so our own check
     # (with the clearer message) runs first for declared lengths.
@@ -138,6 +192,8 @@ def create_app(broker: NotificationBroker, demand: DemandManager | None = None) 
         client_max_size=broker.cfg.max_request_bytes, middlewares=[status.timed]
     )
     app[BROKER_KEY] = broker
+    app[LIMITS_KEY] = Limits(broker.cfg.request_timeout, broker.cfg.max_connections)
+    app.on_response_prepare.append(_identify)
     app.router.add_post("/wsn/broker", handle)
     app.router.add_post(r"/wsn/{kind:subscriptions|pullpoints|registrations}/{rid}", handle)
     app.router.add_get("/wsn/broker", not_allowed)
@@ -145,6 +201,22 @@ def create_app(broker: NotificationBroker, demand: DemandManager | None = None) 
     cfg = broker.cfg
     status.setup(app, broker, demand, lambda h: _authorized(cfg, h), _challenge(cfg))
     return app
+
+
+class _GuardedSite(web.SockSite):
+    """aiohttp's SockSite with the connection cap and head timeout of http_limits.py."""
+
+    def __init__(self, runner: web.AppRunner, sock: socket.socket, limits: Limits) -> None:
+        super().__init__(runner, sock)
+        self._limits = limits
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with the runner
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: self._limits.protocol(server), sock=self._sock, backlog=self._backlog
+        )
 
 
 @dataclass
@@ -189,8 +261,12 @@ async def start(cfg: Config, broker: NotificationBroker | None = None) -> Runnin
     except BaseException:
         sock.close()
         raise
-    runner = web.AppRunner(create_app(broker, demand), access_log=None, handle_signals=False)
+    app = create_app(broker, demand)
+    limits = app[LIMITS_KEY]
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, **http_limits.runner_kwargs(limits)
+    )
     await runner.setup()
-    await web.SockSite(runner, sock).start()
+    await _GuardedSite(runner, sock, limits).start()
     await demand.start()  # after serving: a publisher may push as soon as it is subscribed
     return Running(broker, runner, port, demand)

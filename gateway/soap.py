@@ -43,13 +43,21 @@ class SoapRequest:
     wsa: Addressing
 
 
-def parse_request(data: bytes) -> SoapRequest:
+def parse_request(data: bytes, version_hint: str = ns.SOAP11) -> SoapRequest:
+    """`version_hint`: the SOAP version the Content-Type names, for faults about a body
+    whose envelope cannot be read."""
     try:
         root = parse_xml(data)
     except XmlRejected as e:
         if "DOCTYPE" in str(e) or "entity" in str(e):
-            # A well-formed envelope smuggling a DTD: answer as SOAP, the client speaks it.
-            version = ns.SOAP12 if ns.SOAP12.encode() in data[:8192] else ns.SOAP11
+            # A well-formed envelope smuggling a DTD: answer as SOAP, the client speaks it;
+            # the envelope may start after a DTD of any length, so look at the whole body
+            if ns.SOAP12.encode() in data:
+                version = ns.SOAP12
+            elif ns.SOAP11.encode() in data:
+                version = ns.SOAP11
+            else:
+                version = version_hint
             raise SoapFault(SENDER, str(e), version) from None
         raise NotSoap(f"request body is not XML: {e}") from None
     qn = etree.QName(root)

@@ -86,14 +86,15 @@ async def test_fault_codes_and_actions_both_versions(gw):
 
 
 async def test_non_soap_garbage_is_http_400_with_text(gw):
+    xml = {"Content-Type": "text/xml"}  # a SOAP media type; others get 415 (test_hostile)
     async with aiohttp.ClientSession() as s:
-        async with s.post(gw.url, data=b"hello, broker") as r:
+        async with s.post(gw.url, data=b"hello, broker", headers=xml) as r:
             assert r.status == 400
             assert "not XML" in await r.text()
-        async with s.post(gw.url, data=b"<notAnEnvelope/>") as r:
+        async with s.post(gw.url, data=b"<notAnEnvelope/>", headers=xml) as r:
             assert r.status == 400
             assert "not a SOAP envelope" in await r.text()
-        async with s.post(gw.url, data=b"") as r:
+        async with s.post(gw.url, data=b"", headers=xml) as r:
             assert r.status == 400
         async with s.get(gw.url) as r:
             assert r.status == 405

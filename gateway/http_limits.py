@@ -1,0 +1,235 @@
+"""Transport limits of the HTTP binding against hostile or broken clients.
+
+- Request head: a connection whose first request head (request line + headers) is not
+  complete within `--request-timeout` seconds (default 10) gets `408 Request Timeout` and
+  is closed. Later heads on a kept-alive connection are bounded by aiohttp's own
+  `keepalive_timeout` (set to the same budget + 1 s): it closes a connection that has no
+  complete request pending.
+- Request body: bounded by the same budget in the handler (gateway/http.py answers 408).
+- Concurrent connections: at most `--max-connections` (default 512, lowered to fit the
+  process's open-file limit); one more gets `503` with `Retry-After` and is closed at
+  once, so the listening socket keeps accepting and never meets EMFILE (which made
+  asyncio log a traceback per accept).
+- Each dropped client is one log line (WARNING, at most one per second per reason plus a
+  count), never a traceback.
+
+aiohttp's knobs (max_line_size, max_field_size, keepalive_timeout, client_max_size) are
+used where they exist; aiohttp has no head timeout or connection cap of its own, hence
+the small protocol wrapper below. It forwards every call to aiohttp's RequestHandler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import time
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("gateway.http")
+
+#: file descriptors kept free for SQLite, landing files and outgoing deliveries
+FD_RESERVE = 128
+
+
+def effective_max_connections(configured: int) -> int:
+    """`configured`, lowered to fit RLIMIT_NOFILE minus FD_RESERVE (at least 16)."""
+    try:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ValueError, OSError):
+        return configured
+    if soft == resource.RLIM_INFINITY:
+        return configured
+    fit = max(16, int(soft) - FD_RESERVE)
+    if configured > fit:
+        log.warning(
+            "--max-connections %d lowered to %d to fit the open-file limit (%d)",
+            configured,
+            fit,
+            soft,
+        )
+        return fit
+    return configured
+
+
+class DropLog:
+    """One line per dropped client, at most one per second per reason (+ a count)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+        self.counts: dict[str, int] = {}
+
+    def drop(self, reason: str, peer: object, detail: str) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        now = time.monotonic()
+        if now - self._last.get(reason, 0.0) < 1.0:
+            self._suppressed[reason] = self._suppressed.get(reason, 0) + 1
+            return
+        more = self._suppressed.pop(reason, 0)
+        self._last[reason] = now
+        extra = f" (+{more} more since the last line)" if more else ""
+        log.warning("dropped client %s: %s%s", _peer(peer), detail, extra)
+
+
+def _peer(peer: object) -> str:
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer)
+
+
+_TIMEOUT_408 = (
+    b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Type: text/plain\r\n"
+    b"Content-Length: %d\r\n\r\n%s"
+)
+_BUSY_503 = (
+    b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"
+    b"Content-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s"
+)
+
+
+def _answer(template: bytes, text: str) -> bytes:
+    body = text.encode()
+    return template % (len(body), body)
+
+
+class Limits:
+    """Per-server state: the live connection count and the drop log."""
+
+    def __init__(self, request_timeout: float, max_connections: int) -> None:
+        self.request_timeout = request_timeout
+        self.max_connections = effective_max_connections(max_connections)
+        self.active = 0
+        self.lingering = 0  # _Busy connections waiting to be closed
+        self.drops = DropLog()
+
+    def protocol(self, make_inner: Callable[[], asyncio.Protocol]) -> asyncio.Protocol:
+        if self.active >= self.max_connections:
+            return _Busy(self)
+        return _Guard(self, make_inner())
+
+
+class _Busy(asyncio.Protocol):
+    """Answers 503 and closes: over --max-connections. It half-closes first and reads
+    what the client still sends for up to a second (closing with unread data would reset
+    the connection and lose the answer); at most MAX_LINGER of them linger at a time."""
+
+    MAX_LINGER = 64
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.transport: asyncio.Transport | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.limits.drops.drop(
+            "busy",
+            transport.get_extra_info("peername"),
+            f"{self.limits.max_connections} connections open (--max-connections); answered 503",
+        )
+        transport.write(_answer(_BUSY_503, "too many connections; retry later\n"))
+        if self.limits.lingering >= self.MAX_LINGER or not transport.can_write_eof():
+            transport.close()
+            return
+        self.limits.lingering += 1
+        transport.write_eof()
+        self.timer = asyncio.get_running_loop().call_later(1.0, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        pass  # discarded
+
+    def eof_received(self) -> bool | None:
+        if self.transport is not None:
+            self.transport.close()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+            self.limits.lingering -= 1
+
+
+class _Guard(asyncio.Protocol):
+    """Forwards to aiohttp's RequestHandler; answers 408 and closes if the first request
+    head is not complete in time."""
+
+    def __init__(self, limits: Limits, inner: asyncio.Protocol) -> None:
+        self.limits = limits
+        self.inner = inner
+        self.transport: asyncio.Transport | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.tail = b""  # the last 3 bytes seen, to find CRLFCRLF across chunks
+        self.received = 0
+        # counted from creation: asyncio creates the protocols of a burst of accepted
+        # connections before any of them is connection_made
+        self.limits.active += 1
+        self.counted = True
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.timer = asyncio.get_running_loop().call_later(
+            self.limits.request_timeout, self._head_timeout
+        )
+        self.inner.connection_made(transport)
+
+    def _head_timeout(self) -> None:
+        self.timer = None
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        self.limits.drops.drop(
+            "head-timeout",
+            t.get_extra_info("peername"),
+            f"request head incomplete after {self.limits.request_timeout:g} s "
+            f"({self.received} bytes; --request-timeout); answered 408",
+        )
+        t.write(_answer(_TIMEOUT_408, "request head not complete in time\n"))
+        t.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self.timer is not None:
+            self.received += len(data)
+            if b"\r\n\r\n" in self.tail + data:
+                self.timer.cancel()
+                self.timer = None
+            else:
+                self.tail = (self.tail + data)[-3:]
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.counted:
+            self.limits.active -= 1
+            self.counted = False
+        self.inner.connection_lost(exc)
+
+
+def runner_kwargs(limits: Limits) -> dict[str, Any]:
+    """AppRunner/RequestHandler options: aiohttp's own limits."""
+    return {
+        # closes a connection with no complete request pending (idle keep-alive and a
+        # stalled later head); the first head is the _Guard's
+        "keepalive_timeout": limits.request_timeout + 1.0,
+        # after an answer to an incompletely read body (408, 413), drain it for at most
+        # 1 s (aiohttp's default 10 s held the connection) so the answer is not lost to a
+        # reset, then close
+        "lingering_time": 1.0,
+        "max_line_size": 8190,
+        "max_field_size": 8190,
+    }
