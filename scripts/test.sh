@@ -7,7 +7,7 @@ bash scripts/setup.sh --micropython
 export PATH="$PWD/.venv/bin:$PATH"
 export SPARK_LOCAL_IP=127.0.0.1
 echo "== ruff"
-ruff check gateway spark_ingest tests
+ruff check gateway spark_ingest wsncli tests
 echo "== mypy"
 mypy
 echo "== pytest"
