@@ -91,6 +91,12 @@ class Device:
         self.adv_host = conf.get("advertise_host")
         self.secret = conf.get("secret") or None
         self.sample_period = float(conf.get("sample_period_s", 10))
+        # "awake" (default): serves Subscribe, pushes each reading; "sleepy": wsn/sleepy.py
+        self.mode = conf.get("mode", "awake")
+        if self.mode not in ("awake", "sleepy"):
+            raise ValueError("config: mode is 'awake' or 'sleepy', not %r" % self.mode)
+        if self.mode == "sleepy" and not conf.get("gateway"):
+            raise ValueError("config: sleepy mode sends to a gateway: set 'gateway'")
         self.producer = None
         self.link = None
         self.started = clock.ticks_ms()  # ticks wrap (~12 days on boards): uptime is summed
@@ -192,14 +198,20 @@ class Device:
             gc.collect()
 
     # ---------------------------------------------------------------- publishing
-    def sample(self, ti, sensor, spec):
+    def reading_for(self, ti, sensor, spec, now):
+        # one reading of a sensor as the payload XML, or None if the sensor failed
         try:
             value = sensor.read()
         except Exception as e:  # noqa: BLE001 - a flaky sensor must not stop the device
             self.log("sensor %s: %r" % (self.topicset.names[ti], e))
-            return
+            return None
         unit = spec.get("unit") or sensors.UNITS.get(self.topicset.names[ti], "")
-        payload = reading(self.device_id, value, unit, self.now(), spec.get("decimals", 2))
+        return reading(self.device_id, value, unit, now, spec.get("decimals", 2))
+
+    def sample(self, ti, sensor, spec):
+        payload = self.reading_for(ti, sensor, spec, self.now())
+        if payload is None:
+            return
         kick, gw = self.producer.publish(ti, payload, self.now())
         for s in kick:
             self._kick(s)
@@ -310,6 +322,10 @@ class Device:
         host = self.adv_host or ip or (self.host if self.host not in ("0.0.0.0", "") else "127.0.0.1")
         base = "http://%s:%d" % (host, self.port)
         self.producer = Producer(self.device_id, self.topicset, base, _rand, self.limits)
+        if self.mode == "sleepy":
+            from wsn.sleepy import Sleepy  # imported only in this mode
+            await Sleepy(self).run()
+            return
         if self.conf.get("consumer_allow") is not None:
             self.producer.consumer_allow = list(self.conf["consumer_allow"])
         srv = http.Server(self.handle, self.host, self.port, self.limits["max_request_bytes"],

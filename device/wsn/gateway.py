@@ -6,8 +6,9 @@
 #   means register again; so does a push answered with ResourceUnknownFault;
 # - after the gateway was unreachable, the first success triggers an immediate renew (which
 #   detects a restarted gateway);
-# - the sender drains the producer's gateway outbox in order; while the gateway is unreachable
-#   the readings wait there (bounded, oldest dropped and counted), retried every retry_s.
+# - the sender drains the producer's gateway outbox in order, up to batch_max readings per
+#   Notify (one NotificationMessage each); while the gateway is unreachable the readings wait
+#   there (bounded, oldest dropped and counted), retried every retry_s.
 import asyncio
 import binascii
 
@@ -44,6 +45,11 @@ class GatewayLink:
         self.retry_max_s = float(conf.get("gateway_retry_max_s", 30))
         self.timeout = float(conf.get("gateway_timeout_s", 5))
         self.auth = auth_header(conf)
+        # batching (issue 16): up to batch_max buffered readings go out as one Notify;
+        # batch_wait_s > 0 buffers by choice (that long after the first reading waits)
+        self.batch_max = max(1, int(conf.get("batch_max", 16)))
+        self.batch_wait_s = float(conf.get("batch_wait_s", 0))
+        self.batches = 0
         self.reg = None  # registration address
         self.reg_rp = ""
         self.state = "unregistered"  # unregistered | registered | down
@@ -58,7 +64,8 @@ class GatewayLink:
     def status(self):
         return {"state": self.state, "registration": self.reg, "consumer": self.p.gateway,
                 "registrations": self.registrations, "renewals": self.renewals,
-                "delivered": self.delivered, "rejected": self.rejected,
+                "delivered": self.delivered, "batches": self.batches,
+                "rejected": self.rejected,
                 "buffered": len(self.p.outbox), "dropped": self.p.outbox.dropped,
                 "last_error": self.last_error}
 
@@ -157,21 +164,25 @@ class GatewayLink:
             if not ob.count or self.reg is None or self.p.gateway is None:
                 await self._sleep(self.out, 1)
                 continue
-            item = ob.peek()
-            url, body, ctype = self.p.render(item, True)
+            if self.batch_wait_s and ob.count < self.batch_max:
+                # buffering by choice: let readings gather into one Notify (or the buffer fill)
+                await asyncio.sleep_ms(int(self.batch_wait_s * 1000))
+            items, url, body, ctype = self.p.gateway_batch(self.batch_max, self.version)
             try:
                 status, resp = await http.post(url, body, ctype, self.timeout, self.auth)
-            except Exception as e:  # noqa: BLE001 - unreachable: keep it, retry with backoff
+            except Exception as e:  # noqa: BLE001 - unreachable: keep them, retry with backoff
                 self._down("push: %r" % e)
+                body = None
                 await self._sleep(self.out, delay)
                 delay = min(delay * 2, max(self.retry_s, self.retry_max_s))
                 continue
+            body = None
             delay = self.retry_s
             was_down = self.state == "down"
             if 200 <= status < 300:
-                if ob.peek() is item:
-                    ob.pop()
-                self.delivered += 1
+                self._pop(items)
+                self.delivered += len(items)
+                self.batches += 1
                 if was_down:
                     self._set_state("registered")
                     self.wake.set()  # back after an outage: renew now (restart check)
@@ -184,10 +195,16 @@ class GatewayLink:
                 self._set_state("unregistered")
                 self.wake.set()
                 continue
-            # any other refusal is about this message: drop it (counted), go on
-            self.rejected += 1
-            self.p.push_failed += 1
+            # any other refusal is about these messages: drop them (counted), go on
+            self.rejected += len(items)
+            self.p.push_failed += len(items)
             self.last_error = "push: HTTP %d %s %s" % (status, name, reason)
             self.dev.log(self.last_error)
-            if ob.peek() is item:
+            self._pop(items)
+
+    def _pop(self, items):
+        # remove the sent items; any the full buffer dropped meanwhile are already gone
+        ob = self.p.outbox
+        for it in items:
+            if ob.peek() is it:
                 ob.pop()

@@ -129,7 +129,12 @@ async def _exchange(host, port, head, body, max_resp):
     r, w = await asyncio.open_connection(host, port)
     try:
         w.write(head)
-        w.write(body)
+        if isinstance(body, list):  # a batch in pieces: no big contiguous block on a small heap
+            for c in body:
+                w.write(c)
+                await w.drain()
+        else:
+            w.write(body)
         await w.drain()
         buf = b""
         while True:
@@ -149,10 +154,12 @@ async def _exchange(host, port, head, body, max_resp):
 
 
 async def post(url, body, ctype, timeout_s=5, extra_headers="", max_resp=16384):
-    # POST body to url -> (status, response body bytes). Raises OSError / asyncio.TimeoutError
-    # when the peer is unreachable or slow, H.HTTPError for a malformed answer.
+    # POST body (bytes, or a list of bytes chunks) to url -> (status, response body bytes).
+    # Raises OSError / asyncio.TimeoutError when the peer is unreachable or slow, H.HTTPError
+    # for a malformed answer.
     host, port, path = H.split_url(url)
-    head = H.request_head("POST", host, port, path, ctype, len(body), extra_headers)
+    n = sum([len(c) for c in body]) if isinstance(body, list) else len(body)
+    head = H.request_head("POST", host, port, path, ctype, n, extra_headers)
     data = await asyncio.wait_for(_exchange(host, port, head, body, max_resp), timeout_s)
     k = data.find(b"\r\n\r\n")
     if k < 0:

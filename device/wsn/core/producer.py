@@ -495,13 +495,15 @@ class Producer:
         return kick, gw
 
     def _nm_content(self, item):
-        # content of a wsnt:NotificationMessage (WS-BaseNotification 1.3 §3.2)
+        # content of a wsnt:NotificationMessage (WS-BaseNotification 1.3 §3.2). s is None for
+        # a reading published without a subscription (sleepy mode: straight to the gateway):
+        # no SubscriptionReference then (it is optional, §3.2).
         s, ti, payload, _ = item
-        if s.raw:
+        if s is not None and s.raw:
             return "<wsnt:Message>%s</wsnt:Message>" % payload
+        ref = epr(self.base + _PATH_SUBS + s.id, s.id, "wsnt:SubscriptionReference") if s else ""
         return "%s<wsnt:Topic Dialect=\"%s\">%s</wsnt:Topic>%s<wsnt:Message>%s</wsnt:Message>" % (
-            epr(self.base + _PATH_SUBS + s.id, s.id, "wsnt:SubscriptionReference"),
-            ns.SIMPLE, self.topics.qname(ti), epr(self.addr, None, "wsnt:ProducerReference"),
+            ref, ns.SIMPLE, self.topics.qname(ti), epr(self.addr, None, "wsnt:ProducerReference"),
             payload)
 
     def render(self, item, gateway=False):
@@ -521,6 +523,48 @@ class Producer:
             url, hdr = s.consumer, s.refparams
         env = envelope(s.version, ns.NOTIFY, body, None, url, hdr)
         return url, env.encode(), ns.content_type(s.version)
+
+    def gateway_batch(self, batch_max, version):
+        # The next push to the gateway: up to batch_max buffered readings, oldest first, as one
+        # wsnt:Notify with one NotificationMessage each (§3.2: a Notify carries one or more).
+        # A raw item (a UseRaw subscription aimed at the gateway) cannot share a Notify and
+        # goes alone. -> (items, url, [envelope chunks as bytes], content type); items () if
+        # nothing is buffered. The items stay buffered until the caller pops them (sent).
+        ob = self.outbox
+        items = []
+        for i in range(min(len(ob), batch_max)):
+            it = ob.slots[(ob.head + i) % len(ob.slots)]
+            raw = it[0] is not None and it[0].raw
+            if raw and items:
+                break
+            items.append(it)
+            if raw:
+                break
+        if not items:
+            return (), None, None, None
+        s = items[0][0]
+        if s is not None:
+            version = s.version
+        head, tail = envelope(version, ns.NOTIFY, [], None, self.gateway, self.gateway_rp)
+        out = [head.encode()]
+        head = None
+        if s is not None and s.raw:
+            out.append(items[0][2].encode())
+        else:
+            # each piece is encoded as it is made: one message's str at a time, not the batch's
+            out.append(b"<wsnt:Notify>")
+            for it in items:
+                out.append(("<wsnt:NotificationMessage>%s</wsnt:NotificationMessage>"
+                            % self._nm_content(it)).encode())
+            out.append(b"</wsnt:Notify>")
+        out.append(tail.encode())
+        return items, self.gateway, out, ns.content_type(version)
+
+    def buffer_for_gateway(self, ti, payload, now):
+        # sleepy mode: a reading for the gateway without a subscription (Demand=false)
+        self.current[ti] = payload
+        self.published += 1
+        self.outbox.push((None, ti, payload, now))
 
     def set_gateway(self, consumer, refparams):
         # The gateway's ConsumerReference from RegisterPublisherResponse. After a

@@ -7,16 +7,19 @@ from wsn.core.soap import envelope, fault_name, parse_request, read_epr
 from wsn.core.times import format_datetime
 
 
-def register_publisher(version, gateway_url, producer_addr, device_id, topics, expires):
+def register_publisher(version, gateway_url, producer_addr, device_id, topics, expires,
+                       demand=True):
     # -> envelope str. Demand=true: the gateway pauses our subscriptions while nobody wants
-    # the topic (WS-BrokeredNotification demand-based publishing).
+    # the topic (WS-BrokeredNotification demand-based publishing). Demand=false (sleepy
+    # mode): the device serves no Subscribe and simply publishes to the ConsumerReference.
     t = "".join(['<br:Topic Dialect="%s">%s</br:Topic>' % (ns.SIMPLE, topics.qname(i))
                  for i in range(len(topics.names))])
     body = "<br:RegisterPublisher><br:PublisherReference><wsa:Address>%s</wsa:Address>" \
            "<wsa:Metadata><edge:DeviceId>%s</edge:DeviceId></wsa:Metadata>" \
-           "</br:PublisherReference>%s<br:Demand>true</br:Demand>" \
+           "</br:PublisherReference>%s<br:Demand>%s</br:Demand>" \
            "<br:InitialTerminationTime>%s</br:InitialTerminationTime></br:RegisterPublisher>" % (
-               X.escape(producer_addr), X.escape(device_id), t, format_datetime(expires))
+               X.escape(producer_addr), X.escape(device_id), t, "true" if demand else "false",
+               format_datetime(expires))
     return envelope(version, ns.REGISTER + "Request", body, None, gateway_url)
 
 

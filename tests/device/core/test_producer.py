@@ -362,3 +362,51 @@ def test_subscription_resource_properties():
     assert parse_datetime(body_of(root).children[0].value()) == NOW + 60
     assert _fault(p, grp % "wsnt:Nope", path) == "InvalidResourcePropertyQNameFault"
     assert _fault(p, grp % "zz:Nope", path) == "InvalidResourcePropertyQNameFault"
+
+
+def test_gateway_batch_packs_buffered_readings_into_one_notify():
+    # issue 16: up to batch_max buffered readings, oldest first, one NotificationMessage each
+    p = make_producer(gateway_buffer=32)
+    p.set_gateway("http://127.0.0.1:9/wsn/registrations/r1", "")
+    subscribe(p, consumer="http://127.0.0.1:9/wsn/registrations/r1", topic=None)
+    for i in range(7):
+        p.publish(i % 3, PAYLOAD.replace(">1<", ">%d<" % i), NOW)
+    items, url, body, ctype = p.gateway_batch(5, 12)
+    assert len(items) == 5 and url.endswith("/r1") and ctype.startswith("application/soap+xml")
+    root = X.parse(b"".join(body))
+    nms = body_of(root).findall(WSNT, "NotificationMessage")
+    assert len(nms) == 5
+    assert [nm.find(WSNT, "Message").children[0].children[0].value() for nm in nms] == \
+        [str(i) for i in range(5)]
+    root = nms = body = None
+    assert len(p.outbox) == 7  # the caller pops what was accepted
+    for _ in items:
+        p.outbox.pop()
+    items, _, body, _ = p.gateway_batch(5, 12)
+    assert len(items) == 2
+    # sleepy mode: readings without a subscription, no SubscriptionReference
+    q = make_producer()
+    q.set_gateway("http://127.0.0.1:9/wsn/registrations/r2", "")
+    q.buffer_for_gateway(1, PAYLOAD, NOW)
+    items, _, body, _ = q.gateway_batch(16, 11)
+    nm = body_of(X.parse(b"".join(body))).find(WSNT, "NotificationMessage")
+    assert nm.find(WSNT, "SubscriptionReference") is None
+    assert nm.find(WSNT, "Topic").value() == "dt:humidity"
+
+
+def test_gateway_batch_sends_a_raw_item_alone():
+    p = make_producer()
+    gw = "http://127.0.0.1:9/wsn/registrations/r1"
+    p.set_gateway(gw, "")
+    subscribe(p, consumer=gw, topic="dt:temperature")
+    subscribe(p, consumer=gw, topic="dt:humidity", raw=True)
+    p.publish(0, PAYLOAD, NOW)
+    p.publish(1, PAYLOAD, NOW)
+    p.publish(0, PAYLOAD, NOW)
+    sizes = []
+    while len(p.outbox):
+        items, _, _, _ = p.gateway_batch(16, 12)
+        sizes.append(len(items))
+        for _ in items:
+            p.outbox.pop()
+    assert sizes == [1, 1, 1]
