@@ -133,7 +133,7 @@ class StatusView:
         ]
         return {
             "gateway": {
-                "gateway_id": getattr(b.cfg, "gateway_id", None),
+                "gateway_id": b.cfg.gateway_id,
                 "version": self.version,
                 "broker": f"{b.base_url}/wsn/broker",
                 "started": _iso(self.started),

@@ -5,13 +5,17 @@
 #
 #   bash scripts/setup.sh                 # Python venv with all extras
 #   bash scripts/setup.sh --micropython   # + QEMU firmware and 32-bit unix port
+#   bash scripts/setup.sh --browser       # + Debian's chromium and chromium-driver
+#                                         #   (the /status test drives them with Selenium)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 WANT_MP=0
+WANT_BROWSER=0
 for a in "$@"; do
   case "$a" in
     --micropython) WANT_MP=1 ;;
+    --browser) WANT_BROWSER=1 ;;
     *) echo "setup.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -25,6 +29,12 @@ java_ok() { command -v java >/dev/null 2>&1 && java -version 2>&1 | grep -qE 've
 java_ok || need_pkgs+=(openjdk-17-jre-headless)
 if [ "$WANT_MP" = 1 ]; then
   for p in gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm gcc-multilib dpkg-dev make; do
+    have_pkg "$p" || need_pkgs+=("$p")
+  done
+fi
+if [ "$WANT_BROWSER" = 1 ]; then
+  # Debian's build: no browser download (none is possible here, nor wanted in CI)
+  for p in chromium chromium-driver fonts-dejavu-core; do
     have_pkg "$p" || need_pkgs+=("$p")
   done
 fi

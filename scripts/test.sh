@@ -3,7 +3,7 @@
 # Installs what the tests need, idempotently, then runs lint, types and every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh --micropython
+bash scripts/setup.sh --micropython --browser
 export PATH="$PWD/.venv/bin:$PATH"
 export SPARK_LOCAL_IP=127.0.0.1
 echo "== ruff"

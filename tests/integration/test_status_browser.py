@@ -1,0 +1,140 @@
+"""`/status` in a real headless Chromium (Debian's `chromium` and `chromium-driver`,
+Selenium from PyPI; issue 14): a gateway process, a device on the MicroPython unix port
+registered with it, a subscription whose consumer is down (a backlog) and a pull point;
+the page shows all three, refreshes itself, and a screenshot is saved under the test's
+tmp dir (README's picture is one of these)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from devtest import Client, DeviceProcess
+from gwtest import FULL, WSA, call, subscribe_body, topic_filter
+
+pytestmark = pytest.mark.timeout(180)
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+DEV = 'xmlns:dev="urn:wsn-edge:devices"'
+DOWN = "http://127.0.0.1:9/consumer"  # nothing listens: deliveries fail, the backlog grows
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        why = "chromium/chromium-driver are not installed: bash scripts/setup.sh --browser"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    o = webdriver.ChromeOptions()
+    o.binary_location = CHROMIUM  # with both paths given, selenium-manager stays offline
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,1000",
+                "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--no-first-run", "--disable-quic",
+                f"--user-data-dir={tmp_path / 'chromium-profile'}"):  # fmt: skip
+        o.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=o)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+async def _until(pred: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if asyncio.iscoroutine(v):
+            v = await v
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+async def test_status_page_in_headless_chromium(
+    gateway_process: Callable[..., Any],
+    start_device: Callable[..., DeviceProcess],
+    browser: Any,
+    tmp_path: Path,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    gw = gateway_process("--backoff-initial", "0.2", "--backoff-max", "1")
+    dev = start_device(gateway=gw.url, gateway_retry_s=0.3, gateway_timeout_s=2)
+    base = gw.url.rsplit("/wsn/", 1)[0]
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
+        client = Client(dev, s)
+        await _until(
+            lambda: _registered(client), "the device registered with the gateway"
+        )
+        pp = await call(gw.url, "<wsnt:CreatePullPoint/>")
+        pp_addr = pp.body.findtext(f".//{{{WSA}}}Address") or ""
+        pp_id = pp_addr.rsplit("/", 1)[1]
+        every = topic_filter("dev:*/temperature", FULL, DEV)
+        r = await call(gw.url, subscribe_body(pp_addr, every))
+        assert not r.is_fault, r.text
+        r = await call(gw.url, subscribe_body(DOWN, every))
+        assert not r.is_fault, r.text
+        down_id = (r.body.findtext(f".//{{{WSA}}}Address") or "").rsplit("/", 1)[1]
+        # demand exists now: the gateway resumes the device's temperature subscription
+        await _until(lambda: _pushing(client), "the device pushing temperature")
+        assert await client.sample("temperature", count=3) == 3
+        await _until(lambda: _accepted(s, base, 3), "three readings at the gateway")
+
+        browser.get(f"{base}/status?refresh=1")
+        regs = browser.find_element(By.ID, "registrations")
+        row = regs.find_element(By.XPATH, ".//tr[td[contains(., 'dev-test')]]")
+        assert dev.producer in row.text and "dev-test/temperature" in row.text
+        assert "pushing" in row.text
+        sub_row = browser.find_element(By.CSS_SELECTOR, f'#subscriptions tr[data-id="{down_id}"]')
+        cells = [c.text for c in sub_row.find_elements(By.TAG_NAME, "td")]
+        assert cells[0].startswith(DOWN) and "dev:*/temperature" in cells[1]
+        assert cells[3] == "3", cells  # the backlog
+        pp_row = browser.find_element(By.CSS_SELECTOR, f'#pullpoints tr[data-id="{pp_id}"]')
+        assert [c.text for c in pp_row.find_elements(By.TAG_NAME, "td")][1] == "3"  # depth
+        assert "lag behind the store" in browser.find_element(By.ID, "landing").text
+
+        # it refreshes itself: a fourth reading shows up without the test reloading
+        assert await client.sample("temperature") == 1
+        await _until(
+            lambda: browser.find_element(
+                By.CSS_SELECTOR, f'#pullpoints tr[data-id="{pp_id}"] td:nth-child(2)'
+            ).text == "4",
+            "the page to refresh itself",
+        )
+        shot = tmp_path / "status.png"
+        assert browser.save_screenshot(str(shot))
+        assert shot.stat().st_size > 10_000
+        keep = os.environ.get("WSN_STATUS_SCREENSHOT")  # to refresh README's picture
+        if keep:
+            shutil.copy(shot, keep)
+
+
+async def _registered(client: Client) -> bool:
+    st = await client.status()
+    return bool(st.get("gateway") and st["gateway"].get("state") == "registered")
+
+
+async def _pushing(client: Client) -> bool:
+    st = await client.status()
+    return any(
+        "temperature" in str(x["topics"]) and not x["paused"] for x in st["subscription_list"]
+    )
+
+
+async def _accepted(s: aiohttp.ClientSession, base: str, n: int) -> bool:
+    async with s.get(base + "/status.json") as r:
+        return bool((await r.json())["gateway"]["accepted"] >= n)
