@@ -41,13 +41,14 @@ async def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str
         return r.status, await r.text()
 
 
-def register_body(device: str, producer: str) -> str:
+def register_body(device: str, producer: str, demand: bool = False) -> str:
     return (
         f"<br:RegisterPublisher xmlns:br='{BR}'><br:PublisherReference>"
         f"<wsa:Address>{producer}</wsa:Address><wsa:Metadata><edge:DeviceId>{device}"
         "</edge:DeviceId></wsa:Metadata></br:PublisherReference>"
         f'<br:Topic Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple" {DT}>'
-        "dt:temperature</br:Topic><br:Demand>false</br:Demand></br:RegisterPublisher>"
+        f"dt:temperature</br:Topic><br:Demand>{str(demand).lower()}</br:Demand>"
+        "</br:RegisterPublisher>"
     )
 
 
@@ -167,11 +168,25 @@ async def test_lifecycle_logs_one_json_line_each_and_no_tracebacks(
     tmp_path: Path, make_consumer: Any
 ) -> None:
     gwp = start_gateway(tmp_path / "gw", "--log-format", "json", "--min-termination", "0.1",
-                        "--sweep-interval", "0.1")  # fmt: skip
+                        "--sweep-interval", "0.1", "--consumer-dead-after", "0.3")  # fmt: skip
     try:
         c: Consumer = await make_consumer()
         r = await call(gwp.url, register_body("dj", PRODUCER), action=A_REG)
         assert not r.is_fault
+        # a Demand=true publisher (not listening: the gateway's attempts fail, logged) and a
+        # subscriber for its topic: demand for dev:dk/temperature appears
+        r = await call(gwp.url, register_body("dk", "http://127.0.0.1:9/p", demand=True),
+                       action=A_REG)  # fmt: skip
+        assert not r.is_fault, r.text
+        r = await call(gwp.url, subscribe_body(
+            "http://127.0.0.1:9/down",
+            topic_filter("dev:dk/temperature", CONCRETE, 'xmlns:dev="urn:wsn-edge:devices"')))
+        assert not r.is_fault, r.text
+        dead_sub = (r.body.findtext(f".//{{{WSA}}}Address") or "").rsplit("/", 1)[1]
+        # its consumer is down: a notification makes the gateway try, and give up at 0.3 s
+        r = await call(gwp.url, notify_body(("dev:dk/temperature", reading(1)),
+                                            nsdecl='xmlns:dev="urn:wsn-edge:devices"'))
+        assert r.status == 202, r.text
         r = await call(gwp.url, subscribe_body(c.url, topic_filter("tns:a")))
         sub_addr = r.body.findtext(f".//{{{WSA}}}Address") or ""
         await call(sub_addr, "<wsnt:Unsubscribe/>")
@@ -196,10 +211,17 @@ async def test_lifecycle_logs_one_json_line_each_and_no_tracebacks(
     assert "Traceback" not in "\n".join(lines)
     records = [json.loads(line) for line in lines]  # every line is one JSON object
     events = [r["event"] for r in records if "event" in r]
-    assert events.count("registration_created") == 1
-    assert events.count("subscription_created") == 2
-    assert events.count("subscription_ended") == 1
+    assert events.count("registration_created") == 2
+    assert events.count("subscription_created") == 3
+    assert events.count("subscription_ended") == 2  # Unsubscribe, consumer dead
     assert events.count("subscription_expired") == 1
-    created = next(r for r in records if r.get("event") == "subscription_created")
-    assert created["consumer"] == c.url and created["expression"] == "tns:a"
-    assert created["level"] == "INFO" and created["time"].endswith("Z")
+    dead = [r for r in records if r.get("event") == "consumer_dead"]
+    assert [(r["subscription"], r["level"]) for r in dead] == [(dead_sub, "WARNING")]
+    demand = [r for r in records if r.get("event") == "demand_changed"]
+    # none at registration, one with the subscriber, none again when it ended
+    assert [(r["device"], r["demanded"]) for r in demand] == [("dk", d) for d in (0, 1, 0)]
+    created = [r for r in records if r.get("event") == "subscription_created"]
+    assert [(r["consumer"], r["expression"]) for r in created] == [
+        ("http://127.0.0.1:9/down", "dev:dk/temperature"), (c.url, "tns:a"), (c.url, "tns:a")
+    ]
+    assert created[1]["level"] == "INFO" and created[1]["time"].endswith("Z")
