@@ -27,6 +27,10 @@ need_pkgs=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 java_ok() { command -v java >/dev/null 2>&1 && java -version 2>&1 | grep -qE 'version "(17|21)'; }
 java_ok || need_pkgs+=(openjdk-17-jre-headless)
+# benchmarks (tests/bench/gateway_bench.py): wrk drives HTTP load, Mosquitto is the anchor
+for p in wrk mosquitto mosquitto-clients; do
+  have_pkg "$p" || need_pkgs+=("$p")
+done
 if [ "$WANT_MP" = 1 ]; then
   for p in gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm gcc-multilib dpkg-dev make; do
     have_pkg "$p" || need_pkgs+=("$p")

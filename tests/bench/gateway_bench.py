@@ -1,45 +1,57 @@
-"""Benchmark of the gateway as a process (plain script, not collected by pytest).
+"""Benchmark of the gateway as a process, against anchors measured in the same run
+(plain script, not collected by pytest).
 
-    python tests/bench/gateway_bench.py [--quick]
+    python tests/bench/gateway_bench.py [--quick] [--only SECTION ...]
 
-For each configuration a fresh `python -m gateway` process is started on 127.0.0.1 with its
-own data dir (SQLite synchronous=FULL and the landing zone on, the defaults), and 0, 1, 10
-or 100 NotificationConsumers (one aiohttp app each, on its own port, in this process)
-subscribe to one topic, raw (wsnt:UseRaw) or wrapped (wsnt:Notify). Batching is the
-gateway's `--delivery-batch` option: how many pending messages one wrapped Notify may carry
-(default 100); `--delivery-batch 1` turns batching off. Raw delivery is always one message
-per HTTP request (the payload is the SOAP body), so batching only changes wrapped delivery.
-`--max-backlog` is raised so that no message is dropped (the bench measures throughput, not
-the drop-oldest policy).
+Needs the Debian packages `wrk`, `mosquitto` and `mosquitto-clients` (scripts/setup.sh
+installs them). Every gateway is a fresh `python -m gateway` on 127.0.0.1 with its own data
+dir at the durable defaults (SQLite synchronous=FULL, committed before the 202, landing zone
+on); `--max-backlog` is raised so that no message is dropped. The load generators are C
+programs (wrk, mosquitto_pub) or run in processes of their own, so the numbers are the
+gateway's, not the generator's; what the generators and consumers can do at most is
+measured and printed too. Sections:
 
-Printed per configuration:
-* accepted/s: Notify requests (one NotificationMessage each) answered 202 per second, 16
-  publishers in parallel over keep-alive connections, while delivery runs;
-* delivered/s: messages received by all consumers together per second, from the first
-  publish until the last message arrived (consumers x published / time);
-* p50/p99 latency: publish (just before the POST) -> arrival at a consumer, for a paced run
-  after the burst has drained, at an offered load well below delivery capacity (1 consumer:
-  100 notifications at 50/s; 10: 50 at 20/s; 100: 16 at 2/s), so it is the latency of one
-  message, not queueing.
+* `http`: wrk -t1 -c16 POSTs one ~1 KB single-message Notify (no subscriber) for 10 s to
+  the gateway, and the same body to a bare aiohttp handler that only reads the body (its
+  own process): our HTTP stack's ceiling on this machine. Prints both and the ratio.
+* `multi`: wrk POSTs one Notify carrying 100 NotificationMessages (200-byte payloads);
+  prints Notify/s and messages/s accepted.
+* `consumers`: the bench consumers' own ceiling. The consumers (one aiohttp app each, on
+  its own port) run in one process of their own; wrk POSTs to one of them a wrapped Notify
+  of 100 messages (what a batching gateway sends) and of 1 message: messages/s they absorb.
+* `fanout`: 1, 10 and 100 wrapped subscriptions (batching: --delivery-batch 100, the
+  default) of one topic; wrk publishes a fixed number of single-message Notify (200-byte
+  payloads); deliveries/s = messages received by all consumers / time from the first publish
+  to the last arrival. Next to it Mosquitto 2 (Debian) on a private port, QoS 0, the same
+  fan-outs and 200-byte messages, published by `mosquitto_pub -l` and received by one
+  `mosquitto_sub` process per subscriber, timed the same way.
+* `latency`: publish -> delivery at 1,000 messages/s offered (single-message Notify, paced
+  by a client in this process, the send time in the payload, arrival time taken by the
+  consumer process; one monotonic clock), 1 and 10 consumers: p50, p99, max.
+* `fanin`: K subscriptions of ONE consumer; the gateway batches what is pending for one
+  consumer endpoint into one Notify across subscriptions: messages per request.
 
-Fan-in (`--fan-in K`, default 10; 0 skips it): K subscriptions of ONE consumer, wrapped,
-one burst. The gateway batches what is pending for one consumer endpoint into one Notify
-across subscriptions, so it prints messages, HTTP requests and messages per request.
-
-Publishers, consumers and the gateway share this machine's cores: the numbers are a lower
-bound of what the gateway does with cores of its own.
+Everything shares this machine's two cores: the numbers are a lower bound of what the
+gateway does with cores of its own.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import re
+import shutil
+import signal
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -61,276 +73,593 @@ from gwtest import (  # noqa: E402
 A_NOTIFY = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
 A_SUB = "http://docs.oasis-open.org/wsn/bw-2/NotificationProducer/SubscribeRequest"
 CT = "application/soap+xml; charset=utf-8"
-VALUE_RE = re.compile(rb"<rd:value>(\d+)</rd:value>")
-PUBLISHERS = 16
-# consumers -> notifications in the burst
-BURST = {0: 3000, 1: 2000, 10: 300, 100: 100}
-# consumers -> (notifications, seconds between them) of the paced latency run
-PACED = {1: (100, 0.02), 10: (50, 0.05), 100: (16, 0.5)}
+SECTIONS = ("http", "multi", "consumers", "fanout", "latency", "fanin")
+FANOUTS = (1, 10, 100)
+# fan-out -> single-message Notify published to the gateway / lines to Mosquitto
+GW_MSGS = {1: 10_000, 10: 2_000, 100: 400}
+MQ_MSGS = {1: 50_000, 10: 10_000, 100: 2_000}
+MSG_BYTES = 200
+SENT_RE = re.compile(rb'sent="([0-9.]+)"')
 
 
-def payload(seq: int) -> str:
-    return (
-        f'<rd:Reading xmlns:rd="urn:wsn-edge:reading" device="bench"><rd:value>{seq}</rd:value>'
-        "<rd:unit>Cel</rd:unit><rd:time>2026-11-21T05:00:00Z</rd:time></rd:Reading>"
+def payload(seq: int, size: int = MSG_BYTES, sent: float | None = None) -> str:
+    """A reading of exactly `size` characters (padded in rd:note); `sent` (monotonic
+    seconds) lets the consumer process compute publish -> delivery latency."""
+    attr = f' sent="{sent:.6f}"' if sent is not None else ""
+    head = (
+        f'<rd:Reading xmlns:rd="urn:wsn-edge:reading" device="bench"{attr}>'
+        f"<rd:value>{seq}</rd:value><rd:unit>Cel</rd:unit><rd:note>"
     )
+    tail = "</rd:note></rd:Reading>"
+    return head + "x" * max(0, size - len(head) - len(tail)) + tail
 
 
+def notify(n_msgs: int, size: int = MSG_BYTES, total: int | None = None) -> bytes:
+    """A Notify with `n_msgs` messages; with `total`, the first payload is padded so the
+    whole request is `total` bytes."""
+    msgs = [("tns:bench", payload(i, size)) for i in range(n_msgs)]
+    data = envelope(notify_body(*msgs), action=A_NOTIFY)
+    if total is not None and len(data) < total:
+        msgs[0] = ("tns:bench", payload(0, size + total - len(data)))
+        data = envelope(notify_body(*msgs), action=A_NOTIFY)
+    return data
+
+
+# ---------------------------------------------------------------------- wrk
 @dataclass
-class Clock:
-    """Send times by sequence number (shared by the consumers of one run)."""
+class WrkResult:
+    requests: int
+    seconds: float
+    rps: float
+    errors: int  # non-2xx answers and socket errors
 
-    sent: dict[int, float] = field(default_factory=dict)
-    latencies: list[float] = field(default_factory=list)
-    measure: bool = False
+    @property
+    def ok(self) -> int:
+        return self.requests - self.errors
 
 
-@dataclass
-class BenchConsumer:
-    clock: Clock
-    received: int = 0
-    last_at: float = 0.0
-    url: str = ""
-    runner: web.AppRunner | None = None
-    event: asyncio.Event = field(default_factory=asyncio.Event)
-    want: int = 0
-    requests: int = 0
+def _lua(body: bytes, done_file: str | None = None, limit: int = 0) -> str:
+    text = body.decode()
+    assert "]==]" not in text
+    lua = f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "{CT}"\nwrk.body = [==[{text}]==]\n'
+    if done_file is not None:
+        # after `limit` answers: write "<2xx> <others>" to done_file and stop (wrk itself
+        # would sleep out its -d, so the bench ends it once the file is there)
+        lua += f"""local n, bad = 0, 0
+function response(status, headers, body)
+  n = n + 1
+  if status < 200 or status > 299 then bad = bad + 1 end
+  if n == {limit} then
+    local f = io.open("{done_file}", "w")
+    f:write((n - bad) .. " " .. bad)
+    f:close()
+    wrk.thread:stop()
+  end
+end
+"""
+    return lua
 
-    async def handle(self, request: web.Request) -> web.Response:
-        data = await request.read()
-        self.requests += 1
-        now = time.perf_counter()
-        seqs = VALUE_RE.findall(data)
-        self.received += len(seqs)
-        self.last_at = now
-        if self.clock.measure:
-            for s in seqs:
-                t = self.clock.sent.get(int(s))
-                if t is not None:
-                    self.clock.latencies.append(now - t)
-        if self.received >= self.want:
-            self.event.set()
+
+async def wrk(url: str, body: bytes, seconds: float, conns: int = 16) -> WrkResult:
+    """wrk -t1 -cCONNS -dSECONDS POSTing `body` to `url`."""
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write(_lua(body))
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "wrk", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s", "-s", f.name, url,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out = (await proc.communicate())[0].decode()
+    finally:
+        os.unlink(f.name)
+    m = re.search(r"(\d+) requests in ([\d.]+)(m?s)", out)
+    if not m:
+        raise RuntimeError(f"wrk output not understood:\n{out}")
+    n, secs = int(m.group(1)), float(m.group(2)) / (1000 if m.group(3) == "ms" else 1)
+    errors = 0
+    if e := re.search(r"Non-2xx or 3xx responses: (\d+)", out):
+        errors += int(e.group(1))
+    if e := re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out):
+        errors += sum(int(x) for x in e.groups())
+    return WrkResult(n, secs, n / secs if secs else 0.0, errors)
+
+
+async def wrk_count(url: str, body: bytes, limit: int, conns: int = 16) -> WrkResult:
+    """wrk -t1 -cCONNS POSTing `body` until `limit` answers came back (a few more requests
+    may be in flight then: count deliveries, not this)."""
+    with tempfile.TemporaryDirectory(prefix="wrk-") as tmp:
+        done = Path(tmp) / "done"
+        script = Path(tmp) / "post.lua"
+        script.write_text(_lua(body, str(done), limit))
+        t0 = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            "wrk", "-t1", f"-c{conns}", "-d3600s", "-s", str(script), url,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            while not done.exists() or not done.read_text():
+                if proc.returncode is not None:
+                    raise RuntimeError("wrk ended before its limit")
+                await asyncio.sleep(0.02)
+            secs = time.monotonic() - t0
+            ok, bad = (int(x) for x in done.read_text().split())
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+    return WrkResult(ok + bad, secs, (ok + bad) / secs, bad)
+
+
+# ---------------------------------------------------------------------- helper processes
+async def serve_bare() -> None:
+    """The HTTP ceiling: an aiohttp handler that only reads the body (a process of its own)."""
+
+    async def handle(request: web.Request) -> web.Response:
+        await request.read()
         return web.Response(status=202)
 
-    async def start(self) -> BenchConsumer:
-        app = web.Application()
-        app.router.add_post("/c", self.handle)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}/c"
-        return self
-
-    async def wait(self, n: int, deadline: float) -> bool:
-        self.want = n
-        while self.received < n:
-            self.event.clear()
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                return False
-            try:
-                await asyncio.wait_for(self.event.wait(), left)
-            except TimeoutError:
-                return self.received >= n
-        return True
+    app = web.Application(client_max_size=1 << 20)
+    app.router.add_post("/wsn/broker", handle)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    print(f"listening on http://127.0.0.1:{port}/wsn/broker", flush=True)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await runner.cleanup()
 
 
 @dataclass
-class Result:
-    consumers: int
-    mode: str
-    batch: int
-    published: int
-    accepted_s: float
-    delivered_s: float | None
-    complete: bool
-    p50_ms: float | None
-    p99_ms: float | None
+class FarmConsumer:
+    received: int = 0
+    requests: int = 0
 
 
-async def publish(session: aiohttp.ClientSession, url: str, seqs: list[int], clock: Clock) -> None:
-    """POST one Notify per seq with PUBLISHERS requests in flight."""
-    it = iter(seqs)
+async def consumer_farm(n: int) -> None:
+    """N NotificationConsumers (one aiohttp app and port each) in this process. Prints
+    {"urls": [...]}, then answers commands on stdin, one JSON line each:
+    `count` -> {"received", "requests", "last_at"}; `lat` -> {"lat_ms": [...]} (and clears
+    them); `reset` -> {} (zeroes the counters)."""
+    state = {"last_at": 0.0}
+    lat: list[float] = []
+    consumers = [FarmConsumer() for _ in range(n)]
+    runners = []
+    urls = []
 
-    async def worker() -> None:
-        for seq in it:
-            data = envelope(notify_body(("tns:bench", payload(seq))), action=A_NOTIFY)
-            clock.sent[seq] = time.perf_counter()
-            async with session.post(url, data=data, headers={"Content-Type": CT}) as r:
-                await r.read()
-                if r.status != 202:
-                    raise RuntimeError(f"Notify answered {r.status}")
+    def make(c: FarmConsumer):  # type: ignore[no-untyped-def]
+        async def handle(request: web.Request) -> web.Response:
+            data = await request.read()
+            now = time.monotonic()
+            c.requests += 1
+            c.received += data.count(b"<rd:Reading")
+            state["last_at"] = now
+            if b'sent="' in data:
+                lat.extend(now - float(s) for s in SENT_RE.findall(data))
+            return web.Response(status=202)
 
-    await asyncio.gather(*(worker() for _ in range(PUBLISHERS)))
+        return handle
 
-
-async def run_one(
-    n_consumers: int, raw: bool, batch: int, n_msgs: int, time_limit: float, extra: list[str]
-) -> Result:
-    with tempfile.TemporaryDirectory(prefix="gwbench-") as tmp:
-        gw = start_gateway(
-            Path(tmp) / "gw", "--delivery-batch", str(batch), "--max-backlog", "1000000", *extra
-        )
-        clock = Clock()
-        consumers = [await BenchConsumer(clock).start() for _ in range(n_consumers)]
-        conn = aiohttp.TCPConnector(limit=PUBLISHERS)
-        try:
-            async with aiohttp.ClientSession(connector=conn) as s:
-                policy = "<wsnt:SubscriptionPolicy><wsnt:UseRaw/></wsnt:SubscriptionPolicy>"
-                for c in consumers:
-                    body = subscribe_body(
-                        c.url, topic_filter("tns:bench"), extra=policy if raw else ""
-                    )
-                    data = envelope(body, action=A_SUB)
-                    async with s.post(gw.url, data=data, headers={"Content-Type": CT}) as r:
-                        text = await r.text()
-                        if r.status != 200:
-                            raise RuntimeError(f"Subscribe answered {r.status}: {text}")
-                # warm-up (connections, caches), not counted
-                await publish(s, gw.url, list(range(1_000_000, 1_000_005)), clock)
-                deadline = time.perf_counter() + time_limit
-                for c in consumers:
-                    await c.wait(5, deadline)
-                base = [c.received for c in consumers]
-
-                # burst: throughput
-                t0 = time.perf_counter()
-                await publish(s, gw.url, list(range(n_msgs)), clock)
-                t_pub = time.perf_counter() - t0
-                deadline = time.perf_counter() + time_limit
-                complete = True
-                for c, b in zip(consumers, base, strict=True):
-                    complete &= await c.wait(b + n_msgs, deadline)
-                delivered = sum(c.received - b for c, b in zip(consumers, base, strict=True))
-                t_del = (max(c.last_at for c in consumers) - t0) if consumers else 0.0
-
-                # paced: latency without burst queueing
-                p50 = p99 = None
-                if consumers:
-                    base = [c.received for c in consumers]
-                    clock.measure = True
-                    # offered load well below delivery capacity: no queueing
-                    n_paced, gap = PACED[n_consumers]
-                    for i in range(n_paced):
-                        await publish(s, gw.url, [2_000_000 + i], clock)
-                        await asyncio.sleep(gap)
-                    deadline = time.perf_counter() + 15
-                    for c, b in zip(consumers, base, strict=True):
-                        await c.wait(b + n_paced, deadline)
-                    lat = sorted(clock.latencies)
-                    if lat:
-                        p50 = statistics.median(lat) * 1000
-                        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000
-        finally:
+    for c in consumers:
+        app = web.Application(client_max_size=64 << 20)
+        app.router.add_post("/c", make(c))
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        urls.append(f"http://127.0.0.1:{port}/c")
+        runners.append(runner)
+    print(json.dumps({"urls": urls}), flush=True)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while line := (await reader.readline()).decode().strip():
+        if line == "count":
+            out: dict[str, object] = {
+                "received": [c.received for c in consumers],
+                "requests": [c.requests for c in consumers],
+                "last_at": state["last_at"],
+            }
+        elif line == "lat":
+            out = {"lat_ms": [x * 1000 for x in lat]}
+            lat.clear()
+        elif line == "reset":
             for c in consumers:
-                if c.runner is not None:
-                    await c.runner.cleanup()
-            rc = stop_gateway(gw)
-            if rc != 0:
-                print(f"  (gateway exited with {rc}: {gw.stderr.read_text()[-400:]})")
-    return Result(
-        n_consumers,
-        "raw" if raw else "wrapped",
-        batch,
-        n_msgs,
-        n_msgs / t_pub,
-        delivered / t_del if consumers and t_del > 0 else None,
-        complete,
-        p50,
-        p99,
-    )
+                c.received = c.requests = 0
+            out = {}
+        else:
+            out = {"error": line}
+        print(json.dumps(out), flush=True)
+    for r in runners:
+        await r.cleanup()
 
 
-async def run_fan_in(k: int, n_msgs: int, time_limit: float, extra: list[str]) -> None:
-    """K wrapped subscriptions of one consumer; one burst of n_msgs Notify."""
-    with tempfile.TemporaryDirectory(prefix="gwbench-") as tmp:
-        gw = start_gateway(Path(tmp) / "gw", "--max-backlog", "1000000", *extra)
-        clock = Clock()
-        c = await BenchConsumer(clock).start()
+class Farm:
+    """The consumer farm process, seen from the bench."""
+
+    def __init__(self, n: int) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--consumer-farm", str(n)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        self.urls: list[str] = json.loads(self.proc.stdout.readline())["urls"]
+
+    def ask(self, cmd: str) -> dict[str, object]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        out: dict[str, object] = json.loads(self.proc.stdout.readline())
+        return out
+
+    def count(self) -> tuple[int, int, float]:
+        c = self.ask("count")
+        return sum(c["received"]), sum(c["requests"]), float(c["last_at"])  # type: ignore[arg-type]
+
+    async def wait(self, n: int, timeout: float, quiet: float = 0.5) -> tuple[int, float, bool]:
+        """Wait until `n` messages arrived (then `quiet` s without more, to count
+        in-flight extras) or `timeout`; (received, last arrival, complete)."""
+        deadline = time.monotonic() + timeout
+        got, _, last = self.count()
+        while got < n and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            got, _, last = self.count()
+        while True:
+            await asyncio.sleep(quiet)
+            g2, _, l2 = self.count()
+            if g2 == got:
+                return got, last, got >= n
+            got, last = g2, l2
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
         try:
-            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=16)) as s:
-                for _ in range(k):
-                    data = envelope(subscribe_body(c.url, topic_filter("tns:bench")), action=A_SUB)
-                    async with s.post(gw.url, data=data, headers={"Content-Type": CT}) as r:
-                        if r.status != 200:
-                            raise RuntimeError(f"Subscribe answered {r.status}")
-                t0 = time.perf_counter()
-                await publish(s, gw.url, list(range(n_msgs)), clock)
-                complete = await c.wait(k * n_msgs, time.perf_counter() + time_limit)
-                dt = c.last_at - t0
-        finally:
-            if c.runner is not None:
-                await c.runner.cleanup()
-            stop_gateway(gw)
-    note = "" if complete else "  (incomplete: time limit)"
-    print(
-        f"fan-in: {k} subscriptions of one consumer, {n_msgs} Notify -> {c.received:,} messages "
-        f"in {c.requests:,} requests ({c.received / max(1, c.requests):.1f} per request), "
-        f"delivered/s {c.received / dt:,.0f}{note}"
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_bare() -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve-bare"], stdout=subprocess.PIPE, text=True, cwd=ROOT
     )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if "listening on" not in line:
+        proc.kill()
+        raise RuntimeError(f"bare server did not start: {line!r}")
+    return proc, line.strip().rsplit(" ", 1)[1]
 
 
-def fmt(x: float | None, spec: str = ",.0f") -> str:
-    return "-" if x is None else format(x, spec)
+def stop_proc(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+async def subscribe(url: str, consumers: Sequence[str], raw: bool = False) -> None:
+    policy = "<wsnt:SubscriptionPolicy><wsnt:UseRaw/></wsnt:SubscriptionPolicy>" if raw else ""
+    async with aiohttp.ClientSession() as s:
+        for c in consumers:
+            data = envelope(
+                subscribe_body(c, topic_filter("tns:bench"), extra=policy), action=A_SUB
+            )
+            async with s.post(url, data=data, headers={"Content-Type": CT}) as r:
+                text = await r.text()
+                if r.status != 200:
+                    raise RuntimeError(f"Subscribe answered {r.status}: {text}")
+
+
+class Gateway:
+    """A fresh `python -m gateway` in a temporary data dir (context manager)."""
+
+    #: extra options for every gateway of the run (--gateway-arg)
+    common: tuple[str, ...] = ()
+
+    def __init__(self, *extra: str) -> None:
+        self.extra = ("--max-backlog", "1000000", *self.common, *extra)
+
+    def __enter__(self) -> Gateway:
+        self.tmp = tempfile.TemporaryDirectory(prefix="gwbench-")
+        self.gw = start_gateway(Path(self.tmp.name) / "gw", *self.extra)
+        self.url = self.gw.url
+        self.pid = self.gw.proc.pid
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        rc = stop_gateway(self.gw)
+        if rc != 0:
+            print(f"  (gateway exited with {rc}: {self.gw.stderr.read_text()[-400:]})")
+        self.tmp.cleanup()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ---------------------------------------------------------------------- sections
+async def section_http(scale: float, profile: Path | None) -> None:
+    body = notify(1, total=1024)
+    secs = 10 * scale
+    print(f"== HTTP: wrk -t1 -c16 -d{secs:.0f}s, single-message Notify of {len(body)} bytes, "
+          "no subscriber")  # fmt: skip
+    bare, bare_url = start_bare()
+    try:
+        await wrk(bare_url, body, 1)  # warm-up
+        rb = await wrk(bare_url, body, secs)
+    finally:
+        stop_proc(bare)
+    with Gateway() as gw:
+        await wrk(gw.url, body, 1)
+        spy = None
+        if profile is not None:
+            spy = subprocess.Popen(
+                ["py-spy", "record", "-p", str(gw.pid), "-d", str(int(secs)), "-r", "250",
+                 "-f", "raw", "-o", str(profile)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+        rg = await wrk(gw.url, body, secs)
+        if spy is not None:
+            spy.wait()
+    print(f"  bare aiohttp handler  {rb.rps:>9,.0f} requests/s")
+    print(f"  gateway Notify        {rg.rps:>9,.0f} requests/s   "
+          f"ratio {rg.rps / rb.rps:.2f}{_errs(rg)}")  # fmt: skip
+    if profile is not None:
+        print(f"  py-spy profile of the gateway during its run: {profile}")
+    print(flush=True)
+
+
+def _errs(r: WrkResult) -> str:
+    return f"   ({r.errors} errors!)" if r.errors else ""
+
+
+async def section_multi(scale: float) -> None:
+    body = notify(100)
+    secs = 10 * scale
+    print(f"== Notify carrying 100 messages ({len(body):,} bytes), wrk -t1 -c16 -d{secs:.0f}s, "
+          "no subscriber")  # fmt: skip
+    with Gateway() as gw:
+        await wrk(gw.url, body, 1)
+        r = await wrk(gw.url, body, secs)
+    print(f"  {r.rps:,.0f} Notify/s = {r.rps * 100:,.0f} messages/s accepted{_errs(r)}\n",
+          flush=True)  # fmt: skip
+
+
+async def section_consumers(scale: float) -> None:
+    secs = 5 * scale
+    print(f"== the bench consumers' own ceiling (their process, wrk -t1 -c8 -d{secs:.0f}s)")
+    farm = Farm(1)
+    try:
+        for n in (100, 1):
+            body = envelope(notify_body(*[("tns:bench", payload(i)) for i in range(n)]),
+                            action=A_NOTIFY)  # fmt: skip
+            r = await wrk(farm.urls[0], body, secs, conns=8)
+            print(f"  wrapped Notify of {n:>3} messages: {r.rps * n:>9,.0f} messages/s "
+                  f"({r.rps:,.0f} requests/s){_errs(r)}")  # fmt: skip
+    finally:
+        farm.close()
+    print(flush=True)
+
+
+async def fanout_gateway(n: int, msgs: int, raw: bool = False) -> tuple[float, int, bool]:
+    with Gateway() as gw:
+        farm = Farm(n)
+        try:
+            await subscribe(gw.url, farm.urls, raw)
+            warm = await wrk_count(gw.url, notify(1), 20)
+            await farm.wait(warm.ok * n, 20)
+            farm.ask("reset")
+            t0 = time.monotonic()
+            r = await wrk_count(gw.url, notify(1), msgs)
+            got, last, complete = await farm.wait(r.ok * n, 120)
+        finally:
+            farm.close()
+    return got / (last - t0), got, complete
+
+
+async def fanout_mosquitto(n: int, msgs: int) -> tuple[float, int, bool]:
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="mqbench-") as tmp:
+        conf = Path(tmp) / "mosquitto.conf"
+        conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\n"
+                        "sys_interval 1\npersistence false\n")  # fmt: skip
+        lines = Path(tmp) / "lines.txt"
+        lines.write_text("".join(payload(i) + "\n" for i in range(msgs)))
+        broker = subprocess.Popen(["mosquitto", "-c", str(conf)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        subs: list[asyncio.subprocess.Process] = []
+        try:
+            for _ in range(50):  # until it listens
+                try:
+                    socket.create_connection(("127.0.0.1", port), 0.2).close()
+                    break
+                except OSError:
+                    await asyncio.sleep(0.1)
+            for _ in range(n):
+                subs.append(await asyncio.create_subprocess_exec(
+                    "mosquitto_sub", "-p", str(port), "-t", "bench", "-C", str(msgs), "-W", "120",
+                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+                ))  # fmt: skip
+            # every subscriber's SUBSCRIBE is in before the first publish
+            for _ in range(100):
+                out = subprocess.run(
+                    ["mosquitto_sub", "-p", str(port), "-t", "$SYS/broker/subscriptions/count",
+                     "-C", "1", "-W", "3"], capture_output=True, text=True,
+                ).stdout.strip()  # fmt: skip
+                if out.isdigit() and int(out) >= n + 1:
+                    break
+                await asyncio.sleep(0.2)
+            ends: list[float] = []
+            counts: list[int] = []
+
+            async def drain(p: asyncio.subprocess.Process) -> None:
+                assert p.stdout is not None
+                k = 0
+                while chunk := await p.stdout.read(1 << 16):
+                    k += chunk.count(b"\n")
+                await p.wait()
+                counts.append(k)
+                ends.append(time.monotonic())
+
+            drains = [asyncio.ensure_future(drain(p)) for p in subs]
+            t0 = time.monotonic()
+            with open(lines) as fh:
+                pub = await asyncio.create_subprocess_exec(
+                    "mosquitto_pub", "-p", str(port), "-t", "bench", "-l", stdin=fh
+                )
+                await pub.wait()
+            await asyncio.gather(*drains)
+        finally:
+            for p in subs:
+                if p.returncode is None:
+                    p.kill()
+            broker.terminate()
+            broker.wait()
+    got = sum(counts)
+    return got / (max(ends) - t0), got, got == n * msgs
+
+
+async def section_fanout(scale: float) -> None:
+    print("== fan-out: deliveries/s, gateway (wrapped, batching 100) vs Mosquitto (QoS 0), "
+          f"{MSG_BYTES}-byte messages, same run")  # fmt: skip
+    hdr = f"{'consumers':>9} {'gateway/s':>11} {'Mosquitto/s':>12} {'ratio':>6}   (deliveries)"
+    print(hdr)
+    print("-" * len(hdr))
+    for n in FANOUTS:
+        g, gn, gc = await fanout_gateway(n, max(10, int(GW_MSGS[n] * scale)))
+        m, mn, mc = await fanout_mosquitto(n, max(10, int(MQ_MSGS[n] * scale)))
+        note = ("" if gc else "  gateway incomplete!") + ("" if mc else "  Mosquitto lost some")
+        print(f"{n:>9} {g:>11,.0f} {m:>12,.0f} {g / m:>6.2f}   ({gn:,} / {mn:,}){note}",
+              flush=True)  # fmt: skip
+    print()
+
+
+async def section_latency(scale: float) -> None:
+    rate = 1000
+    secs = 5 * scale
+    print(f"== latency publish -> delivery at {rate:,} messages/s offered for {secs:.0f} s "
+          "(single-message Notify, wrapped, batching 100)")  # fmt: skip
+    for n in (1, 10):
+        with Gateway() as gw:
+            farm = Farm(n)
+            try:
+                await subscribe(gw.url, farm.urls)
+                conn = aiohttp.TCPConnector(limit=64)
+                failed = 0
+                async with aiohttp.ClientSession(connector=conn) as s:
+
+                    async def one(seq: int) -> None:
+                        nonlocal failed
+                        body = envelope(
+                            notify_body(("tns:bench", payload(seq, sent=time.monotonic()))),
+                            action=A_NOTIFY,
+                        )
+                        async with s.post(gw.url, data=body, headers={"Content-Type": CT}) as r:
+                            await r.read()
+                            failed += r.status != 202
+
+                    await asyncio.gather(*(one(i) for i in range(20)))  # warm-up
+                    await farm.wait(20 * n, 10)
+                    farm.ask("lat")
+                    total = int(rate * secs)
+                    tasks = []
+                    t0 = time.monotonic()
+                    for i in range(total):
+                        delay = t0 + i / rate - time.monotonic()
+                        if delay > 0:
+                            await asyncio.sleep(delay)
+                        tasks.append(asyncio.ensure_future(one(100 + i)))
+                    offered = total / (time.monotonic() - t0)
+                    await asyncio.gather(*tasks)
+                _, _, complete = await farm.wait((20 + total) * n, 60)
+                lat = sorted(farm.ask("lat")["lat_ms"])  # type: ignore[arg-type]
+            finally:
+                farm.close()
+        p50 = statistics.median(lat) if lat else float("nan")
+        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else float("nan")
+        note = "" if complete and not failed else f"  (incomplete: {failed} Notify failed)"
+        print(f"  {n:>3} consumer(s): offered {offered:,.0f}/s, {len(lat):,} deliveries: "
+              f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {lat[-1] if lat else 0:.1f} ms{note}",
+              flush=True)  # fmt: skip
+    print()
+
+
+async def section_fanin(scale: float, k: int = 10) -> None:
+    msgs = max(10, int(1000 * scale))
+    with Gateway() as gw:
+        farm = Farm(1)
+        try:
+            await subscribe(gw.url, farm.urls * k)
+            t0 = time.monotonic()
+            r = await wrk_count(gw.url, notify(1), msgs)
+            got, last, complete = await farm.wait(r.ok * k, 60)
+            _, reqs, _ = farm.count()
+        finally:
+            farm.close()
+    note = "" if complete else "  (incomplete)"
+    print(f"== fan-in: {k} subscriptions of one consumer, {r.ok:,} Notify -> {got:,} messages "
+          f"in {reqs:,} requests ({got / max(1, reqs):.1f} per request), "
+          f"{got / (last - t0):,.0f} deliveries/s{note}\n")  # fmt: skip
 
 
 async def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--quick", action="store_true", help="fewer messages (smoke run)")
+    ap.add_argument("--quick", action="store_true", help="shorter runs (smoke test)")
+    ap.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections")
     ap.add_argument(
-        "--consumers", type=int, action="append", choices=[0, 1, 10, 100],
-        help="run only these consumer counts (repeatable; default all)",
-    )  # fmt: skip
+        "--profile",
+        type=Path,
+        metavar="FILE",
+        help="py-spy record (raw) the gateway during the http section into FILE",
+    )
     ap.add_argument(
         "--gateway-arg", action="append", default=[], metavar="ARG",
         help="extra gateway option for every run, e.g. --gateway-arg=--sqlite-synchronous=NORMAL",
     )  # fmt: skip
-    ap.add_argument(
-        "--fan-in", type=int, default=10, metavar="K",
-        help="subscriptions of one consumer in the fan-in run (0: skip it)",
-    )  # fmt: skip
     args = ap.parse_args()
-    scale = 0.2 if args.quick else 1.0
-    started = time.perf_counter()
-    opts = " ".join(args.gateway_arg) or "defaults: SQLite synchronous=FULL, landing on"
-    print(f"gateway benchmark: python -m gateway on 127.0.0.1 ({opts})")
-    print(f"{PUBLISHERS} concurrent publishers, 1 NotificationMessage per Notify; "
-          "latency = paced run (see --help)")  # fmt: skip
-    print()
-    hdr = (
-        f"{'consumers':>9} {'mode':>8} {'batch':>5} {'msgs':>6} {'accepted/s':>11} "
-        f"{'delivered/s':>12} {'p50 ms':>7} {'p99 ms':>7}"
+    Gateway.common = tuple(args.gateway_arg)
+    for tool in ("wrk", "mosquitto", "mosquitto_pub", "mosquitto_sub"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} not found: run scripts/setup.sh (Debian wrk, mosquitto, "
+                     "mosquitto-clients)")  # fmt: skip
+    scale = 0.3 if args.quick else 1.0
+    want = args.only or SECTIONS
+    started = time.monotonic()
+    opts = " ".join(args.gateway_arg) or (
+        "defaults: SQLite synchronous=FULL, committed before the 202, landing on"
     )
-    print(hdr)
-    print("-" * len(hdr))
-    configs: list[tuple[int, bool, int]] = [(0, False, 100)]
-    for n in (1, 10, 100):
-        for raw in (False, True):
-            for batch in (100, 1):
-                if raw and batch == 1:
-                    continue  # raw is never batched: same as batch 100
-                configs.append((n, raw, batch))
-    for n, raw, batch in configs:
-        if args.consumers and n not in args.consumers:
-            continue
-        n_msgs = int(BURST[n] * scale)
-        r = await run_one(n, raw, batch, n_msgs, 40, args.gateway_arg)
-        note = "" if r.complete else "  (incomplete: time limit)"
-        print(
-            f"{r.consumers:>9} {r.mode:>8} {r.batch:>5} {r.published:>6} "
-            f"{fmt(r.accepted_s):>11} {fmt(r.delivered_s):>12} {fmt(r.p50_ms, '.1f'):>7} "
-            f"{fmt(r.p99_ms, '.1f'):>7}{note}",
-            flush=True,
-        )
-    if args.fan_in > 0:
-        print()
-        await run_fan_in(args.fan_in, int(400 * scale), 40, args.gateway_arg)
-    print(f"\ntotal {time.perf_counter() - started:.0f} s")
+    print(f"gateway benchmark: python -m gateway on 127.0.0.1 ({opts})\n")
+    if "http" in want:
+        await section_http(scale, args.profile)
+    if "multi" in want:
+        await section_multi(scale)
+    if "consumers" in want:
+        await section_consumers(scale)
+    if "fanout" in want:
+        await section_fanout(scale)
+    if "latency" in want:
+        await section_latency(scale)
+    if "fanin" in want:
+        await section_fanin(scale)
+    print(f"total {time.monotonic() - started:.0f} s")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    if sys.argv[1:2] == ["--serve-bare"]:
+        asyncio.run(serve_bare())
+    elif sys.argv[1:2] == ["--consumer-farm"]:
+        asyncio.run(consumer_farm(int(sys.argv[2])))
+    else:
+        asyncio.run(main())
