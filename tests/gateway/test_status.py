@@ -225,3 +225,15 @@ async def test_lifecycle_logs_one_json_line_each_and_no_tracebacks(
         ("http://127.0.0.1:9/down", "dev:dk/temperature"), (c.url, "tns:a"), (c.url, "tns:a")
     ]
     assert created[1]["level"] == "INFO" and created[1]["time"].endswith("Z")
+
+
+async def test_status_page_escapes_what_clients_sent(make_gateway: Any) -> None:
+    """Publisher addresses and device ids come from clients: the page shows them as text,
+    never as markup (jinja2 autoescape)."""
+    gw = await make_gateway()
+    body = register_body("d&lt;i&gt;1", "http://127.0.0.1:9/p?q=&lt;script&gt;alert(1)&lt;/script&gt;")
+    r = await call(gw.url, body, action=A_REG)
+    assert not r.is_fault, r.text
+    status, page = await get(f"http://127.0.0.1:{gw.port}/status")
+    assert status == 200
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
