@@ -204,7 +204,12 @@ async def test_lifecycle_logs_one_json_line_each_and_no_tracebacks(
                     assert 400 <= resp.status < 500
         r = await call(gwp.url, notify_body(("tns:*", reading(1)), dialect=CONCRETE))
         assert r.is_fault
-        await asyncio.sleep(1.0)  # the expiry sweep
+        # the expiry sweep and the dead consumer (a few backoffs past 0.3 s)
+        for _ in range(200):
+            text = gwp.stderr.read_text()
+            if '"subscription_expired"' in text and '"reason": "consumer dead"' in text:
+                break
+            await asyncio.sleep(0.05)
     finally:
         assert stop_gateway(gwp) == 0
     lines = gwp.stderr.read_text().splitlines()
