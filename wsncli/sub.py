@@ -151,7 +151,12 @@ async def run(client: Client, opts: SubOptions) -> int:
 
 
 async def _pull(client: Client, opts: SubOptions, printer: Printer) -> None:
-    resp = await client.call(opts.broker, A_CREATE_PP, wsnt("CreatePullPoint"))
+    try:
+        resp = await client.call(opts.broker, A_CREATE_PP, wsnt("CreatePullPoint"))
+    except WsnError as e:
+        if "cannot connect" in str(e) or "needs credentials" in str(e):
+            raise
+        raise WsnError(f"{e} (without pull points there, try --push HOST:PORT)") from None
     pp = _epr_in(resp, "PullPoint", "CreatePullPoint")
     sub: Epr | None = None
     try:
