@@ -14,7 +14,7 @@ import sys
 from wsn import clock, http, sensors
 from wsn.core import httpmsg
 from wsn.core import ns as NS
-from wsn.core.producer import DEFAULTS, PRODUCER_PATH, Producer
+from wsn.core.producer import PRODUCER_PATH, Producer
 from wsn.core.reading import reading
 from wsn.core.topics import TopicSet, load_namespace
 
@@ -57,17 +57,23 @@ class Device:
         self.conf = conf
         self.device_id = str(conf["device_id"])
         self.verbose = conf.get("verbose", True)
-        limits = dict(DEFAULTS)
-        limits.update(conf.get("limits") or {})
-        if "gateway_buffer" in conf:
-            limits["gateway_buffer"] = int(conf["gateway_buffer"])
-        self.limits = limits
+        # conf["limits"] itself: the Producer completes it with its DEFAULTS (no second dict)
         lim = conf.get("limits") or {}
+        conf["limits"] = lim
+        if "gateway_buffer" in conf:
+            lim["gateway_buffer"] = int(conf["gateway_buffer"])
+        self.limits = lim
         self.push_timeout = float(lim.get("push_timeout_s", 5))
         self.push_retries = int(lim.get("push_retries", 3))
         self.backoff_ms = int(lim.get("retry_backoff_ms", 500))
         self.limiter = http.Limiter(int(lim.get("push_concurrency", 2)))
         self.gc_each = bool(lim.get("gc_collect_each", True))
+        # Collect after every gc_threshold bytes allocated (not only when the heap is full):
+        # garbage between collections is what the peak is made of, and a collection of a
+        # small heap takes about a millisecond. 0: MicroPython's default (heap full).
+        th = int(lim.get("gc_threshold", 2048))
+        if th > 0 and hasattr(gc, "threshold"):
+            gc.threshold(th)
         self.read_timeout = float(lim.get("read_timeout_s", 10))
         src, data = _find_topics_file(conf)
         if data is not None:
@@ -144,7 +150,7 @@ class Device:
              "delivered": s.delivered, "failed": s.failed,
              "queued": len(s.queue) if s.queue else 0} for s in self.producer.subs]
         d["pullpoint_list"] = [{"id": p.id, "queued": len(p.ring), "dropped": p.ring.dropped}
-                               for p in self.producer.pps]
+                               for p in self.producer._pps or ()]
         return d
 
     # ---------------------------------------------------------------- HTTP

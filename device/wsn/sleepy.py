@@ -14,6 +14,7 @@
 # (atomic on LittleFS, the ESP32/Pico W default): a power cut mid-write leaves the previous
 # state, so it loses at most the readings of that wake. Readings are removed from it only
 # after the gateway answered 2xx to the Notify carrying them.
+import gc
 import json
 import os
 import time
@@ -168,9 +169,10 @@ class Sleepy:
         self.sample(now)
         taken = len(self.dev.sensors)
         sent = await self.send(now)
-        print("cycle %d awake_ms=%d readings=%d sent=%d pending=%d dropped=%d requests=%d" % (
-            self.state.seq, clock.elapsed_ms(t0), taken, sent, len(self.state.pending),
-            self.state.dropped, self.requests))
+        ms = clock.elapsed_ms(t0)
+        print("cycle %d awake_ms=%d readings=%d sent=%d pending=%d dropped=%d requests=%d "
+              "mem=%d" % (self.state.seq, ms, taken, sent, len(self.state.pending),
+                          self.state.dropped, self.requests, gc.mem_alloc()))
 
     def sleep(self):
         ms = int(self.period * 1000)

@@ -8,7 +8,11 @@
    - the frozen-device firmware (32-bit, device in flash as on a board), -X heapsize=64K,
    - the 64-bit unix port from .venv running the source (bytecode in the 2 MB heap);
 3. raw pushes/s from the unix port to a local aiohttp consumer (one subscription, UseRaw);
-4. Subscribe round-trip time (Subscribe over HTTP, then Unsubscribe), on the unix port.
+4. Subscribe round-trip time (Subscribe over HTTP, then Unsubscribe), on the unix port;
+5. sleepy mode against a real gateway (`python -m gateway`, loopback): requests per reading
+   and awake time per cycle (wake -> sample 3 sensors -> one batched Notify), on the unix port,
+   steady state and after a gateway outage of 10 wakes (the backlog goes out in batches);
+6. batching in awake mode: requests for 64 readings buffered during a gateway outage.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import aiohttp  # noqa: E402
 import fwbuild  # noqa: E402
 from devtest import (  # noqa: E402
     MP_UNIX,
+    MP_UNIX32,
     MPY_CROSS,
     Client,
     Consumer,
@@ -92,6 +97,10 @@ async def heap_table(quick: bool) -> None:
                      "frozen", "64K"))
     except fwbuild.FirmwareUnavailable as e:
         print(f"   (frozen firmware unavailable: {e})")
+    if MP_UNIX32.exists():
+        # what a board running the .mpy files flash.sh copies needs (bytecode in the heap)
+        runs.append(("32-bit build, .mpy as flash.sh installs them, -X heapsize=256K",
+                     MP_UNIX32, "mpy", "256K"))
     runs.append(("unix port 64-bit (.venv), source, 2 MB heap", MP_UNIX, "source", None))
     if not quick:
         runs.append(("unix port 64-bit (.venv), .mpy, 2 MB heap", MP_UNIX, "mpy", None))
@@ -151,6 +160,94 @@ async def throughput(quick: bool, gc_each: bool = True) -> None:
         await cons.stop()
 
 
+def _cycle_lines(dev: DeviceProcess, start: int = 0) -> list[dict[str, int]]:
+    out = []
+    for line in dev.lines[start:]:
+        if line.startswith("cycle "):
+            parts = line.split()
+            d = {"seq": int(parts[1])}
+            for kv in parts[2:]:
+                k, _, v = kv.partition("=")
+                d[k] = int(v)
+            out.append(d)
+    return out
+
+
+async def sleepy(quick: bool) -> None:
+    from gwproc import GatewayProcess
+
+    cycles = 20 if quick else 60
+    started: list[DeviceProcess] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        gw = GatewayProcess(Path(tmp) / "gw", ["--backoff-initial", "0.1"])
+        try:
+            kinds: list[tuple[Path, str, str, str | None]] = [
+                (MP_UNIX, "unix port 64-bit, source", "source", None)]
+            try:
+                kinds.append((fwbuild.device_firmware(), "frozen 32-bit, 64 KiB heap", "frozen",
+                              "64K"))
+            except fwbuild.FirmwareUnavailable as e:
+                print(f"   (frozen firmware unavailable: {e})")
+            for binary, name, install, heap in kinds:
+                dev = launch(binary, Path(tmp), started, heap, install, mode="sleepy",
+                             gateway=gw.url, sample_period_s=0.2, gateway_timeout_s=2,
+                             state_file=str(Path(tmp) / f"state-{install}.json"),
+                             verbose=False)
+                while len(_cycle_lines(dev)) < cycles:
+                    await asyncio.sleep(0.2)
+                c = _cycle_lines(dev)[1:cycles]  # the first wake also registers
+                reads = sum(x["readings"] for x in c)
+                reqs = sum(x["requests"] for x in c)
+                awake = sorted(x["awake_ms"] for x in c)
+                print(f"== 5. sleepy mode ({name}, 3 sensors, real gateway on loopback, "
+                      f"{len(c)} wakes): {reqs / reads:.2f} requests per reading "
+                      f"(awake mode: 1 per reading per subscriber), awake per cycle "
+                      f"mean {statistics.mean(awake):.1f} ms, p50 {awake[len(awake) // 2]} ms, "
+                      f"max {awake[-1]} ms; heap in use at the end of a wake "
+                      f"max {max(x['mem'] for x in c)} B")
+                gw.stop()
+                mark = len(dev.lines)
+                while len(_cycle_lines(dev, mark)) < 10:
+                    await asyncio.sleep(0.2)
+                gw.restart()
+                while not [x for x in _cycle_lines(dev, mark) if x["sent"] > 0]:
+                    await asyncio.sleep(0.2)
+                back = next(x for x in _cycle_lines(dev, mark) if x["sent"] > 0)
+                print(f"   after a gateway outage of 10 wakes: {back['sent']} readings sent in "
+                      f"{back['requests']} requests, awake {back['awake_ms']} ms that wake")
+                dev.stop()
+            dev = launch(MP_UNIX, Path(tmp), started, None, "source", gateway=gw.url,
+                         gateway_retry_s=0.2, gateway_retry_max_s=0.4, gateway_buffer=64,
+                         sensors=[{"topic": "heartbeat", "kind": "heartbeat"}], verbose=False)
+            async with aiohttp.ClientSession() as s:
+                cl = Client(dev, s)
+                await asyncio.sleep(1.0)
+                cons = await Consumer().start()
+                from test_gateway_batching import subscribe_at_gateway
+                await subscribe_at_gateway(s, gw, cons.url, "dev:dev-test/heartbeat")
+                for _ in range(100):
+                    st = await cl.status()
+                    if any(not x["paused"] for x in st["subscription_list"]):
+                        break
+                    await asyncio.sleep(0.1)
+                gw.stop()
+                await cl.sample("heartbeat", 64)
+                gw.restart()
+                for _ in range(200):
+                    g = (await cl.status())["gateway"]
+                    if g["delivered"] >= 64:
+                        break
+                    await asyncio.sleep(0.1)
+                print(f"== 6. awake mode, 64 readings buffered during a gateway outage: "
+                      f"{g['delivered']} delivered in {g['batches']} Notify requests "
+                      f"(batch_max 16)")
+                await cons.stop()
+        finally:
+            for d in started:
+                d.stop()
+            gw.stop()
+
+
 async def main(quick: bool) -> None:
     out = subprocess.run([str(MP_UNIX), "-c", "import sys; print(sys.version)"],
                          capture_output=True, text=True, check=True).stdout.strip()
@@ -159,6 +256,7 @@ async def main(quick: bool) -> None:
     await heap_table(quick)
     await throughput(quick, True)
     await throughput(quick, False)
+    await sleepy(quick)
 
 
 if __name__ == "__main__":

@@ -41,21 +41,21 @@ DECLS = (
     ' xmlns:dt="urn:wsn-edge:device-topics"'
 )
 
-_BW = "http://docs.oasis-open.org/wsn/bw-2/"
-NOTIFY = _BW + "NotificationConsumer/Notify"
-SUBSCRIBE = _BW + "NotificationProducer/Subscribe"          # + Request / Response
-GET_CURRENT = _BW + "NotificationProducer/GetCurrentMessage"
-CREATE_PP = _BW + "CreatePullPoint/CreatePullPoint"
-GET_MESSAGES = _BW + "PullPoint/GetMessages"
-DESTROY_PP = _BW + "PullPoint/DestroyPullPoint"
-RENEW = _BW + "SubscriptionManager/Renew"
-UNSUBSCRIBE = _BW + "SubscriptionManager/Unsubscribe"
+# literals, not concatenations: frozen into flash they cost no heap
+NOTIFY = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
+SUBSCRIBE = "http://docs.oasis-open.org/wsn/bw-2/NotificationProducer/Subscribe"          # + Request / Response
+GET_CURRENT = "http://docs.oasis-open.org/wsn/bw-2/NotificationProducer/GetCurrentMessage"
+CREATE_PP = "http://docs.oasis-open.org/wsn/bw-2/CreatePullPoint/CreatePullPoint"
+GET_MESSAGES = "http://docs.oasis-open.org/wsn/bw-2/PullPoint/GetMessages"
+DESTROY_PP = "http://docs.oasis-open.org/wsn/bw-2/PullPoint/DestroyPullPoint"
+RENEW = "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/Renew"
+UNSUBSCRIBE = "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/Unsubscribe"
 # bw-2.wsdl puts Pause/Resume in the PausableSubscriptionManager portType: the WS-Addressing
 # default actions (WS-Addressing 1.0 Metadata §4.4.4) name that portType. Requests are
 # dispatched on the Body element, so the old .../SubscriptionManager/... request actions are
 # still accepted.
-PAUSE = _BW + "PausableSubscriptionManager/PauseSubscription"
-RESUME = _BW + "PausableSubscriptionManager/ResumeSubscription"
+PAUSE = "http://docs.oasis-open.org/wsn/bw-2/PausableSubscriptionManager/PauseSubscription"
+RESUME = "http://docs.oasis-open.org/wsn/bw-2/PausableSubscriptionManager/ResumeSubscription"
 GET_RP = "http://docs.oasis-open.org/wsrf/rpw-2/GetResourceProperty/GetResourceProperty"
 SET_TT = "http://docs.oasis-open.org/wsrf/rlw-2/ScheduledResourceTermination/SetTerminationTime"
 DESTROY = "http://docs.oasis-open.org/wsrf/rlw-2/ImmediateResourceTermination/Destroy"

@@ -17,7 +17,6 @@ from wsn.core.httpmsg import split_url
 from wsn.core.ring import Ring
 from wsn.core.soap import (Fault, NotSoap, envelope, epr, fault_envelope, fault_status,
                            parse_request, read_epr)
-from wsn.core.pullpoint import PullPointTable
 from wsn.core.subscriptions import Subscription, SubscriptionTable, new_id
 from wsn.core.times import TimeError, format_datetime, parse_time
 
@@ -64,11 +63,19 @@ def _qn_el(tag, el):
     return "<%s>%s</%s>" % (tag, el.name, tag)
 
 
+def _rare():
+    # the rarely used operations, imported on first use (then cached in sys.modules)
+    from wsn.core import rare
+    return rare
+
+
 class Producer:
     def __init__(self, device_id, topics, base_url, rand, limits=None):
-        L = dict(DEFAULTS)
-        if limits:
-            L.update(limits)
+        # the caller's dict, completed with the defaults (one dict on the heap, not a copy)
+        L = limits if limits is not None else {}
+        for k in DEFAULTS:
+            if k not in L:
+                L[k] = DEFAULTS[k]
         self.L = L
         self.device_id = device_id
         self.topics = topics
@@ -76,7 +83,7 @@ class Producer:
         self.addr = base_url + PRODUCER_PATH
         self.rand = rand
         self.subs = SubscriptionTable(L["max_subscriptions"])
-        self.pps = PullPointTable(L["max_pullpoints"], L["pullpoint_size"])
+        self._pps = None  # PullPointTable, made on the first CreatePullPoint (wsn.core.rare)
         self.current = [None] * len(topics.names)  # last payload per topic
         self.gateway = None  # the gateway's ConsumerReference address (registration)
         self.gateway_rp = ""  # its reference parameters (header XML)
@@ -85,6 +92,15 @@ class Producer:
         self.queue_dropped = 0  # pushes dropped from full per-subscription queues
         self.push_failed = 0  # pushes given up after the retries (I/O layer counts)
         self.published = 0
+
+    def pullpoints(self):
+        # the pull point table, made when first needed
+        if self._pps is None:
+            from wsn.core.pullpoint import PullPointTable
+            self._pps = PullPointTable(self.L["max_pullpoints"], self.L["pullpoint_size"])
+        return self._pps
+
+    pps = property(pullpoints)
 
     # ------------------------------------------------------------------ HTTP entry point
     def handle(self, method, path, body, now, ctype=""):
@@ -125,7 +141,7 @@ class Producer:
             if sub_id is not None:
                 action, out = self._manager(req, sub_id, now, actions)
             elif pp_id is not None:
-                action, out = self._pullpoint(req, pp_id, now, actions)
+                action, out = _rare().pullpoint(self, req, pp_id, now, actions)
             else:
                 action, out = self._producer(req, now, actions)
         except Fault as f:
@@ -155,11 +171,11 @@ class Producer:
             if el.name == "Subscribe":
                 return ns.SUBSCRIBE + "Response", self._subscribe(req, now, actions)
             if el.name == "GetCurrentMessage":
-                return ns.GET_CURRENT + "Response", self._get_current(el)
+                return ns.GET_CURRENT + "Response", _rare().get_current(self, el)
             if el.name == "CreatePullPoint":
-                return ns.CREATE_PP + "Response", self._create_pullpoint(now, actions)
+                return ns.CREATE_PP + "Response", _rare().create_pullpoint(self, now, actions)
         if el.ns == ns.WSRF_RP and el.name == "GetResourceProperty":
-            return ns.GET_RP + "Response", self._get_rp(el)
+            return ns.GET_RP + "Response", _rare().get_rp(self, el)
         raise self._unknown(req)
 
     def _termination(self, el, now, fault):
@@ -270,65 +286,7 @@ class Producer:
         port_b = self.base[7:].rpartition(":")[2]
         if port_a != port_b:
             return None
-        return self.pps.get(addr[k + len(_PATH_PPS):])
-
-    def _get_current(self, el):
-        # WS-BaseNotification 1.3 §4.3
-        topics = el.findall(ns.WSNT, "Topic")
-        if not topics:
-            raise Fault("InvalidTopicExpressionFault", "GetCurrentMessage without wsnt:Topic")
-        if len(topics) > 1:
-            raise Fault("MultipleTopicsSpecifiedFault",
-                        "GetCurrentMessage names %d topics; name exactly one" % len(topics))
-        te = topics[0]
-        dialect = (te.get("Dialect") or "").strip()
-        if dialect != ns.SIMPLE:
-            raise Fault("TopicExpressionDialectUnknownFault",
-                        "dialect '%s' is not supported; use %s" % (dialect, ns.SIMPLE))
-        i = self.topics.resolve_simple(te)
-        cur = self.current[i]
-        if cur is None:
-            raise Fault("NoCurrentMessageOnTopicFault",
-                        "no reading published on '%s' yet" % self.topics.names[i])
-        return "<wsnt:GetCurrentMessageResponse>%s</wsnt:GetCurrentMessageResponse>" % cur
-
-    def _create_pullpoint(self, now, actions):
-        # WS-BaseNotification 1.3 §5.2
-        pp = self.pps.create(self.rand, now, self.L["pullpoint_idle_s"])
-        if pp is None:
-            raise Fault("UnableToCreatePullPointFault",
-                        "all %d pull points are in use; destroy one first" % len(self.pps.slots),
-                        code="Receiver")
-        actions.append(("pullpoint", pp))
-        return "<wsnt:CreatePullPointResponse>%s</wsnt:CreatePullPointResponse>" % epr(
-            self.base + _PATH_PPS + pp.id, pp.id, "wsnt:PullPoint")
-
-    def _get_rp(self, el):
-        # WS-ResourceProperties 1.2 GetResourceProperty; properties of WS-BaseNotification
-        # 1.3 §4.1 plus edge:Status (drop counters).
-        try:
-            uri, local = el.resolve(el.value())
-        except X.XMLError as e:
-            raise Fault("InvalidResourcePropertyQNameFault", str(e), fns=ns.WSRF_RP)
-        t = self.topics
-        if uri == ns.WSNT and local == "TopicExpression":
-            out = "".join(['<wsnt:TopicExpression Dialect="%s">%s</wsnt:TopicExpression>' % (
-                ns.SIMPLE, t.qname(i)) for i in range(len(t.names))])
-        elif uri == ns.WSNT and local == "TopicExpressionDialect":
-            out = "<wsnt:TopicExpressionDialect>%s</wsnt:TopicExpressionDialect>" % ns.SIMPLE
-        elif uri == ns.WSNT and local == "FixedTopicSet":
-            out = "<wsnt:FixedTopicSet>true</wsnt:FixedTopicSet>"
-        elif uri == ns.WSTOP and local == "TopicSet":
-            out = t.topic_set_xml()
-        elif uri == ns.EDGE and local == "Status":
-            out = "<edge:Status>%s</edge:Status>" % "".join(
-                ["<edge:%s>%s</edge:%s>" % (k, v, k) for k, v in self.counters()])
-        else:
-            raise Fault("InvalidResourcePropertyQNameFault",
-                        "no resource property {%s}%s; try wsnt:TopicExpression, "
-                        "wsnt:TopicExpressionDialect, wsnt:FixedTopicSet, wstop:TopicSet, "
-                        "edge:Status" % (uri, local), fns=ns.WSRF_RP)
-        return "<wsrf-rp:GetResourcePropertyResponse>%s</wsrf-rp:GetResourcePropertyResponse>" % out
+        return self._pps.get(addr[k + len(_PATH_PPS):]) if self._pps is not None else None
 
     # ------------------------------------------------------------------ SubscriptionManager
     # The operations a subscription answers: (namespace, Body element) -> (handler name,
@@ -341,7 +299,7 @@ class Producer:
         (ns.WSNT, "PauseSubscription"): ("_pause", ns.PAUSE),
         (ns.WSNT, "ResumeSubscription"): ("_resume", ns.RESUME),
         (ns.WSRF_RL, "Destroy"): ("_destroy", ns.DESTROY),
-        (ns.WSRF_RP, "GetResourceProperty"): ("_sub_rp", ns.GET_RP),
+        (ns.WSRF_RP, "GetResourceProperty"): (None, ns.GET_RP),  # wsn.core.rare.sub_rp
     }
 
     def _manager(self, req, sid, now, actions):
@@ -355,7 +313,9 @@ class Producer:
             raise Fault("ResourceUnknownFault",
                         "no subscription '%s' (unsubscribed, expired or never created)" % sid,
                         fns=ns.WSRF_R)
-        return op[1] + "Response", getattr(self, op[0])(el, sub, now, actions)
+        f = getattr(self, op[0]) if op[0] else _rare().sub_rp
+        return op[1] + "Response", (f(el, sub, now, actions) if op[0] else
+                                    f(self, el, sub, now, actions))
 
     def _renew(self, el, sub, now, actions):
         tt = el.find(ns.WSNT, "TerminationTime")
@@ -393,81 +353,7 @@ class Producer:
         actions.append(("resumed", sub))
         return "<wsnt:ResumeSubscriptionResponse/>"
 
-    def _sub_rp(self, el, sub, now, actions):
-        # WS-BaseNotification 1.3 §6.4: a Subscription's resource properties
-        try:
-            uri, local = el.resolve(el.value())
-        except X.XMLError as e:
-            raise Fault("InvalidResourcePropertyQNameFault", str(e), fns=ns.WSRF_RP)
-        if uri == ns.WSNT and local == "ConsumerReference":
-            out = epr(sub.consumer, None, "wsnt:ConsumerReference")
-        elif uri == ns.WSNT and local == "Filter":
-            out = "<wsnt:Filter>%s</wsnt:Filter>" % "".join(
-                ['<wsnt:TopicExpression Dialect="%s">dt:%s</wsnt:TopicExpression>' % (ns.SIMPLE, t)
-                 for t in self.topics.mask_names(sub.mask)]) if sub.mask != self.topics.all else ""
-        elif uri == ns.WSNT and local == "SubscriptionPolicy":
-            out = "<wsnt:SubscriptionPolicy>%s</wsnt:SubscriptionPolicy>" % (
-                "<wsnt:UseRaw/>" if sub.raw else "")
-        elif uri == ns.WSNT and local == "CreationTime":
-            out = "<wsnt:CreationTime>%s</wsnt:CreationTime>" % format_datetime(sub.created)
-        elif uri == ns.WSRF_RL and local == "CurrentTime":
-            out = "<wsrf-rl:CurrentTime>%s</wsrf-rl:CurrentTime>" % format_datetime(now)
-        elif uri == ns.WSRF_RL and local == "TerminationTime":
-            if sub.expires is None:
-                out = '<wsrf-rl:TerminationTime xmlns:xsi="%s" xsi:nil="true"/>' % ns.XSI
-            else:
-                out = "<wsrf-rl:TerminationTime>%s</wsrf-rl:TerminationTime>" % format_datetime(
-                    sub.expires)
-        else:
-            raise Fault("InvalidResourcePropertyQNameFault",
-                        "no subscription property {%s}%s; try wsnt:ConsumerReference, "
-                        "wsnt:Filter, wsnt:SubscriptionPolicy, wsnt:CreationTime, "
-                        "wsrf-rl:CurrentTime, wsrf-rl:TerminationTime" % (uri, local),
-                        fns=ns.WSRF_RP)
-        return "<wsrf-rp:GetResourcePropertyResponse>%s</wsrf-rp:GetResourcePropertyResponse>" % out
-
     # ------------------------------------------------------------------ PullPoint
-    def _pullpoint(self, req, pid, now, actions):
-        # WS-BaseNotification 1.3 §5.1
-        el = req.body
-        pp = self.pps.get(pid)
-        if pp is None:
-            raise Fault("ResourceUnknownFault", "no pull point '%s'" % pid, fns=ns.WSRF_R)
-        pp.touched = now
-        if el.ns == ns.WSNT and el.name == "GetMessages":
-            mx = el.find(ns.WSNT, "MaximumNumber")
-            n = None
-            if mx is not None:
-                v = mx.value()
-                if not v.isdigit():
-                    raise Fault("UnableToGetMessagesFault",
-                                "MaximumNumber '%s' is not a non-negative integer" % v)
-                n = int(v)
-            items = pp.ring.take(n)
-            out = ["<wsnt:GetMessagesResponse>"]
-            for it in items:
-                out.append("<wsnt:NotificationMessage>%s</wsnt:NotificationMessage>" % (
-                    it if isinstance(it, str) else self._nm_content(it)))
-            out.append("</wsnt:GetMessagesResponse>")
-            return ns.GET_MESSAGES + "Response", out  # in pieces: one per message
-        if el.ns == ns.WSNT and el.name == "DestroyPullPoint":
-            self.pps.remove(pid)
-            # subscriptions delivering into it would have nowhere to go: they end with it
-            for s in list(self.subs):
-                if s.pullpoint is pp:
-                    self.subs.remove(s.id)
-                    actions.append(("unsubscribed", s))
-            actions.append(("destroyed", pp))
-            return ns.DESTROY_PP + "Response", "<wsnt:DestroyPullPointResponse/>"
-        # Notify into the pull point (§5.1.1): each NotificationMessage's content is kept as
-        # received; any other body is a raw notification, kept as the Message.
-        if el.ns == ns.WSNT and el.name == "Notify":
-            for nm in el.findall(ns.WSNT, "NotificationMessage"):
-                pp.ring.push(X.inner_xml(nm, req.buf))
-        else:
-            pp.ring.push("<wsnt:Message>%s</wsnt:Message>" % X.outer_xml(el, req.buf))
-        return None, None
-
     # ------------------------------------------------------------------ publishing
     def publish(self, ti, payload, now):
         # A new reading on topic index ti. -> (subscriptions whose queue got a push: the I/O
@@ -587,7 +473,7 @@ class Producer:
         gone = self.subs.expire(now)
         idle = self.L["pullpoint_idle_s"]
         if idle:
-            for pp in self.pps.expire_idle(now, idle):
+            for pp in (self._pps.expire_idle(now, idle) if self._pps is not None else ()):
                 for s in list(self.subs):
                     if s.pullpoint is pp:
                         self.subs.remove(s.id)
@@ -596,9 +482,9 @@ class Producer:
 
     def counters(self):
         pd = 0
-        for p in self.pps:
+        for p in self._pps or ():
             pd += p.ring.dropped
-        return [("subscriptions", len(self.subs)), ("pullpoints", len(self.pps)),
+        return [("subscriptions", len(self.subs)), ("pullpoints", len(self._pps or ())),
                 ("published", self.published), ("queueDropped", self.queue_dropped),
                 ("pushFailed", self.push_failed), ("pullpointDropped", pd),
                 ("gatewayBuffered", len(self.outbox)), ("gatewayDropped", self.outbox.dropped)]

@@ -1,0 +1,149 @@
+# The producer's rarely used operations, imported on first use (issue 16: installed as .mpy
+# files, the bytecode of these stays out of the heap until a client asks for them):
+# GetCurrentMessage (WS-BaseNotification 1.3 §4.3), CreatePullPoint (§5.2) and the PullPoint's
+# operations (§5.1), GetResourceProperty of the producer (§4.1) and of a subscription (§6.4).
+# Each function takes the Producer `p` as its first argument and answers like its methods do:
+# the Body content to send back, or a Fault.
+from wsn.core import ns
+from wsn.core import xml as X
+from wsn.core.soap import Fault, epr
+from wsn.core.times import format_datetime
+
+_PATH_PPS = "/wsn/pullpoints/"
+
+
+def get_current(p, el):
+    # WS-BaseNotification 1.3 §4.3
+    topics = el.findall(ns.WSNT, "Topic")
+    if not topics:
+        raise Fault("InvalidTopicExpressionFault", "GetCurrentMessage without wsnt:Topic")
+    if len(topics) > 1:
+        raise Fault("MultipleTopicsSpecifiedFault",
+                    "GetCurrentMessage names %d topics; name exactly one" % len(topics))
+    te = topics[0]
+    dialect = (te.get("Dialect") or "").strip()
+    if dialect != ns.SIMPLE:
+        raise Fault("TopicExpressionDialectUnknownFault",
+                    "dialect '%s' is not supported; use %s" % (dialect, ns.SIMPLE))
+    i = p.topics.resolve_simple(te)
+    cur = p.current[i]
+    if cur is None:
+        raise Fault("NoCurrentMessageOnTopicFault",
+                    "no reading published on '%s' yet" % p.topics.names[i])
+    return "<wsnt:GetCurrentMessageResponse>%s</wsnt:GetCurrentMessageResponse>" % cur
+
+
+def create_pullpoint(p, now, actions):
+    # WS-BaseNotification 1.3 §5.2
+    pp = p.pullpoints().create(p.rand, now, p.L["pullpoint_idle_s"])
+    if pp is None:
+        raise Fault("UnableToCreatePullPointFault",
+                    "all %d pull points are in use; destroy one first" % len(p.pps.slots),
+                    code="Receiver")
+    actions.append(("pullpoint", pp))
+    return "<wsnt:CreatePullPointResponse>%s</wsnt:CreatePullPointResponse>" % epr(
+        p.base + _PATH_PPS + pp.id, pp.id, "wsnt:PullPoint")
+
+
+def get_rp(p, el):
+    # WS-ResourceProperties 1.2 GetResourceProperty; properties of WS-BaseNotification
+    # 1.3 §4.1 plus edge:Status (drop counters).
+    try:
+        uri, local = el.resolve(el.value())
+    except X.XMLError as e:
+        raise Fault("InvalidResourcePropertyQNameFault", str(e), fns=ns.WSRF_RP)
+    t = p.topics
+    if uri == ns.WSNT and local == "TopicExpression":
+        out = "".join(['<wsnt:TopicExpression Dialect="%s">%s</wsnt:TopicExpression>' % (
+            ns.SIMPLE, t.qname(i)) for i in range(len(t.names))])
+    elif uri == ns.WSNT and local == "TopicExpressionDialect":
+        out = "<wsnt:TopicExpressionDialect>%s</wsnt:TopicExpressionDialect>" % ns.SIMPLE
+    elif uri == ns.WSNT and local == "FixedTopicSet":
+        out = "<wsnt:FixedTopicSet>true</wsnt:FixedTopicSet>"
+    elif uri == ns.WSTOP and local == "TopicSet":
+        out = t.topic_set_xml()
+    elif uri == ns.EDGE and local == "Status":
+        out = "<edge:Status>%s</edge:Status>" % "".join(
+            ["<edge:%s>%s</edge:%s>" % (k, v, k) for k, v in p.counters()])
+    else:
+        raise Fault("InvalidResourcePropertyQNameFault",
+                    "no resource property {%s}%s; try wsnt:TopicExpression, "
+                    "wsnt:TopicExpressionDialect, wsnt:FixedTopicSet, wstop:TopicSet, "
+                    "edge:Status" % (uri, local), fns=ns.WSRF_RP)
+    return "<wsrf-rp:GetResourcePropertyResponse>%s</wsrf-rp:GetResourcePropertyResponse>" % out
+
+
+def sub_rp(p, el, sub, now, actions):
+    # WS-BaseNotification 1.3 §6.4: a Subscription's resource properties
+    try:
+        uri, local = el.resolve(el.value())
+    except X.XMLError as e:
+        raise Fault("InvalidResourcePropertyQNameFault", str(e), fns=ns.WSRF_RP)
+    if uri == ns.WSNT and local == "ConsumerReference":
+        out = epr(sub.consumer, None, "wsnt:ConsumerReference")
+    elif uri == ns.WSNT and local == "Filter":
+        out = "<wsnt:Filter>%s</wsnt:Filter>" % "".join(
+            ['<wsnt:TopicExpression Dialect="%s">%s</wsnt:TopicExpression>' % (ns.SIMPLE, p.topics.qname(i))
+             for i in range(len(p.topics.names)) if sub.mask & (1 << i)]) if sub.mask != p.topics.all else ""
+    elif uri == ns.WSNT and local == "SubscriptionPolicy":
+        out = "<wsnt:SubscriptionPolicy>%s</wsnt:SubscriptionPolicy>" % (
+            "<wsnt:UseRaw/>" if sub.raw else "")
+    elif uri == ns.WSNT and local == "CreationTime":
+        out = "<wsnt:CreationTime>%s</wsnt:CreationTime>" % format_datetime(sub.created)
+    elif uri == ns.WSRF_RL and local == "CurrentTime":
+        out = "<wsrf-rl:CurrentTime>%s</wsrf-rl:CurrentTime>" % format_datetime(now)
+    elif uri == ns.WSRF_RL and local == "TerminationTime":
+        if sub.expires is None:
+            out = '<wsrf-rl:TerminationTime xmlns:xsi="%s" xsi:nil="true"/>' % ns.XSI
+        else:
+            out = "<wsrf-rl:TerminationTime>%s</wsrf-rl:TerminationTime>" % format_datetime(
+                sub.expires)
+    else:
+        raise Fault("InvalidResourcePropertyQNameFault",
+                    "no subscription property {%s}%s; try wsnt:ConsumerReference, "
+                    "wsnt:Filter, wsnt:SubscriptionPolicy, wsnt:CreationTime, "
+                    "wsrf-rl:CurrentTime, wsrf-rl:TerminationTime" % (uri, local),
+                    fns=ns.WSRF_RP)
+    return "<wsrf-rp:GetResourcePropertyResponse>%s</wsrf-rp:GetResourcePropertyResponse>" % out
+
+
+def pullpoint(p, req, pid, now, actions):
+    # WS-BaseNotification 1.3 §5.1
+    el = req.body
+    pp = p._pps.get(pid) if p._pps is not None else None
+    if pp is None:
+        raise Fault("ResourceUnknownFault", "no pull point '%s'" % pid, fns=ns.WSRF_R)
+    pp.touched = now
+    if el.ns == ns.WSNT and el.name == "GetMessages":
+        mx = el.find(ns.WSNT, "MaximumNumber")
+        n = None
+        if mx is not None:
+            v = mx.value()
+            if not v.isdigit():
+                raise Fault("UnableToGetMessagesFault",
+                            "MaximumNumber '%s' is not a non-negative integer" % v)
+            n = int(v)
+        items = pp.ring.take(n)
+        out = ["<wsnt:GetMessagesResponse>"]
+        for it in items:
+            out.append("<wsnt:NotificationMessage>%s</wsnt:NotificationMessage>" % (
+                it if isinstance(it, str) else p._nm_content(it)))
+        out.append("</wsnt:GetMessagesResponse>")
+        return ns.GET_MESSAGES + "Response", out  # in pieces: one per message
+    if el.ns == ns.WSNT and el.name == "DestroyPullPoint":
+        p.pps.remove(pid)
+        # subscriptions delivering into it would have nowhere to go: they end with it
+        for s in list(p.subs):
+            if s.pullpoint is pp:
+                p.subs.remove(s.id)
+                actions.append(("unsubscribed", s))
+        actions.append(("destroyed", pp))
+        return ns.DESTROY_PP + "Response", "<wsnt:DestroyPullPointResponse/>"
+    # Notify into the pull point (§5.1.1): each NotificationMessage's content is kept as
+    # received; any other body is a raw notification, kept as the Message.
+    if el.ns == ns.WSNT and el.name == "Notify":
+        for nm in el.findall(ns.WSNT, "NotificationMessage"):
+            pp.ring.push(X.inner_xml(nm, req.buf))
+    else:
+        pp.ring.push("<wsnt:Message>%s</wsnt:Message>" % X.outer_xml(el, req.buf))
+    return None, None
