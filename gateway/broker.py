@@ -15,7 +15,6 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from urllib.parse import urlsplit
 
 from lxml import etree
 
@@ -111,7 +110,6 @@ class NotificationBroker:
         self.cfg = cfg
         self.clock = clock
         self.base_url = (cfg.public_url or f"http://{cfg.host}:{cfg.port}").rstrip("/")
-        self.own_netlocs: set[str] = set()
         # raises consumer_policy.PolicyError (a clear message) for an unreadable rule
         self.consumer_policy = ConsumerPolicy.from_texts(cfg.consumer_allow, cfg.allow_loopback)
         self.loop_id = loops.new_loop_id()  # per process, edge:Via (loops.py)
@@ -171,9 +169,6 @@ class NotificationBroker:
         if not self.cfg.public_url:
             h = f"[{host}]" if ":" in host else host
             self.base_url = f"http://{h}:{port}"
-        self.own_netlocs.add(urlsplit(self.base_url).netloc)
-        for h in ("127.0.0.1", "localhost", host):
-            self.own_netlocs.add(f"{h}:{port}")
         pub = consumer_policy.Target.parse(self.base_url)
         names = [(host, port), ("localhost", port)]
         if not isinstance(pub, str):

@@ -122,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="concurrent client connections; more get 503 (default 512, lowered to fit the "
         "open-file limit)",
     )
+    g.add_argument(
+        "--max-client-connections",
+        type=int,
+        default=128,
+        help="concurrent connections from one client address; more get 503 (default 128)",
+    )
     d = p.add_argument_group("delivery")
     d.add_argument("--delivery-timeout", type=_seconds, default=10.0)
     d.add_argument("--delivery-batch", type=int, default=100)
@@ -213,6 +219,7 @@ def config_from_args(ns: argparse.Namespace) -> Config:
         max_wait=ns.max_wait,
         request_timeout=ns.request_timeout,
         max_connections=ns.max_connections,
+        max_client_connections=ns.max_client_connections,
         delivery_timeout=ns.delivery_timeout,
         delivery_batch=ns.delivery_batch,
         backoff_initial=ns.backoff_initial,

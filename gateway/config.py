@@ -32,6 +32,7 @@ class Config:
     max_wait: float = 60.0  # cap of edge:Wait on GetMessages
     request_timeout: float = 10.0  # a request head or body must arrive within (408)
     max_connections: int = 512  # concurrent HTTP connections (503 beyond; http_limits.py)
+    max_client_connections: int = 128  # of them from one client address
     # -- delivery --
     delivery_timeout: float = 10.0
     delivery_batch: int = 100
@@ -65,10 +66,3 @@ class Config:
     @property
     def auth_enabled(self) -> bool:
         return bool(self.auth_token or (self.auth_user and self.auth_password is not None))
-
-    def consumer_allowed(self, address: str) -> str | None:
-        """None if the broker may send to `address`, else the reason it may not (the
-        static part of gateway/consumer_policy.py; raises PolicyError for a bad rule)."""
-        from gateway.consumer_policy import ConsumerPolicy
-
-        return ConsumerPolicy.from_texts(self.consumer_allow, self.allow_loopback).check(address)

@@ -259,8 +259,7 @@ class ConsumerPolicy:
             self.add_self_name(host, p)
 
     def add_self_name(self, host: str, port: int) -> None:
-        if len(self.own_names) < 64:  # bounded: Host headers are client-chosen
-            self.own_names.add((host.lower().strip("[]").rstrip("."), port))
+        self.own_names.add((host.lower().strip("[]").rstrip("."), port))
 
     def is_self_ip(self, ip: IPAddress, port: int) -> bool:
         if port != self.own_port:
@@ -270,8 +269,9 @@ class ConsumerPolicy:
     async def refers_to_self(self, t: Target, resolve_timeout: float = 2.0) -> bool:
         """True if `t` names this broker: its listening port on one of this host's
         addresses (any loopback spelling, after resolving names), or a name it is known by
-        (public URL, Host headers it was reached with). Unresolvable names are not self
-        here; the delivery-time resolver checks them again."""
+        (listening host, --public-url). Not the Host headers it was reached with: they are
+        client-chosen and would let a client block any address. Unresolvable names are
+        not self here; the delivery-time resolver checks them again."""
         if (t.host, t.port) in self.own_names:
             return True
         if t.ip is not None:

@@ -130,8 +130,6 @@ async def handle(request: web.Request) -> web.StreamResponse:
         return web.Response(
             status=400, text="empty request body: POST a SOAP 1.1 or 1.2 envelope\n"
         )
-    if request.host and len(broker.own_netlocs) < 64:  # bounded: Host is client-chosen
-        broker.own_netlocs.add(request.host)
     try:
         req = soap.parse_request(data, _version_hint(request))
     except soap.NotSoap as e:
@@ -192,7 +190,10 @@ def create_app(broker: NotificationBroker, demand: DemandManager | None = None) 
         client_max_size=broker.cfg.max_request_bytes, middlewares=[status.timed]
     )
     app[BROKER_KEY] = broker
-    app[LIMITS_KEY] = Limits(broker.cfg.request_timeout, broker.cfg.max_connections)
+    cfg = broker.cfg
+    app[LIMITS_KEY] = Limits(
+        cfg.request_timeout, cfg.max_connections, cfg.max_client_connections
+    )
     app.on_response_prepare.append(_identify)
     app.router.add_post("/wsn/broker", handle)
     app.router.add_post(r"/wsn/{kind:subscriptions|pullpoints|registrations}/{rid}", handle)

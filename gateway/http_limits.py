@@ -9,7 +9,8 @@
 - Concurrent connections: at most `--max-connections` (default 512, lowered to fit the
   process's open-file limit); one more gets `503` with `Retry-After` and is closed at
   once, so the listening socket keeps accepting and never meets EMFILE (which made
-  asyncio log a traceback per accept).
+  asyncio log a traceback per accept). One client address may hold at most
+  `--max-client-connections` (default 128) of them, so one hostile host cannot take all.
 - Each dropped client is one log line (WARNING, at most one per second per reason plus a
   count), never a traceback.
 
@@ -97,9 +98,13 @@ def _answer(template: bytes, text: str) -> bytes:
 class Limits:
     """Per-server state: the live connection count and the drop log."""
 
-    def __init__(self, request_timeout: float, max_connections: int) -> None:
+    def __init__(
+        self, request_timeout: float, max_connections: int, max_client_connections: int = 128
+    ) -> None:
         self.request_timeout = request_timeout
         self.max_connections = effective_max_connections(max_connections)
+        self.max_client_connections = max_client_connections
+        self.per_client: dict[str, int] = {}  # client address -> open connections
         self.active = 0
         self.lingering = 0  # _Busy connections waiting to be closed
         self.drops = DropLog()
@@ -110,12 +115,27 @@ class Limits:
         return _Guard(self, make_inner())
 
 
-class _Busy(asyncio.Protocol):
-    """Answers 503 and closes: over --max-connections. It half-closes first and reads
-    what the client still sends for up to a second (closing with unread data would reset
-    the connection and lose the answer); at most MAX_LINGER of them linger at a time."""
+MAX_LINGER = 64
 
-    MAX_LINGER = 64
+
+def _refuse(
+    limits: Limits, transport: asyncio.Transport, answer: bytes
+) -> asyncio.TimerHandle | None:
+    """Write `answer`, half-close, and close after at most a second, reading (and
+    discarding) what the client still sends meanwhile: closing with unread data would reset
+    the connection and lose the answer. At most MAX_LINGER linger at a time; the returned
+    timer (if any) is the caller's to cancel, and then to decrement `limits.lingering`."""
+    transport.write(answer)
+    if limits.lingering >= MAX_LINGER or not transport.can_write_eof():
+        transport.close()
+        return None
+    limits.lingering += 1
+    transport.write_eof()
+    return asyncio.get_running_loop().call_later(1.0, transport.close)
+
+
+class _Busy(asyncio.Protocol):
+    """Answers 503 and closes: over --max-connections (see _refuse)."""
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
@@ -130,13 +150,9 @@ class _Busy(asyncio.Protocol):
             transport.get_extra_info("peername"),
             f"{self.limits.max_connections} connections open (--max-connections); answered 503",
         )
-        transport.write(_answer(_BUSY_503, "too many connections; retry later\n"))
-        if self.limits.lingering >= self.MAX_LINGER or not transport.can_write_eof():
-            transport.close()
-            return
-        self.limits.lingering += 1
-        transport.write_eof()
-        self.timer = asyncio.get_running_loop().call_later(1.0, transport.close)
+        self.timer = _refuse(
+            self.limits, transport, _answer(_BUSY_503, "too many connections; retry later\n")
+        )
 
     def data_received(self, data: bytes) -> None:
         pass  # discarded
@@ -164,6 +180,9 @@ class _Guard(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.tail = b""  # the last 3 bytes seen, to find CRLFCRLF across chunks
         self.received = 0
+        self.client: str | None = None  # counted in limits.per_client
+        self.forwarded = False
+        self.refused: asyncio.TimerHandle | None = None  # over --max-client-connections
         # counted from creation: asyncio creates the protocols of a burst of accepted
         # connections before any of them is connection_made
         self.limits.active += 1
@@ -172,9 +191,28 @@ class _Guard(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        peer = transport.get_extra_info("peername")
+        client = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        per = self.limits.per_client
+        if per.get(client, 0) >= self.limits.max_client_connections:
+            self.limits.drops.drop(
+                "busy-client",
+                peer,
+                f"{self.limits.max_client_connections} connections open from this address "
+                "(--max-client-connections); answered 503",
+            )
+            self.refused = _refuse(
+                self.limits,
+                transport,
+                _answer(_BUSY_503, "too many connections from your address\n"),
+            )
+            return
+        self.client = client
+        per[client] = per.get(client, 0) + 1
         self.timer = asyncio.get_running_loop().call_later(
             self.limits.request_timeout, self._head_timeout
         )
+        self.forwarded = True
         self.inner.connection_made(transport)
 
     def _head_timeout(self) -> None:
@@ -192,6 +230,8 @@ class _Guard(asyncio.Protocol):
         t.close()
 
     def data_received(self, data: bytes) -> None:
+        if not self.forwarded:
+            return
         if self.timer is not None:
             self.received += len(data)
             if b"\r\n\r\n" in self.tail + data:
@@ -202,22 +242,40 @@ class _Guard(asyncio.Protocol):
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
-        return self.inner.eof_received()
+        if self.forwarded:
+            return self.inner.eof_received()
+        if self.transport is not None:
+            self.transport.close()
+        return None
 
     def pause_writing(self) -> None:
-        self.inner.pause_writing()
+        if self.forwarded:
+            self.inner.pause_writing()
 
     def resume_writing(self) -> None:
-        self.inner.resume_writing()
+        if self.forwarded:
+            self.inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        if self.refused is not None:
+            self.refused.cancel()
+            self.refused = None
+            self.limits.lingering -= 1
         if self.counted:
             self.limits.active -= 1
             self.counted = False
-        self.inner.connection_lost(exc)
+        if self.client is not None:
+            per = self.limits.per_client
+            per[self.client] -= 1
+            if per[self.client] <= 0:
+                del per[self.client]
+            self.client = None
+        if self.forwarded:
+            self.forwarded = False
+            self.inner.connection_lost(exc)
 
 
 def runner_kwargs(limits: Limits) -> dict[str, Any]:

@@ -54,15 +54,19 @@ def main() -> int:
         def run(case: Case) -> None:
             h.run(case)
 
+        error = None
         try:
             run()
-        finally:
-            result = h.finish()
+        except Exception as e:  # a violation or a harness error: report it with the numbers
+            error = f"{type(e).__name__}: {e}"[:2000]
+        result = h.finish()
+        if error:
+            result["stopped_by"] = error
         result["wall_s"] = round(time.monotonic() - t0, 1)
         print(summary_json(result))
         for v in h.violations[:50]:
             print("VIOLATION:", v[:1000])
-    return 1 if h.violations else 0
+    return 1 if h.violations or error else 0
 
 
 if __name__ == "__main__":

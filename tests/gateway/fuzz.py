@@ -18,6 +18,7 @@ tests/bench/fuzz_bench.py (--long: 10,000+ cases, numbers printed).
 
 from __future__ import annotations
 
+import copy
 import http.client
 import json
 import time
@@ -274,7 +275,7 @@ def _mutate_tree(draw: Any, root: etree._Element) -> None:
             parent.remove(target)
             nodes = [e for e in root.iter() if isinstance(e.tag, str)]
         elif op == 1 and parent is not None:
-            parent.append(etree.fromstring(etree.tostring(target)))
+            parent.append(copy.deepcopy(target))
         elif op == 2:
             target.tag = (
                 f"{{{draw(st.sampled_from([WSNT, WSA, SOAP11, SOAP12, 'urn:x', '']))}}}"

@@ -183,6 +183,22 @@ async def test_half_sent_requests_time_out_and_connections_are_capped(gateway_pr
     assert len(err.splitlines()) < 20, err  # one line per reason and second, not per client
 
 
+async def test_one_client_address_cannot_take_every_connection(gateway_process):
+    gw = gateway_process("--max-client-connections", "5")
+    port = _port(gw)
+    head = b"POST /wsn/broker HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    held = [await _half_request(port, head) for _ in range(5)]
+    r, w = await _half_request(port, head)
+    first = await asyncio.wait_for(r.read(), 5)
+    assert first.startswith(b"HTTP/1.1 503") and b"your address" in first, first
+    w.close()
+    for _r, hw in held:
+        hw.close()
+    await asyncio.sleep(0.3)  # the gateway sees them closed
+    assert (await call(gw.url, notify_body(("tns:t", reading(1))))).status == 202
+    _no_tracebacks(gw)
+
+
 # ---------------------------------------------------------------- smaller items
 async def test_doctype_after_8kb_is_a_soap12_sender_fault(gateway_process):
     gw = gateway_process()
