@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import itertools
 import json
 import logging
+import os
 import re
 import uuid
 from collections import Counter
@@ -99,8 +102,27 @@ def _dt(x: float | None) -> datetime | None:
 
 
 def _new_id() -> str:
+    """A resource id (subscription, pull point, registration): random, unguessable."""
     return uuid.uuid4().hex
 
+
+_MSG_PREFIX = os.urandom(8).hex()
+_msg_seq = itertools.count()
+
+
+def _new_msg_id() -> str:
+    """A message id, unique across restarts (a random prefix per process, then a counter),
+    32 hex digits like a uuid4 but without a system call per message."""
+    return f"{_MSG_PREFIX}{next(_msg_seq):016x}"
+
+
+_NM_NSMAP = {"wsnt": ns.WSNT, "wsa": ns.WSA}
+#: the start and end tags lxml writes for a NotificationMessage made with _NM_NSMAP
+_NM_START = f'<wsnt:NotificationMessage xmlns:wsnt="{ns.WSNT}" xmlns:wsa="{ns.WSA}">'
+_NM_END = "</wsnt:NotificationMessage>"
+#: placeholder text for the payload while rendering (cannot occur in serialized markup
+#: before the Message element: it is the last text written)
+_PAYLOAD_MARK = "\u2063payload\u2063"
 
 _RES_PATH = re.compile(r"^/wsn/(subscriptions|pullpoints|registrations)/([0-9A-Za-z_-]+)$")
 
@@ -125,6 +147,7 @@ class NotificationBroker:
         self.observers: list[PublisherObserver] = []
         self._demand: dict[tuple[str, topics.ConcreteTopic], bool] = {}
         self._rp_cache: tuple[int, Element] | None = None
+        self._subref_xml: dict[str, str] = {}
         self.storage = Storage(
             cfg.data_dir / "broker.sqlite3", cfg.sqlite_synchronous, cfg.sqlite_busy_timeout_ms
         )
@@ -385,8 +408,9 @@ class NotificationBroker:
             req.wsa.action,
         )
 
-    @property
+    @functools.cached_property
     def _broker_ops(self) -> dict[str, Op]:
+        """The broker's operations by body element, built once (it was per request)."""
         return {
             ns.q(ns.WSNT, "Notify"): Op("Notify", self.notify_broker, False),
             ns.q(ns.WSNT, "Subscribe"): Op("Subscribe", self.subscribe, False),
@@ -945,7 +969,7 @@ class NotificationBroker:
         landed: list[tuple[str, str]] | None = None
         if self.landing is not None or self.landing_parquet is not None:
             # first, before any state is read: big records are built on another thread
-            its = landing.items_for(items, self.registrations.values(), _new_id)
+            its = landing.items_for(items, self.registrations.values(), _new_msg_id)
             landed = await self.records.lines(now, its)
         batch = AcceptBatch(pp_limit=self.cfg.pullpoint_max_messages)
         grown_now: list[topics.ConcreteTopic] = []
@@ -964,7 +988,7 @@ class NotificationBroker:
             batch.grown.append((topic.namespace, "/".join(topic.path)))
         for i, (topic, producer, payload, _nm) in enumerate(items):
             payload_xml = etree.tostring(payload, encoding="unicode", with_tail=False)
-            msg_id = landed[i][0] if landed is not None else _new_id()
+            msg_id = landed[i][0] if landed is not None else _new_msg_id()
             if topic is not None:
                 # a notification on an alias topic is published on the topics it resolves
                 # to (WS-Topics 2004 §8), so it is their current message too
@@ -977,6 +1001,9 @@ class NotificationBroker:
                 if self.landing_parquet is not None:
                     batch.landing_parquet.append((msg_id, line))
             doc: Element | None = None
+            # the part of a wrapped message after its SubscriptionReference depends only on
+            # the subscriber's dialect: rendered once per dialect, not once per subscriber
+            rendered: dict[str, str] = {}
             cands = set(self.no_topic_subs)
             if topic is not None:
                 cands |= self.index.match(topic)
@@ -999,7 +1026,14 @@ class NotificationBroker:
                     rp = self.producer_rp_document()
                     if not all(f.evaluate(rp) for f in sub.producer):
                         continue
-                xml = payload_xml if sub.raw else self._render(sub, topic, producer, payload)
+                if sub.raw:
+                    xml = payload_xml
+                else:
+                    rest = rendered.get(sub.dialect)
+                    if rest is None:
+                        rest = self._render_rest(sub.dialect, topic, producer, payload_xml)
+                        rendered[sub.dialect] = rest
+                    xml = _NM_START + self._subscription_reference(sub.id) + rest
                 if sub.pullpoint is not None:
                     batch.pp_messages.append((sub.pullpoint, xml))
                 else:
@@ -1041,25 +1075,37 @@ class NotificationBroker:
         if grown_now:
             self._recompute_demand()
 
-    def _render(
+    def _subscription_reference(self, sub_id: str) -> str:
+        """The serialized wsnt:SubscriptionReference of a subscription (cached: it never
+        changes), without the namespace declarations _NM_START makes."""
+        xml = self._subref_xml.get(sub_id)
+        if xml is None:
+            if len(self._subref_xml) > 2 * len(self.subs) + 64:
+                self._subref_xml.clear()  # bounded: ended subscriptions fall out
+            nm = etree.Element(ns.q(ns.WSNT, "NotificationMessage"), nsmap=_NM_NSMAP)
+            nm.append(
+                resource_epr(self.urls("subscriptions", sub_id), sub_id).to_element(
+                    ns.q(ns.WSNT, "SubscriptionReference")
+                )
+            )
+            whole = etree.tostring(nm, encoding="unicode")
+            xml = whole[len(_NM_START) : -len(_NM_END)]
+            self._subref_xml[sub_id] = xml
+        return xml
+
+    def _render_rest(
         self,
-        sub: Subscription,
+        dialect: str,
         topic: topics.ConcreteTopic | None,
         producer: Epr | None,
-        payload: Element,
+        payload_xml: str,
     ) -> str:
-        """A wsnt:NotificationMessage for `sub` (§3.2): SubscriptionReference, Topic in the
-        subscriber's dialect, ProducerReference, Message."""
-        nm = etree.Element(
-            ns.q(ns.WSNT, "NotificationMessage"), nsmap={"wsnt": ns.WSNT, "wsa": ns.WSA}
-        )
-        nm.append(
-            resource_epr(self.urls("subscriptions", sub.id), sub.id).to_element(
-                ns.q(ns.WSNT, "SubscriptionReference")
-            )
-        )
+        """What follows the SubscriptionReference in a wsnt:NotificationMessage (§3.2):
+        Topic in the subscriber's dialect, ProducerReference, Message, and the end tag.
+        `_NM_START + _subscription_reference(id) + this` is the whole message."""
+        nm = etree.Element(ns.q(ns.WSNT, "NotificationMessage"), nsmap=_NM_NSMAP)
         if topic is not None:
-            dialect, text, nsmap = topics.render_topic(topic, sub.dialect)
+            dialect, text, nsmap = topics.render_topic(topic, dialect)
             t = etree.SubElement(
                 nm, ns.q(ns.WSNT, "Topic"), nsmap={k: v for k, v in nsmap.items() if k} or None
             )
@@ -1067,9 +1113,12 @@ class NotificationBroker:
             t.text = text
         prod = producer or Epr(self.base_url + "/wsn/broker")
         nm.append(prod.to_element(ns.q(ns.WSNT, "ProducerReference")))
-        m = etree.SubElement(nm, ns.q(ns.WSNT, "Message"))
-        m.append(etree.fromstring(etree.tostring(payload, with_tail=False)))
-        return etree.tostring(nm, encoding="unicode")
+        etree.SubElement(nm, ns.q(ns.WSNT, "Message")).text = _PAYLOAD_MARK
+        whole = etree.tostring(nm, encoding="unicode")
+        # the payload is spliced in serialized (it carries its own namespace declarations):
+        # no copy of its tree per rendering
+        head, _, tail = whole[len(_NM_START) :].rpartition(_PAYLOAD_MARK)
+        return head + payload_xml + tail
 
     # ------------------------------------------------------------------ PullPoint §5
     async def create_pullpoint(self, req: SoapRequest) -> Reply:

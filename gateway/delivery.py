@@ -45,9 +45,11 @@ from gateway.addressing import Epr, request_headers
 from gateway.consumer_policy import ConsumerPolicy, connector_kwargs
 from gateway.metrics import Metrics
 from gateway.storage import Storage
-from gateway.xmlutil import parse_xml
 
 log = logging.getLogger("gateway.delivery")
+
+_NOTIFY_START = f'<wsnt:Notify xmlns:wsnt="{ns.WSNT}">'
+_NOTIFY_END = "</wsnt:Notify>"
 
 
 @dataclass
@@ -402,18 +404,13 @@ class DeliveryManager:
             why = "the consumer address is this broker itself"
         if why:
             return False, why
-        if t.raw:
-            body_children = [parse_xml(xmls[0].encode())]
-            action = ns.A_NOTIFY
-        else:
-            notify = etree.Element(ns.q(ns.WSNT, "Notify"), nsmap={"wsnt": ns.WSNT})
-            for x in xmls:
-                notify.append(parse_xml(x.encode()))
-            body_children = [notify]
-            action = ns.A_NOTIFY
+        action = ns.A_NOTIFY
+        # stored messages are serialized elements: raw, the payload is the body; wrapped,
+        # the NotificationMessages go into one wsnt:Notify, spliced as text (no re-parse)
+        body = xmls[0] if t.raw else _NOTIFY_START + "".join(xmls) + _NOTIFY_END
         hdrs = request_headers(t.consumer, action)
         hdrs.append(loops.via_header([*via, self.loop_id]))
-        data = soap.envelope(t.soap_version, hdrs, body_children)
+        data = soap.envelope_with_body(t.soap_version, hdrs, body)
         headers = {"Content-Type": soap.content_type(t.soap_version, action)}
         if t.soap_version == ns.SOAP11:
             headers["SOAPAction"] = f'"{action}"'

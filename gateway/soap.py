@@ -111,6 +111,23 @@ def envelope(version: str, headers: list[Element], body_children: list[Element])
     return bytes(etree.tostring(env, xml_declaration=True, encoding="utf-8"))
 
 
+_BODY_MARK = etree.QName(ns.EDGE, "BodyPlaceholder").text
+
+
+def envelope_with_body(version: str, headers: list[Element], body_xml: str) -> bytes:
+    """`envelope` whose Body holds `body_xml`, serialized elements (each with the namespace
+    declarations it needs), spliced in as text: messages the broker stored serialized are
+    sent without parsing them again."""
+    mark = etree.Element(_BODY_MARK, nsmap={"edge": ns.EDGE})
+    mark_xml = etree.tostring(mark)  # before it is in the tree (then it would list s, wsa)
+    data = envelope(version, headers, [mark])
+    # the placeholder is the document's last element: the last occurrence is it, whatever
+    # the headers (reference parameters chosen by a subscriber) contain
+    head, sep, tail = data.rpartition(mark_xml)
+    assert sep, "placeholder not found in the serialized envelope"
+    return head + body_xml.encode("utf-8") + tail
+
+
 def content_type(version: str, action: str | None = None) -> str:
     if version == ns.SOAP12:
         return CT_SOAP12 + (f'; action="{action}"' if action else "")

@@ -45,9 +45,9 @@ def parse_xml(data: bytes) -> Element:
     docinfo: Any = root.getroottree().docinfo
     if docinfo.doctype or docinfo.internalDTD is not None:
         raise XmlRejected("DOCTYPE/ENTITY declarations are not allowed in SOAP messages")
-    for node in root.iter():
-        if isinstance(node, etree._Entity):
-            raise XmlRejected("entity references are not allowed in SOAP messages")
+    # an entity reference needs a "&"; the tag filter walks the tree in C, not Python
+    if b"&" in data and next(root.iter(etree.Entity), None) is not None:
+        raise XmlRejected("entity references are not allowed in SOAP messages")
     return root
 
 
