@@ -69,11 +69,14 @@ class Device:
         self.limiter = http.Limiter(int(lim.get("push_concurrency", 2)))
         self.gc_each = bool(lim.get("gc_collect_each", True))
         # Collect after every gc_threshold bytes allocated (not only when the heap is full):
-        # garbage between collections is what the peak is made of, and a collection of a
-        # small heap takes about a millisecond. 0: MicroPython's default (heap full).
-        th = int(lim.get("gc_threshold", 2048))
-        if th > 0 and hasattr(gc, "threshold"):
-            gc.threshold(th)
+        # garbage between collections is what the peak is made of, and collecting a small heap
+        # takes about a millisecond. Default: 2048 on heaps up to 256 KB (boards without
+        # PSRAM), off on larger ones (a collection there costs more than the headroom is worth).
+        th = lim.get("gc_threshold")
+        if th is None:
+            th = 2048 if gc.mem_free() + gc.mem_alloc() <= 262144 else 0
+        if int(th) > 0 and hasattr(gc, "threshold"):
+            gc.threshold(int(th))
         self.read_timeout = float(lim.get("read_timeout_s", 10))
         src, data = _find_topics_file(conf)
         if data is not None:

@@ -191,4 +191,5 @@ class Sleepy:
         print("sleepy %s gateway %s period %s s" % (self.p.device_id, self.url, self.period))
         while True:
             await self.cycle()
+            gc.collect()  # lightsleep and the unix port keep the heap: start each wake clean
             self.sleep()

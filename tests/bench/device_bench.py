@@ -188,6 +188,8 @@ async def sleepy(quick: bool) -> None:
                               "64K"))
             except fwbuild.FirmwareUnavailable as e:
                 print(f"   (frozen firmware unavailable: {e})")
+            if MP_UNIX32.exists():
+                kinds.append((MP_UNIX32, ".mpy on the 32-bit build, 256 KiB heap", "mpy", "256K"))
             for binary, name, install, heap in kinds:
                 dev = launch(binary, Path(tmp), started, heap, install, mode="sleepy",
                              gateway=gw.url, sample_period_s=0.2, gateway_timeout_s=2,
