@@ -124,6 +124,10 @@ _NM_END = "</wsnt:NotificationMessage>"
 #: before the Message element: it is the last text written)
 _PAYLOAD_MARK = "\u2063payload\u2063"
 
+_T_MESSAGE = ns.q(ns.WSNT, "Message")
+_T_TOPIC = ns.q(ns.WSNT, "Topic")
+_T_PRODUCER = ns.q(ns.WSNT, "ProducerReference")
+
 _RES_PATH = re.compile(r"^/wsn/(subscriptions|pullpoints|registrations)/([0-9A-Za-z_-]+)$")
 
 
@@ -836,7 +840,16 @@ class NotificationBroker:
         if not msgs:
             raise WsnFault(ns.BF, "BaseFault", "Notify has no wsnt:NotificationMessage", SENDER)
         for nm in msgs:
-            mel = child(nm, ns.q(ns.WSNT, "Message"))
+            # one pass over the message's children (the first of each kind counts)
+            mel = tel = pel = None
+            for c in nm:
+                tag = c.tag
+                if tag == _T_MESSAGE:
+                    mel = c if mel is None else mel
+                elif tag == _T_TOPIC:
+                    tel = c if tel is None else tel
+                elif tag == _T_PRODUCER:
+                    pel = c if pel is None else pel
             kids = elements(mel) if mel is not None else []
             if len(kids) != 1:
                 raise WsnFault(
@@ -846,7 +859,6 @@ class NotificationBroker:
                     SENDER,
                 )
             topic: topics.ConcreteTopic | None = None
-            tel = child(nm, ns.q(ns.WSNT, "Topic"))
             if tel is not None:
                 try:
                     expr = topics.parse_topic_expression_element(tel)
@@ -860,7 +872,6 @@ class NotificationBroker:
                         f"not {expr.text!r}",
                     )
             producer: Epr | None = None
-            pel = child(nm, ns.q(ns.WSNT, "ProducerReference"))
             if pel is not None:
                 with contextlib.suppress(ValueError):
                     producer = parse_epr(pel)
@@ -935,7 +946,7 @@ class NotificationBroker:
         for item in items:
             topic = item[0]
             d = self.ts.get(topic) if topic is not None else None
-            why = topics.inadmissible(d, str(topic), item[2])
+            why = topics.inadmissible(d, str(topic), item[2]) if d is not None else None
             if why is None:
                 if (
                     d is not None
@@ -974,9 +985,11 @@ class NotificationBroker:
         batch = AcceptBatch(pp_limit=self.cfg.pullpoint_max_messages)
         grown_now: list[topics.ConcreteTopic] = []
         deliveries_for: list[str] = []
+        seen: set[topics.ConcreteTopic] = set()
         for topic, _p, _pl, _nm in items:
-            if topic is None:
+            if topic is None or topic in seen:
                 continue
+            seen.add(topic)
             if topic not in self.ts:
                 try:
                     if self.ts.grow(topic):
@@ -986,14 +999,18 @@ class NotificationBroker:
             # recorded on every Notify (INSERT OR IGNORE): a topic grown in memory by a
             # Notify whose commit failed is persisted by the next one
             batch.grown.append((topic.namespace, "/".join(topic.path)))
+        current: dict[topics.ConcreteTopic, str] = {}
         for i, (topic, producer, payload, _nm) in enumerate(items):
             payload_xml = etree.tostring(payload, encoding="unicode", with_tail=False)
             msg_id = landed[i][0] if landed is not None else _new_msg_id()
             if topic is not None:
                 # a notification on an alias topic is published on the topics it resolves
-                # to (WS-Topics 2004 §8), so it is their current message too
-                for t in sorted({topic} | topics.resolve_topic(topic, self.ts), key=str):
-                    batch.current.append((t.namespace, "/".join(t.path), payload_xml))
+                # to (WS-Topics 2004 §8), so it is their current message too; the last
+                # message of this Notify on a topic is the one kept
+                current[topic] = payload_xml
+                if self.ts.has_aliases:
+                    for t in topics.resolve_topic(topic, self.ts):
+                        current[t] = payload_xml
             if landed is not None:
                 line = landed[i][1]
                 if self.landing is not None:
@@ -1044,6 +1061,7 @@ class NotificationBroker:
             counts[sid] = counts.get(sid, 0) + 1
         for sid, n in counts.items():
             batch.drop_deliveries.extend(self.delivery.overflow(sid, n))
+        batch.current = [(t.namespace, "/".join(t.path), x) for t, x in current.items()]
         try:
             res = await self.storage.accept(batch)
         except StorageError as e:
@@ -1052,8 +1070,7 @@ class NotificationBroker:
             ) from None
         for (sid, xml), seq in zip(batch.deliveries, res.delivery_seqs, strict=True):
             self.delivery.enqueue(sid, seq, xml, via)
-        for tns, path, xml in batch.current:
-            self.current[topics.ConcreteTopic(tns, tuple(path.split("/")) if path else ())] = xml
+        self.current.update(current)
         touched: set[str] = set()
         for pid, _x in batch.pp_messages:
             pp = self.pullpoints.get(pid)

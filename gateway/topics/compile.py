@@ -81,7 +81,18 @@ def parse_topic_expression_element(el: etree._Element) -> TopicExpression:
                 f"child element {kid.tag!r}"
             )
         text += kid.tail or ""  # comments and PIs are not part of the text
-    return compile_expression(dialect, text, el.nsmap)
+    return _compile_element(dialect, text, tuple(el.nsmap.items()))
+
+
+@lru_cache(maxsize=4096)
+def _compile_element(
+    dialect: str, text: str, ns_items: tuple[tuple[str | None, str], ...]
+) -> TopicExpression:
+    """One compiled expression per distinct (dialect, text, namespace context) as read from
+    an element: publishers send the same wsnt:Topic in every Notify, so the dialect check,
+    prefix map cleaning and compile-cache key are paid once (bounded; a bad expression
+    raises each time, it is not cached)."""
+    return compile_expression(dialect, text, dict(ns_items))
 
 
 def render_topic(topic: ConcreteTopic, dialect: str) -> tuple[str, str, dict[str, str]]:
