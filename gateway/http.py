@@ -99,6 +99,13 @@ async def _read_body(request: web.Request, cfg: Config) -> bytes | web.Response:
             text=f"request body exceeds the limit of {cfg.max_request_bytes} bytes "
             "(--max-request-bytes)\n",
         )
+    except ConnectionResetError:  # the client went away mid-body: one line, no traceback
+        request.app[LIMITS_KEY].drops.drop(
+            "disconnected", request.remote, "connection lost while reading the request body"
+        )
+        resp = web.Response(status=400, text="connection lost\n")
+        resp.force_close()
+        return resp
     except TimeoutError:
         request.app[LIMITS_KEY].drops.drop(
             "body-timeout",

@@ -9,7 +9,11 @@
 - Concurrent connections: at most `--max-connections` (default 512, lowered to fit the
   process's open-file limit); one more gets `503` with `Retry-After` and is closed at
   once, so the listening socket keeps accepting and never meets EMFILE (which made
-  asyncio log a traceback per accept). One client address may hold at most
+  asyncio log a traceback per accept). At the cap, a new connection first evicts the
+  oldest connection still waiting for its first request head (slowloris connections are
+  the oldest such; a real client sends its head at once), so idle half-requests cannot
+  lock clients out; only when none is waiting is the newcomer refused. One client
+  address may hold at most
   `--max-client-connections` (default 128) of them, so one hostile host cannot take all.
 - Each dropped client is one log line (WARNING, at most one per second per reason plus a
   count), never a traceback.
@@ -105,13 +109,17 @@ class Limits:
         self.max_connections = effective_max_connections(max_connections)
         self.max_client_connections = max_client_connections
         self.per_client: dict[str, int] = {}  # client address -> open connections
+        self.pending: dict[_Guard, None] = {}  # waiting for their first head, oldest first
         self.active = 0
         self.lingering = 0  # _Busy connections waiting to be closed
         self.drops = DropLog()
 
     def protocol(self, make_inner: Callable[[], asyncio.Protocol]) -> asyncio.Protocol:
         if self.active >= self.max_connections:
-            return _Busy(self)
+            oldest = next(iter(self.pending), None)
+            if oldest is None:
+                return _Busy(self)
+            oldest.evict()
         return _Guard(self, make_inner())
 
 
@@ -212,11 +220,37 @@ class _Guard(asyncio.Protocol):
         self.timer = asyncio.get_running_loop().call_later(
             self.limits.request_timeout, self._head_timeout
         )
+        self.limits.pending[self] = None
         self.forwarded = True
         self.inner.connection_made(transport)
 
+    def evict(self) -> None:
+        """Make room at the connection cap: answer 503 and close; the slot is free now."""
+        self._head_done()
+        if self.counted:
+            self.limits.active -= 1
+            self.counted = False
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        self.limits.drops.drop(
+            "evicted",
+            t.get_extra_info("peername"),
+            f"no request head after {self.received} bytes while {self.limits.max_connections} "
+            "connections are open (--max-connections); evicted with 503",
+        )
+        t.write(_answer(_BUSY_503, "server full and your request head is incomplete\n"))
+        t.close()
+
+    def _head_done(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.limits.pending.pop(self, None)
+
     def _head_timeout(self) -> None:
         self.timer = None
+        self.limits.pending.pop(self, None)
         t = self.transport
         if t is None or t.is_closing():
             return
@@ -235,8 +269,7 @@ class _Guard(asyncio.Protocol):
         if self.timer is not None:
             self.received += len(data)
             if b"\r\n\r\n" in self.tail + data:
-                self.timer.cancel()
-                self.timer = None
+                self._head_done()
             else:
                 self.tail = (self.tail + data)[-3:]
         self.inner.data_received(data)
@@ -257,9 +290,7 @@ class _Guard(asyncio.Protocol):
             self.inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        self._head_done()
         if self.refused is not None:
             self.refused.cancel()
             self.refused = None

@@ -163,19 +163,25 @@ async def test_half_sent_requests_time_out_and_connections_are_capped(gateway_pr
     t0 = time.monotonic()
     heads = [await _half_request(port, head) for _ in range(20)]
     bodies = [await _half_request(port, body_head) for _ in range(20)]
-    extra = [await _half_request(port, head) for _ in range(10)]  # over the cap
-    for r, _w in extra:
-        first = await asyncio.wait_for(r.read(), 5)
-        assert first.startswith(b"HTTP/1.1 503"), first
-    for r, _w in heads + bodies:
-        answer = await asyncio.wait_for(r.read(), 5)  # read to EOF: the gateway closes
-        assert answer.startswith(b"HTTP/1.1 408"), answer
-    assert time.monotonic() - t0 < 5
-    # the gateway serves normally again at once
+    await asyncio.sleep(0.1)  # the gateway has read the heads of `bodies`
+    # the cap is reached; a real client is still served at once: it evicts the oldest
+    # connection that has not sent its request head
     t1 = time.monotonic()
     r = await call(gw.url, notify_body(("tns:t", reading(1))))
     assert r.status == 202 and time.monotonic() - t1 < 1.0
-    for _r, w in heads + bodies + extra:
+    await asyncio.sleep(0.1)  # its connection is closed: 39 in use
+    extra = [await _half_request(port, head) for _ in range(10)]  # 9 of them evict one more
+    answers = [await asyncio.wait_for(r.read(), 5) for r, _w in heads + bodies + extra]
+    firsts = [a.split(b"\r\n", 1)[0] for a in answers]
+    assert firsts[:10] == [b"HTTP/1.1 503 Service Unavailable"] * 10, firsts
+    assert firsts[10:] == [b"HTTP/1.1 408 Request Timeout"] * 40, firsts
+    assert time.monotonic() - t0 < 5
+    # all 40 slots held by requests past their head (not evictable): a newcomer gets 503
+    bodies = [await _half_request(port, body_head) for _ in range(40)]
+    await asyncio.sleep(0.1)
+    r2, w2 = await _half_request(port, head)
+    assert (await asyncio.wait_for(r2.read(), 5)).startswith(b"HTTP/1.1 503")
+    for _r, w in heads + bodies + extra + [(r2, w2)]:
         w.close()
     await asyncio.sleep(0.2)
     err = gw.stderr.read_text()
