@@ -158,3 +158,20 @@ async def test_buffer_overflow_is_counted_and_reported(
         await gateway.start()
         values, _ = await _values(gateway, 3)
         assert values == ["3", "4", "5"]  # the oldest two were dropped
+
+
+async def test_batch_wait_gathers_readings_into_one_notify_by_choice(
+    start_device: Callable[..., DeviceProcess], gateway: FakeGateway
+) -> None:
+    # issue 16.2 "buffered ... by choice": batch_wait_s holds the first reading that long
+    dev = start_device(gateway=gateway.url, batch_wait_s=1.5, **LINK)
+    await _wait(lambda: gateway.register_requests)
+    async with aiohttp.ClientSession() as s:
+        cl = Client(dev, s)
+        await cl.subscribe(gateway.reg_url("r1"), topic="dt:heartbeat")
+        for _ in range(5):
+            await cl.sample("heartbeat")
+        values, notifies = await _values(gateway, 5)
+        assert values == ["1", "2", "3", "4", "5"] and notifies == 1
+        st = await cl.status()
+        assert st["gateway"]["batches"] == 1 and st["gateway"]["delivered"] == 5
