@@ -1,7 +1,10 @@
 """Measurements and their per-window aggregates: the same code for batch and streaming.
 
-Event time is the gateway's `received_at`, never the device's own clock (`fields.time`): one
-device with a wrong clock must not move the (global) watermark for all of them.
+Time is a message's `at`: the gateway's `received_at` by default, the device's `event_time`
+with `--time event` (docs/spark_ingest.md, "Identity and time": by default one device with a
+wrong clock must not move the global watermark for all of them). Groups are per device
+(`key`: the device id where known, else the producer), so a device whose address changes
+stays one series; `producer` and `gateway_id` are the last ones seen in the window.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ NUMBER_RE = r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$"
 
 
 def measurements(messages: DataFrame) -> DataFrame:
-    """One row per entry of `fields` (schema.MEASUREMENT).
+    """One row per entry of `fields` (id, at, key, device_id, producer, gateway_id, topic_path,
+    field, value_str, value).
 
     `value` is the entry as a double when its text is a decimal or scientific number
     (NUMBER_RE), else null (text, empty, NaN, Infinity, hex, beyond a double's range);
@@ -28,8 +32,11 @@ def measurements(messages: DataFrame) -> DataFrame:
     """
     exploded = messages.select(
         "id",
-        "received_at",
+        "at",
+        "key",
+        "device_id",
         "producer",
+        "gateway_id",
         "topic_path",
         F.explode("fields").alias("field", "value_str"),
     )
@@ -39,23 +46,27 @@ def measurements(messages: DataFrame) -> DataFrame:
 
 
 def window_aggregates(meas: DataFrame, window: str) -> DataFrame:
-    """Tumbling `window` aggregates per (window, producer, topic_path, field).
+    """Tumbling `window` aggregates per (window, key, topic_path, field).
 
-    `last`/`last_str` are the value with the greatest (received_at, id): ties on the
-    timestamp are broken by message id, so the result does not depend on row order.
-    On messages hash-partitioned by producer (batch.by_producer) the grouping needs no
-    shuffle: Spark sorts each partition once and aggregates it, instead of a partial
-    aggregation, a shuffle of every measurement and a second sort (about 2x slower, measured).
+    `last`/`last_str` are the value with the greatest (at, id): ties on the timestamp are
+    broken by message id, so the result does not depend on row order; `producer` and
+    `gateway_id` come from the same message. `device_id` is a function of `key` (grouping
+    by it too costs nothing). On messages hash-partitioned by key (batch.by_key) the
+    grouping needs no shuffle: Spark sorts each partition once and aggregates it, instead
+    of a partial aggregation, a shuffle of every measurement and a second sort (about 2x
+    slower, measured).
     """
     grouped = meas.groupBy(
-        F.window("received_at", window).alias("window"), "producer", "topic_path", "field"
+        F.window("at", window).alias("window"), "key", "device_id", "topic_path", "field"
     ).agg(
         F.count(F.lit(1)).alias("count"),
         F.count("value").alias("numeric_count"),
         F.min("value").alias("min"),
         F.max("value").alias("max"),
         F.avg("value").alias("mean"),
-        F.max(F.struct("received_at", "id", "value_str", "value")).alias("_last"),
+        F.max(F.struct("at", "id", "value_str", "value", "producer", "gateway_id")).alias(
+            "_last"
+        ),
     )
     return finish(grouped)
 
@@ -64,7 +75,9 @@ def finish(grouped: DataFrame) -> DataFrame:
     return grouped.select(
         F.col("window.start").alias("window_start"),
         F.col("window.end").alias("window_end"),
-        "producer",
+        "device_id",
+        F.col("_last.producer").alias("producer"),
+        F.col("_last.gateway_id").alias("gateway_id"),
         "topic_path",
         "field",
         "count",
@@ -74,6 +87,6 @@ def finish(grouped: DataFrame) -> DataFrame:
         "mean",
         F.col("_last.value").alias("last"),
         F.col("_last.value_str").alias("last_str"),
-        F.col("_last.received_at").alias("last_at"),
+        F.col("_last.at").alias("last_at"),
         F.to_date("window.start").alias("date"),
     ).select(*AGGREGATE_COLUMNS)

@@ -2,16 +2,16 @@
 
 The output directory is rewritten as a whole (each of its parts is overwritten), so running
 the job twice on the same landing zone gives the same output: it is idempotent, and exactly
-once by construction. Lines are parsed and partitioned by producer once; that form is kept
+once by construction. Lines are parsed and partitioned by device key once; that form is kept
 (keep.materialize) for the four outputs.
 """
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from time import monotonic
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -20,10 +20,9 @@ from pyspark.sql import functions as F
 from spark_ingest.aggregate import measurements, window_aggregates
 from spark_ingest.devices import device_summary
 from spark_ingest.hfs import HFS
+from spark_ingest.inputs import Inputs, resolve
 from spark_ingest.keep import materialize, release
 from spark_ingest.landing import (
-    JSONL_GLOB,
-    PARQUET_GLOB,
     REASONS,
     classify_lines,
     classify_parquet,
@@ -32,6 +31,8 @@ from spark_ingest.landing import (
     read_parquet,
     valid_messages,
 )
+
+UNMATCHED_SHOWN = 5
 
 Progress = Callable[[str], None]
 
@@ -42,12 +43,18 @@ def _quiet(_: str) -> None:
 
 @dataclass
 class DeviceLine:
+    device_id: str | None
     producer: str | None
     messages: int
     first_seen: str
     last_seen: str
     gap_count: int
     longest_gap_s: float
+    clock_skew_median_s: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.device_id or self.producer or "(no device, no producer)"
 
 
 @dataclass
@@ -57,7 +64,12 @@ class BatchSummary:
     landing: str
     out: str
     window: str
+    time: str = "received"
     files: int = 0
+    #: landing locations that matched nothing, and entries there that are not landing files
+    missing: list[str] = field(default_factory=list)
+    unmatched: int = 0
+    unmatched_examples: list[str] = field(default_factory=list)
     lines: int = 0
     messages: int = 0
     duplicates: int = 0
@@ -82,8 +94,22 @@ class BatchSummary:
     def render(self) -> str:
         rate = self.lines / self.seconds if self.seconds else 0.0
         out = [
-            f"wsn-ingest batch: {self.landing} -> {self.out}  (window {self.window})",
-            f"  files read        {self.files}",
+            f"wsn-ingest batch: {self.landing} -> {self.out}  (window {self.window}, "
+            f"time {self.time})",
+            f"  files read        {self.files}"
+            + ("  (NO LANDING FILES: nothing was read)" if not self.files else ""),
+        ]
+        for m in self.missing:
+            out.append(f"  matched nothing   {m}")
+        if self.unmatched:
+            more = self.unmatched - len(self.unmatched_examples)
+            out.append(
+                f"  not landing files {self.unmatched} (ignored; names must be "
+                "landing-*.jsonl or landing-*.parquet): "
+                + ", ".join(self.unmatched_examples)
+                + (f", ... {more} more" if more > 0 else "")
+            )
+        out += [
             f"  lines read        {self.lines}  ({rate:,.0f} lines/s, {self.seconds:.1f} s)",
             f"  messages          {self.messages}  [{self.first_received or '-'} .. "
             f"{self.last_received or '-'}]",
@@ -97,13 +123,19 @@ class BatchSummary:
             ),
             f"  measurements      {self.measurements}",
             f"  aggregate rows    {self.windows}  -> {self.out}/aggregates/",
-            f"  producers         {self.producers}  -> {self.out}/devices/",
+            f"  devices           {self.producers}  -> {self.out}/devices/",
         ]
-        gappy = sorted(self.devices, key=lambda d: (-d.gap_count, str(d.producer)))
+        gappy = sorted(self.devices, key=lambda d: (-d.gap_count, d.name))
         for d in gappy[:8]:
+            skew = (
+                f", clock skew {d.clock_skew_median_s:+.1f} s"
+                if d.clock_skew_median_s is not None
+                else ""
+            )
+            at = f" at {d.producer}" if d.device_id and d.producer else ""
             out.append(
-                f"    {d.producer}: {d.messages} msgs, last {d.last_seen}, "
-                f"{d.gap_count} gaps (longest {d.longest_gap_s:.0f} s)"
+                f"    {d.name}{at}: {d.messages} msgs, last {d.last_seen}, "
+                f"{d.gap_count} gaps (longest {d.longest_gap_s:.0f} s){skew}"
             )
         if len(gappy) > 8:
             out.append(f"    ... {len(gappy) - 8} more")
@@ -118,33 +150,30 @@ def iso(col: str) -> Column:
     return F.date_format(F.col(col), "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'")
 
 
-def landing_files(spark: SparkSession, landing: str) -> dict[str, int]:
-    """Bytes of each published landing file under `landing`, by name (JSON lines and
-    Parquet; the gateway's hidden `.landing-*.tmp` files and anything else are not landing
-    files)."""
-    return {
-        n: size for n, size in HFS(spark).sizes(landing).items()
-        if n.startswith("landing-") and n.endswith((".jsonl", ".parquet"))
-    }
+def landing_files(spark: SparkSession, landing: str | Sequence[str]) -> dict[str, int]:
+    """Bytes of each published landing file the `landing` location(s) name, by file name
+    (inputs.resolve)."""
+    landings = [landing] if isinstance(landing, str) else list(landing)
+    return resolve(HFS(spark), landings).sizes_by_name()
 
 
-def read_classified(spark: SparkSession, landing: str) -> DataFrame:
-    """Every published landing file (JSON lines and the Parquet variant), classified."""
-    names = list(landing_files(spark, landing))
-    has_jsonl = any(n.endswith(".jsonl") for n in names)
-    has_parquet = any(n.endswith(".parquet") for n in names)
+def read_classified(spark: SparkSession, inputs: Inputs, time: str = "received") -> DataFrame:
+    """Every landing file of `inputs` (JSON lines and the Parquet variant), classified."""
     parts: list[DataFrame] = []
-    if has_jsonl or not has_parquet:
-        parts.append(classify_lines(read_jsonl(spark, landing)))
-    if has_parquet:
-        parts.append(classify_parquet(read_parquet(spark, landing)))
+    if inputs.jsonl:
+        parts.append(classify_lines(read_jsonl(spark, inputs.jsonl), time=time))
+    if inputs.parquet:
+        parts.append(classify_parquet(read_parquet(spark, inputs.parquet), time=time))
+    if not parts:  # nothing to read: an empty frame of the same columns
+        empty = spark.createDataFrame([], "raw string, source_file string")
+        parts.append(classify_lines(empty, time=time))
     df = parts[0]
     for p in parts[1:]:
         df = df.unionByName(p)
     return df
 
 
-# Landing bytes per partition of the by-producer shuffle: about 120,000 messages (half a
+# Landing bytes per partition of the by-key shuffle: about 120,000 messages (half a
 # million measurements to sort per task) in either format; Parquet compresses the landing
 # records about 15x.
 JSONL_BYTES_PER_PARTITION = 64 * 1024 * 1024
@@ -152,7 +181,7 @@ PARQUET_BYTES_PER_PARTITION = 4 * 1024 * 1024
 
 
 def partition_count(spark: SparkSession, files: dict[str, int]) -> int:
-    """Partitions for the by-producer shuffle, sized by the landing files (name -> bytes).
+    """Partitions for the by-key shuffle, sized by the landing files (name -> bytes).
 
     Each task sorts the measurements of its partition (4 per message in the benchmark), so
     the count follows the data, not the input splits: the 67 MB Parquet benchmark zone is
@@ -166,22 +195,25 @@ def partition_count(spark: SparkSession, files: dict[str, int]) -> int:
     return max(by_size, 2 * spark.sparkContext.defaultParallelism, 1)
 
 
-def by_producer(df: DataFrame, parts: int) -> DataFrame:
-    """`df` hash-partitioned by producer: what aggregate.window_aggregates and
-    devices.device_summary group by first, so neither shuffles again. Lines without a
-    producer (null) share one partition."""
-    return df.repartition(parts, "producer")
+def by_key(df: DataFrame, parts: int) -> DataFrame:
+    """`df` hash-partitioned by device `key` (schema.MESSAGE): what
+    aggregate.window_aggregates and devices.device_summary group by first, so neither
+    shuffles again. Lines without a key (null) share one partition."""
+    return df.repartition(parts, "key")
 
 
 def run_batch(
     spark: SparkSession,
-    landing: str,
+    landing: str | Sequence[str],
     out: str,
     window: str = "1 minute",
     gap_factor: float = 3.0,
     progress: Progress | None = None,
+    time: str = "received",
 ) -> BatchSummary:
-    """Aggregate every published file under `landing` into `out`; return what was done.
+    """Aggregate every published file the `landing` location(s) name (directories, files,
+    globs or URIs: inputs.resolve) into `out`; return what was done. `time` ("received" or
+    "event") picks the time windows and gaps use (landing.identity).
 
     Writes (each overwritten): `out/aggregates/` (Parquet, partitioned by `date`),
     `out/devices/` (Parquet), `out/quarantine/` (JSON lines), `out/_summary.json`.
@@ -191,25 +223,35 @@ def run_batch(
     time zone to UTC.
     """
     say = progress or _quiet
-    t0 = time.monotonic()
+    t0 = monotonic()
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     out = out.rstrip("/")
-    summary = BatchSummary(landing=landing, out=out, window=window)
+    landings = [landing] if isinstance(landing, str) else list(landing)
+    summary = BatchSummary(landing=" ".join(landings), out=out, window=window, time=time)
     hfs = HFS(spark)
-    if not hfs.exists(landing):
-        raise FileNotFoundError(f"landing directory {landing} does not exist")
-    say(f"reading {landing} ({JSONL_GLOB}, {PARQUET_GLOB})")
+    inputs = resolve(hfs, landings)  # FileNotFoundError when every location is missing
+    summary.missing = list(inputs.missing)
+    summary.unmatched = len(inputs.unmatched)
+    summary.unmatched_examples = [p.rsplit("/", 1)[-1] for p in inputs.unmatched[:UNMATCHED_SHOWN]]
+    for m in inputs.missing:
+        say(f"WARNING: --landing {m} matches nothing")
+    if inputs.unmatched:
+        say(
+            f"WARNING: {len(inputs.unmatched)} entries are not landing files and are ignored: "
+            + ", ".join(summary.unmatched_examples)
+        )
+    say(f"reading {len(inputs.files)} landing files from {' '.join(landings)}")
 
-    # Parse once, shuffle once: every line is hash-partitioned by producer and kept. All
+    # Parse once, shuffle once: every line is hash-partitioned by device key and kept. All
     # that follows (counts by reason, quarantine, dedupe check, window aggregates, devices)
-    # groups by producer plus other keys, so Spark reuses this partitioning and sorts
+    # groups by key plus other columns, so Spark reuses this partitioning and sorts
     # within partitions instead of shuffling 4x more measurement rows (docs/spark_ingest.md,
     # "Performance").
-    files = landing_files(spark, landing)
-    summary.files = len(files)
-    classified = read_classified(spark, landing)
+    files = inputs.sizes_by_name()
+    summary.files = len(inputs.files)
+    classified = read_classified(spark, inputs, time)
     parts = partition_count(spark, files)
-    staged = materialize(spark, by_producer(classified, parts))
+    staged = materialize(spark, by_key(classified, parts))
     msgs: DataFrame | None = None
     try:
         # The lines are counted by reason while the quarantine is written: an Observation
@@ -235,17 +277,17 @@ def run_batch(
         # `--landing-format both` puts every record in a .jsonl and a .parquet file, so the
         # same id may arrive twice; each id counts once. Only valid lines are deduplicated
         # (a quarantined line is not a message and may have no id at all). The check groups
-        # by (producer, id), within the producer partitions, so it shuffles nothing; the
-        # gateway's ids are UUIDs, so this is the same as comparing ids. Only when there are
+        # by (key, id), within the key partitions, so it shuffles nothing; the gateway's
+        # ids are UUIDs, so this is the same as comparing ids. Only when there are
         # duplicates is a deduplicated copy materialized.
         msgs = valid_messages(staged)
         summary.duplicates = int(
-            msgs.groupBy("producer", "id").count().where(F.col("count") > 1)
+            msgs.groupBy("key", "id").count().where(F.col("count") > 1)
             .agg(F.sum(F.col("count") - 1).alias("n")).collect()[0]["n"] or 0
         ) if valid else 0
         summary.messages = valid - summary.duplicates
         if summary.duplicates:
-            msgs = materialize(spark, msgs.dropDuplicates(["producer", "id"]))
+            msgs = materialize(spark, msgs.dropDuplicates(["key", "id"]))
         say(
             f"parsed {summary.lines} lines from {summary.files} files: "
             f"{summary.messages} messages, {summary.duplicates} duplicates, "
@@ -267,16 +309,18 @@ def run_batch(
         devs = (
             spark.read.schema(devices.schema).parquet(f"{out}/devices")
             .select(
+                "device_id",
                 "producer",
                 "messages",
                 iso("first_seen").alias("first_seen"),
                 iso("last_seen").alias("last_seen"),
                 "gap_count",
                 "longest_gap_s",
+                "clock_skew_median_s",
             )
             .collect()
         )
-        say(f"devices written: {len(devs)} producers -> {out}/devices/")
+        say(f"devices written: {len(devs)} devices -> {out}/devices/")
     finally:
         if msgs is not None:
             release(msgs)
@@ -285,18 +329,20 @@ def run_batch(
     summary.producers = len(devs)
     summary.devices = [
         DeviceLine(
+            device_id=d["device_id"],
             producer=d["producer"],
             messages=int(d["messages"]),
             first_seen=d["first_seen"],
             last_seen=d["last_seen"],
             gap_count=int(d["gap_count"]),
             longest_gap_s=float(d["longest_gap_s"]),
+            clock_skew_median_s=d["clock_skew_median_s"],
         )
         for d in devs
     ]
     if devs:
         summary.first_received = min(d["first_seen"] for d in devs)
         summary.last_received = max(d["last_seen"] for d in devs)
-    summary.seconds = time.monotonic() - t0
+    summary.seconds = monotonic() - t0
     hfs.write_text(f"{out}/_summary.json", json.dumps(summary.to_dict(), indent=2) + "\n")
     return summary

@@ -44,6 +44,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting"
     )
     g.add_argument("--json", action="store_true", help="print the summary as JSON")
+    src = argparse.ArgumentParser(add_help=False)
+    i = src.add_argument_group("input")
+    i.add_argument(
+        "--landing",
+        action="append",
+        required=True,
+        metavar="PATH",
+        help="a landing directory, file or glob, local or any URI Spark reads (file://, "
+        "hdfs://, s3a://; passed through as given); repeatable",
+    )
+    i.add_argument(
+        "--time",
+        choices=("received", "event"),
+        default="received",
+        help="time of a message for windows, lateness and gaps: the gateway's received_at "
+        "(default: one device's wrong clock cannot move the watermark for all) or the "
+        "device's event_time (received_at where a line has none)",
+    )
 
     p = argparse.ArgumentParser(
         prog="wsn-ingest",
@@ -51,9 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    b = sub.add_parser("batch", parents=[spark_opts], help="aggregate the whole landing zone")
-    b.add_argument("--landing", required=True, help="the gateway's landing directory")
+    b = sub.add_parser(
+        "batch", parents=[spark_opts, src], help="aggregate the whole landing zone"
+    )
     b.add_argument("--out", required=True, help="output directory (rewritten)")
+    b.add_argument(
+        "--require-input",
+        action="store_true",
+        help="exit 1 when no landing file was read (default: say so and write empty outputs)",
+    )
     b.add_argument("--window", default=WINDOW_DEFAULT, help='tumbling window ("1 minute")')
     b.add_argument(
         "--gap-factor",
@@ -63,9 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     s = sub.add_parser(
-        "stream", parents=[spark_opts], help="aggregate new landing files as they arrive"
+        "stream", parents=[spark_opts, src], help="aggregate new landing files as they arrive"
     )
-    s.add_argument("--landing", required=True)
     s.add_argument("--out", required=True)
     s.add_argument("--checkpoint", required=True, help="checkpoint directory (keep it!)")
     s.add_argument(
@@ -88,15 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=None, help="stop an interval trigger after N seconds"
     )
 
-    pl = sub.add_parser("plot", help="PNG of one field per producer over time")
+    pl = sub.add_parser("plot", help="PNG of one field per device over time")
     pl.add_argument("--out", required=True, help="output directory of batch/stream")
     pl.add_argument("--field", required=True, help="field name (e.g. value)")
-    pl.add_argument("--producer", help="only this producer")
+    pl.add_argument("--producer", help="only this device id or producer address")
     pl.add_argument("--topic", help="only this topic (e.g. temperature)")
     pl.add_argument("--png", required=True, help="PNG file to write")
 
     sy = sub.add_parser("synth", help="write a synthetic landing zone (demo, benchmark)")
-    sy.add_argument("--landing", required=True)
+    sy.add_argument("--landing", required=True, help="a local directory")
     sy.add_argument("--rows", type=int, default=10_000)
     sy.add_argument("--files", type=int, default=4)
     sy.add_argument("--devices", type=int, default=10)
@@ -177,9 +200,17 @@ def _spark(args: argparse.Namespace) -> int:
 
         summary = run_batch(
             spark, args.landing, args.out, window=args.window, gap_factor=args.gap_factor,
-            progress=_progress,
+            progress=_progress, time=args.time,
         )
         print(json.dumps(summary.to_dict(), indent=2) if args.json else summary.render())
+        if not summary.files:
+            print(
+                "wsn-ingest: no landing file was read from " + " ".join(args.landing)
+                + " (files must be named landing-*.jsonl or landing-*.parquet)",
+                file=sys.stderr,
+            )
+            if args.require_input:
+                return 1
         return 0
     from spark_ingest.stream import StreamOptions, run_stream
 
@@ -190,6 +221,7 @@ def _spark(args: argparse.Namespace) -> int:
         gap_factor=args.gap_factor,
         max_files_per_trigger=args.max_files_per_trigger,
         timeout=args.timeout,
+        time=args.time,
     )
     ssum = run_stream(spark, args.landing, args.out, args.checkpoint, opts, progress=_progress)
     print(json.dumps(ssum.to_dict(), indent=2) if args.json else ssum.render())

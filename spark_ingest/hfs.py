@@ -47,6 +47,22 @@ class HFS:
             return {}
         return {str(s.getPath().getName()): int(s.getLen()) for s in fs.listStatus(jp)}
 
+    def glob(self, pattern: str) -> list[tuple[str, bool, int]]:
+        """(qualified path, is a directory, bytes) of what `pattern` names: Hadoop's glob
+        (`*`, `?`, `[ab]`, `{a,b}`), a plain path or URI naming itself; [] for nothing."""
+        jp = self._path(pattern)
+        found = self._fs(jp).globStatus(jp)
+        if found is None:
+            return []
+        return [(str(s.getPath().toString()), bool(s.isDirectory()), int(s.getLen()))
+                for s in found]
+
+    def entries(self, directory: str) -> list[tuple[str, bool, int]]:
+        """(qualified path, is a directory, bytes) of each entry of `directory`."""
+        jp = self._path(directory)
+        return [(str(s.getPath().toString()), bool(s.isDirectory()), int(s.getLen()))
+                for s in self._fs(jp).listStatus(jp)]
+
     def mkdirs(self, p: str) -> None:
         jp = self._path(p)
         self._fs(jp).mkdirs(jp)

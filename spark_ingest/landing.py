@@ -15,10 +15,12 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_ingest.schema import CORRUPT, LANDING_JSON, LANDING_PARQUET
+from spark_ingest.schema import CORRUPT, LANDING_JSON, LANDING_PARQUET, MESSAGE
 
 JSONL_GLOB = "landing-*.jsonl"
 PARQUET_GLOB = "landing-*.parquet"
+DEVICES_NS = "urn:wsn-edge:devices"  # design.md: a device's topics are dev:<device_id>/...
+TIME_MODES = ("received", "event")
 
 # reason codes written to <out>/quarantine/ (documented in docs/spark_ingest.md)
 REASONS = {
@@ -31,8 +33,38 @@ REASONS = {
 }
 
 # columns of a classified line
-CLASSIFIED = ("reason", "source_file", "raw", "id", "received_at", "producer", "topic_path",
-              "fields")
+CLASSIFIED = ("reason", "source_file", "raw", *MESSAGE.fieldNames())
+
+
+def identity(
+    received_at: Column,
+    event_time: Column,
+    device_id: Column,
+    topic_namespace: Column,
+    topic_path: Column,
+    producer: Column,
+    time: str,
+) -> list[Column]:
+    """The MESSAGE columns event_time, at, key and device_id (docs/spark_ingest.md,
+    "Identity and time"). A line without `device_id` (written before it existed, or by an
+    unregistered producer) gets the root of a `dev:<id>/...` topic as its device id."""
+    if time not in TIME_MODES:
+        raise ValueError(f"--time must be one of {TIME_MODES}, not {time!r}")
+    dev = F.coalesce(
+        device_id,
+        F.when(
+            (topic_namespace == F.lit(DEVICES_NS)) & (F.coalesce(topic_path, F.lit("")) != ""),
+            F.substring_index(topic_path, "/", 1),
+        ),
+    )
+    at = received_at if time == "received" else F.coalesce(event_time, received_at)
+    key = F.coalesce(F.concat(F.lit("device:"), dev), F.concat(F.lit("producer:"), producer))
+    return [
+        event_time.alias("event_time"),
+        at.alias("at"),
+        key.alias("key"),
+        dev.alias("device_id"),
+    ]
 
 
 def _reason(j: Column, ts: Column, raw: Column) -> Column:
@@ -49,9 +81,11 @@ def _reason(j: Column, ts: Column, raw: Column) -> Column:
     )
 
 
-def classify_lines(lines: DataFrame, keep_raw: bool = False) -> DataFrame:
+def classify_lines(lines: DataFrame, keep_raw: bool = False, time: str = "received") -> DataFrame:
     """(raw, source_file) -> CLASSIFIED columns; `raw` is kept only for quarantined lines,
-    unless `keep_raw` (streaming keeps it to write late lines verbatim)."""
+    unless `keep_raw` (streaming keeps it to write late lines verbatim). `time` picks `at`
+    (TIME_MODES). An `event_time` that is not a timestamp is read as null (the gateway
+    writes null then), not quarantined."""
     j = F.from_json(
         F.col("raw"),
         LANDING_JSON,
@@ -75,14 +109,18 @@ def classify_lines(lines: DataFrame, keep_raw: bool = False) -> DataFrame:
         (F.col("raw") if keep_raw else F.when(reason.isNotNull(), F.col("raw"))).alias("raw"),
         F.col("j.id").alias("id"),
         ts.alias("received_at"),
+        *identity(ts, F.try_to_timestamp(F.col("j.event_time")), F.col("j.device_id"),
+                  F.col("j.topic_namespace"), F.col("j.topic_path"), F.col("j.producer"), time),
         F.col("j.producer").alias("producer"),
+        F.col("j.gateway_id").alias("gateway_id"),
         F.col("j.topic_path").alias("topic_path"),
         F.col("j.fields").alias("fields"),
     )
 
 
-def classify_parquet(rows: DataFrame, keep_raw: bool = False) -> DataFrame:
-    """Parquet landing rows (+ source_file) -> CLASSIFIED columns; raw is the row as JSON."""
+def classify_parquet(rows: DataFrame, keep_raw: bool = False, time: str = "received") -> DataFrame:
+    """Parquet landing rows (+ source_file) -> CLASSIFIED columns; raw is the row as JSON.
+    Files written before the identity columns existed read them as nulls."""
     raw = F.to_json(F.struct(*[F.col(f.name) for f in LANDING_PARQUET.fields]))
     reason = (
         F.when(F.col("id").isNull() | (F.col("id") == ""), F.lit("missing_id"))
@@ -95,20 +133,23 @@ def classify_parquet(rows: DataFrame, keep_raw: bool = False) -> DataFrame:
         (raw if keep_raw else F.when(reason.isNotNull(), raw)).alias("raw"),
         "id",
         "received_at",
+        *identity(F.col("received_at"), F.col("event_time"), F.col("device_id"),
+                  F.col("topic_namespace"), F.col("topic_path"), F.col("producer"), time),
         "producer",
+        "gateway_id",
         "topic_path",
         "fields",
     )
 
 
-def read_jsonl(spark: SparkSession, landing: str) -> DataFrame:
-    """Batch read of every published JSON-lines file (hidden `.tmp` files never match)."""
-    df = spark.read.option("pathGlobFilter", JSONL_GLOB).text(landing)
+def read_jsonl(spark: SparkSession, files: list[str]) -> DataFrame:
+    """Batch read of the given published JSON-lines files (inputs.resolve lists them)."""
+    df = spark.read.text(files)
     return df.select(F.col("value").alias("raw"), F.col("_metadata.file_path").alias("source_file"))
 
 
-def read_parquet(spark: SparkSession, landing: str) -> DataFrame:
-    df = spark.read.schema(LANDING_PARQUET).option("pathGlobFilter", PARQUET_GLOB).parquet(landing)
+def read_parquet(spark: SparkSession, files: list[str]) -> DataFrame:
+    df = spark.read.schema(LANDING_PARQUET).parquet(*files)
     return df.select("*", F.col("_metadata.file_path").alias("source_file"))
 
 
@@ -137,9 +178,7 @@ def stream_parquet(spark: SparkSession, landing: str, max_files: int | None) -> 
 
 
 def valid_messages(classified: DataFrame) -> DataFrame:
-    return classified.where(F.col("reason").isNull()).select(
-        "id", "received_at", "producer", "topic_path", "fields"
-    )
+    return classified.where(F.col("reason").isNull()).select(*MESSAGE.fieldNames())
 
 
 def quarantined(classified: DataFrame) -> DataFrame:

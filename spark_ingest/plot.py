@@ -1,9 +1,10 @@
-"""`wsn-ingest plot`: one field over time, per producer, from `<out>/aggregates/`.
+"""`wsn-ingest plot`: one field over time, per device, from `<out>/aggregates/`.
 
 Reads the Parquet aggregates with pyarrow (no JVM to start: a plot takes a second), so `out`
 must be a local directory. One panel per topic (the last segment of `topic_path`, so that
-temperature and light are not drawn on one axis), one line per producer: the window mean,
-with the window's min..max as a band.
+temperature and light are not drawn on one axis), one line per device (labelled with its
+device id, or its producer address when it has none): the window mean, with the window's
+min..max as a band.
 """
 
 from __future__ import annotations
@@ -36,11 +37,15 @@ def load(out: str, field: str, producer: str | None, topic: str | None) -> list[
     if not root.is_dir():
         raise PlotError(f"{root} does not exist: run `wsn-ingest batch` or `stream` first")
     dataset = ds.dataset(root, format="parquet", partitioning="hive")
+    has_device = "device_id" in dataset.schema.names  # aggregates written before issue 15
     cols = ["window_start", "window_end", "producer", "topic_path", "field", "min", "max",
-            "mean", "numeric_count"]
+            "mean", "numeric_count", *(["device_id"] if has_device else [])]
     flt = ds.field("field") == field
-    if producer is not None:
-        flt = flt & (ds.field("producer") == producer)
+    if producer is not None:  # a device id or a producer address
+        who = ds.field("producer") == producer
+        if has_device:
+            who = who | (ds.field("device_id") == producer)
+        flt = flt & who
     rows: list[Row] = dataset.to_table(columns=cols, filter=flt).to_pylist()
     if not rows:
         fields = sorted(set(dataset.to_table(columns=["field"]).column("field").to_pylist()))
@@ -55,6 +60,7 @@ def load(out: str, field: str, producer: str | None, topic: str | None) -> list[
         )
     for r in rows:
         r["topic"] = (r["topic_path"] or "(no topic)").rsplit("/", 1)[-1]
+        r["series"] = r.get("device_id") or r["producer"] or "(no device)"
     if topic is not None:
         rows = [r for r in rows if topic in (r["topic"], r["topic_path"])]
         if not rows:
@@ -84,7 +90,7 @@ def plot(
         by_producer: dict[str, list[Row]] = {}
         for r in rows:
             if r["topic"] == t:
-                by_producer.setdefault(r["producer"] or "(no producer)", []).append(r)
+                by_producer.setdefault(r["series"], []).append(r)
         for prod in sorted(by_producer):
             g = by_producer[prod]
             mid = [r["window_start"] + (r["window_end"] - r["window_start"]) / 2 for r in g]

@@ -16,14 +16,19 @@ CORRUPT = "_corrupt_record"
 # messages are aggregated under a null key rather than rejected.
 REQUIRED = ("id", "received_at", "fields")
 
-# The JSON-lines landing line, as parsed. `payload`, `message_type` and `topic_namespace` are
-# not needed for aggregation; leaving them out of the parse schema lets the JSON parser skip
-# them without building strings (the payload is most of a line's bytes).
+# The JSON-lines landing line, as parsed. `payload` and `message_type` are not needed for
+# aggregation; leaving them out of the parse schema lets the JSON parser skip them without
+# building strings (the payload is most of a line's bytes). `topic_namespace` is read to
+# derive a device id from `dev:<id>/...` topics of lines written before `device_id` existed.
 LANDING_JSON = T.StructType(
     [
         T.StructField("id", T.StringType()),
         T.StructField("received_at", T.StringType()),
+        T.StructField("event_time", T.StringType()),
         T.StructField("producer", T.StringType()),
+        T.StructField("device_id", T.StringType()),
+        T.StructField("gateway_id", T.StringType()),
+        T.StructField("topic_namespace", T.StringType()),
         T.StructField("topic_path", T.StringType()),
         T.StructField("fields", T.MapType(T.StringType(), T.StringType())),
         T.StructField(CORRUPT, T.StringType()),
@@ -74,34 +79,32 @@ def parquet_landing_arrow() -> Any:
     )
 
 
-# One parsed, valid message (internal, between parsing and aggregation).
+# One parsed, valid message (internal, between parsing and aggregation; also what the
+# streaming job stages). `at` is the time it counts at (windows, watermark, gaps): its
+# `received_at`, or with `--time event` its `event_time` where it has one. `key` is the
+# group key: "device:<device_id>" where the device is known, else "producer:<producer>",
+# null for a message with neither (all such messages form one group, as before).
 MESSAGE = T.StructType(
     [
         T.StructField("id", T.StringType(), False),
         T.StructField("received_at", T.TimestampType(), False),
+        T.StructField("event_time", T.TimestampType()),
+        T.StructField("at", T.TimestampType(), False),
+        T.StructField("key", T.StringType()),
+        T.StructField("device_id", T.StringType()),
         T.StructField("producer", T.StringType()),
+        T.StructField("gateway_id", T.StringType()),
         T.StructField("topic_path", T.StringType()),
         T.StructField("fields", T.MapType(T.StringType(), T.StringType())),
-    ]
-)
-
-# One measurement: one entry of `fields` (staged between the two streaming queries).
-MEASUREMENT = T.StructType(
-    [
-        T.StructField("id", T.StringType(), False),
-        T.StructField("received_at", T.TimestampType(), False),
-        T.StructField("producer", T.StringType()),
-        T.StructField("topic_path", T.StringType()),
-        T.StructField("field", T.StringType()),
-        T.StructField("value_str", T.StringType()),
-        T.StructField("value", T.DoubleType()),
     ]
 )
 
 AGGREGATE_COLUMNS = (
     "window_start",
     "window_end",
+    "device_id",
     "producer",
+    "gateway_id",
     "topic_path",
     "field",
     "count",

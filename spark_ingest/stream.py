@@ -12,10 +12,10 @@ Two chained queries, each with its own checkpoint under `--checkpoint`:
    *Duplicates* are decided here too: a valid line whose `id` an earlier micro-batch staged,
    or that another line of the same micro-batch precedes, is counted and not staged.
    *Late* is decided here, with Spark's rule: a message is late when the end of its window is
-   at or before the watermark = (greatest received_at of all earlier micro-batches) -
+   at or before the watermark = (greatest `at` of all earlier micro-batches) -
    `--watermark`. Messages of one micro-batch are never late to each other.
 2. **aggregate** (`<ckpt>/aggregate`): staged messages -> measurements ->
-   `withWatermark(received_at)` -> tumbling-window aggregates in append mode -> foreachBatch
+   `withWatermark(at)` -> tumbling-window aggregates in append mode -> foreachBatch
    that writes micro-batch N's finished windows to `<out>/aggregates/date=D/batch=N/` with
    dynamic partition overwrite.
    This query sees only on-time messages, in order, so its own watermark is never ahead of
@@ -38,7 +38,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -51,6 +51,7 @@ from pyspark.sql import types as T
 from spark_ingest.aggregate import measurements, window_aggregates
 from spark_ingest.devices import device_summary
 from spark_ingest.hfs import HFS
+from spark_ingest.inputs import resolve
 from spark_ingest.landing import (
     classify_lines,
     classify_parquet,
@@ -74,6 +75,9 @@ class StreamOptions:
     max_files_per_trigger: int | None = None
     timeout: float | None = None  # stop an interval trigger after this many seconds
     devices_every: float = 60.0  # refresh <out>/devices this often with an interval trigger
+    #: "received" or "event": the time windows, lateness and gaps use (landing.identity);
+    #: keep it for the life of a checkpoint
+    time: str = "received"
 
 
 @dataclass
@@ -206,19 +210,19 @@ class _Split:
 
     def seen_ids(self, batch_id: int, lo_us: int, hi_us: int) -> DataFrame | None:
         """Ids staged by earlier micro-batches (published, immutable: a re-run of `batch_id`
-        sees exactly the same set, which keeps the dedupe exactly once) whose received_at
+        sees exactly the same set, which keeps the dedupe exactly once) whose `at`
         lies in [lo_us, hi_us], the span of this micro-batch's valid lines.
 
-        A copy of a message carries the message's received_at, so no staged row outside the
+        A copy of a message carries the message's `at`, so no staged row outside the
         span can be one. The bound is what keeps a long-running stream from slowing down:
-        Spark skips each staged file whose received_at statistics fall outside the span, so
+        Spark skips each staged file whose `at` statistics fall outside the span, so
         the cost follows the overlap with this micro-batch, not the length of the history.
         """
         dirs = [f"{self.p.staged}/{n}" for n in self.hfs.names(self.p.staged)
                 if n.startswith("b-") and n[2:].isdigit() and int(n[2:]) < batch_id]
         if not dirs:
             return None
-        span = F.col("received_at").between(
+        span = F.col("at").between(
             F.timestamp_micros(F.lit(lo_us)), F.timestamp_micros(F.lit(hi_us))
         )
         return (self.spark.read.schema(STAGED).parquet(*dirs).where(span).select("id")
@@ -231,7 +235,7 @@ class _Split:
 
         # the end of the tumbling window, as F.window computes it (epoch-aligned); not
         # F.window itself: it filters out rows without a time, i.e. the quarantined lines
-        us = F.unix_micros("received_at")
+        us = F.unix_micros("at")
         w = F.lit(self.window_us)
         wend_us = us - F.pmod(us, w) + w
         late_cond = F.lit(False) if wm_us is None else wend_us <= F.lit(wm_us)
@@ -273,7 +277,7 @@ class _Split:
             df.groupBy("reason", "_late", "_dup")
             .agg(
                 F.count(F.lit(1)).alias("n"),
-                F.max(F.unix_micros("received_at")).alias("max_us"),
+                F.max(F.unix_micros("at")).alias("max_us"),
                 F.collect_set("source_file").alias("files"),
             )
             .collect()
@@ -299,7 +303,8 @@ class _Split:
                 F.date_format("_wend", "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'")
                 .alias("window_end"),
                 F.lit(_iso_us(wm_us)).alias("watermark"),
-                "id", "producer", "topic_path", "source_file", "raw",
+                F.date_format("at", "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").alias("at"),
+                "id", "device_id", "producer", "topic_path", "source_file", "raw",
             ).write.mode("overwrite").json(f"{self.p.out}/late/batch={batch_id}"))
         # every valid message, flagged: the aggregate query takes the on-time ones, the
         # device summary all of them
@@ -371,12 +376,19 @@ def refresh_devices(spark: SparkSession, paths: _Paths, gap_factor: float) -> in
     return int(spark.read.parquet(f"{paths.out}/devices").count())
 
 
-def _source(spark: SparkSession, landing: str, opts: StreamOptions) -> DataFrame:
-    jsonl = classify_lines(stream_jsonl(spark, landing, opts.max_files_per_trigger),
-                           keep_raw=True)
-    parquet = classify_parquet(stream_parquet(spark, landing, opts.max_files_per_trigger),
-                               keep_raw=True)
-    return jsonl.unionByName(parquet)
+def _source(spark: SparkSession, landings: list[str], opts: StreamOptions) -> DataFrame:
+    """Both formats of every landing location (a directory or a glob of directories), one
+    file source each: the set of locations must stay the same for a checkpoint."""
+    parts: list[DataFrame] = []
+    for landing in landings:
+        parts.append(classify_lines(stream_jsonl(spark, landing, opts.max_files_per_trigger),
+                                    keep_raw=True, time=opts.time))
+        parts.append(classify_parquet(stream_parquet(spark, landing, opts.max_files_per_trigger),
+                                      keep_raw=True, time=opts.time))
+    df = parts[0]
+    for p in parts[1:]:
+        df = df.unionByName(p)
+    return df
 
 
 def _staged_source(spark: SparkSession, paths: _Paths, opts: StreamOptions) -> DataFrame:
@@ -419,7 +431,7 @@ def _progress_sum(query: Any, key: str) -> int:
 
 def run_stream(
     spark: SparkSession,
-    landing: str,
+    landing: str | Sequence[str],
     out: str,
     checkpoint: str,
     opts: StreamOptions | None = None,
@@ -437,25 +449,26 @@ def run_stream(
     t0 = time.monotonic()
     paths = _Paths(out, checkpoint)
     hfs = HFS(spark)
-    if not hfs.exists(landing):
-        raise FileNotFoundError(f"landing directory {landing} does not exist")
+    landings = [landing] if isinstance(landing, str) else list(landing)
+    inputs = resolve(hfs, landings)  # FileNotFoundError when every location is missing
+    for m in inputs.missing:
+        say(f"WARNING: --landing {m} matches nothing (yet)")
     for d in (paths.staged, paths.state):
         hfs.mkdirs(d)
-    summary = StreamSummary(landing=landing, out=paths.out, checkpoint=paths.ckpt,
+    summary = StreamSummary(landing=" ".join(landings), out=paths.out, checkpoint=paths.ckpt,
                             window=opts.window, watermark_delay=opts.watermark,
                             trigger=opts.trigger)
     split = _Split(spark, paths, opts, say)
     agg = _Aggregate(paths, say)
 
     def start_split() -> Any:
-        w = (_source(spark, landing, opts).writeStream.queryName("wsn-ingest-split")
+        w = (_source(spark, landings, opts).writeStream.queryName("wsn-ingest-split")
              .option("checkpointLocation", paths.split_ckpt).foreachBatch(split))
         return _trigger(w, opts.trigger).start()
 
     def start_aggregate() -> Any:
         aggs = window_aggregates(
-            measurements(_staged_source(spark, paths, opts).withWatermark("received_at",
-                                                                    opts.watermark)),
+            measurements(_staged_source(spark, paths, opts).withWatermark("at", opts.watermark)),
             opts.window,
         )
         w = (aggs.writeStream.queryName("wsn-ingest-aggregate").outputMode("append")

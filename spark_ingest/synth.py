@@ -45,11 +45,22 @@ class Message:
     topic_namespace: str | None = DEVICE_NS
     message_type: str | None = READING_TYPE
     payload: str = ""
+    device_id: str | None = None
+    gateway_id: str | None = None
+    event_time: datetime | None = None
+    #: False: a line as written before issue 15 (no device_id, gateway_id, event_time keys)
+    identity: bool = True
 
     def to_json(self) -> str:
         obj: dict[str, Any] = {
             "id": self.id,
             "received_at": iso_z(self.received_at),
+        }
+        if self.identity:
+            obj["event_time"] = iso_z(self.event_time) if self.event_time else None
+            obj["device_id"] = self.device_id
+            obj["gateway_id"] = self.gateway_id
+        obj |= {
             "producer": self.producer,
             "topic_namespace": self.topic_namespace,
             "topic_path": self.topic_path,
@@ -71,6 +82,9 @@ def reading_xml(fields: dict[str, str]) -> str:
         f"<rd:{k}>{v}</rd:{k}>" for k, v in fields.items() if k != "device"
     )
     return f'<rd:Reading xmlns:rd="{READING_NS}" device="{dev}">{inner}</rd:Reading>'
+
+
+GATEWAY_ID = "gw-synth"
 
 
 def producer_of(device: str) -> str:
@@ -101,6 +115,9 @@ def readings(
                     id=f"{i:032x}",
                     received_at=at,
                     producer=producer_of(dev),
+                    device_id=dev,
+                    gateway_id=GATEWAY_ID,
+                    event_time=at.replace(microsecond=0),
                     topic_path=f"{dev}/{topic}",
                     fields={
                         "device": dev,
@@ -144,8 +161,11 @@ def write_lines(directory: Path, name: str, lines: Iterable[str]) -> Path:
 
 # ---- fast generator (benchmarks, demos) -------------------------------------------------
 
+# what the gateway writes since issue 15 (landing_record.py): identity keys, and a payload
+# with only its own namespace declaration
 _TEMPLATE = (
-    '{"id":"%032x","received_at":"%s.%06dZ","producer":"%s","topic_namespace":"'
+    '{"id":"%032x","received_at":"%s.%06dZ","event_time":"%s.000000Z","producer":"%s",'
+    '"device_id":"%s","gateway_id":"' + GATEWAY_ID + '","topic_namespace":"'
     + DEVICE_NS
     + '","topic_path":"%s/%s","message_type":"'
     + READING_TYPE
@@ -194,7 +214,9 @@ def write_synthetic(
         lo, hi = f * per_file, min(rows, (f + 1) * per_file)
         if lo >= hi:
             break
-        cols: dict[str, list[Any]] = {k: [] for k in ("id", "at", "prod", "tp", "fields", "pl")}
+        cols: dict[str, list[Any]] = {
+            k: [] for k in ("id", "at", "prod", "tp", "fields", "pl", "ev", "dev", "gw")
+        }
         parts: list[str] = []
         for i in range(lo, hi):
             tick, r = divmod(i, per_tick)
@@ -208,14 +230,17 @@ def write_synthetic(
             if fmt == "jsonl":
                 parts.append(
                     _TEMPLATE
-                    % (i, hhmmss, frac, prods[d], dev, topic, dev, value, unit, hhmmss,
-                       dev, value, unit, hhmmss)
+                    % (i, hhmmss, frac, hhmmss, prods[d], dev, dev, topic, dev, value, unit,
+                       hhmmss, dev, value, unit, hhmmss)
                 )
             else:
                 cols["id"].append(f"{i:032x}")
                 cols["at"].append(us)
                 cols["prod"].append(prods[d])
                 cols["tp"].append(f"{dev}/{topic}")
+                cols["ev"].append(s * 1_000_000)
+                cols["dev"].append(dev)
+                cols["gw"].append(GATEWAY_ID)
                 v = f"{value:.2f}"
                 cols["fields"].append(
                     [("device", dev), ("value", v), ("unit", unit), ("time", hhmmss + "Z")]
@@ -263,7 +288,7 @@ def _write_parquet(directory: Path, name: str, cols: dict[str, list[Any]]) -> Pa
             "id": pa.array(cols["id"], pa.string()),
             "received_at": pa.array(cols["at"], pa.timestamp("us", tz="UTC")),
             "producer": pa.array(cols["prod"], pa.string()),
-            "topic_namespace": pa.array([DEVICE_NS] * n, pa.string()),
+            "topic_namespace": pa.array(cols.get("ns", [DEVICE_NS] * n), pa.string()),
             "topic_path": pa.array(cols["tp"], pa.string()),
             "message_type": pa.array([READING_TYPE] * n, pa.string()),
             "fields": _map_array(cols["fields"]),
@@ -286,7 +311,9 @@ def _write_parquet(directory: Path, name: str, cols: dict[str, list[Any]]) -> Pa
 
 def write_parquet_messages(directory: Path, name: str, messages: Iterable[Message]) -> Path:
     """`messages` as one file of the Parquet landing variant (hidden temp, then rename)."""
-    cols: dict[str, list[Any]] = {k: [] for k in ("id", "at", "prod", "tp", "fields", "pl")}
+    cols: dict[str, list[Any]] = {
+        k: [] for k in ("id", "at", "prod", "tp", "fields", "pl", "ev", "dev", "gw", "ns")
+    }
     for m in messages:
         cols["id"].append(m.id)
         cols["at"].append(int(m.received_at.timestamp() * 1_000_000))
@@ -294,4 +321,8 @@ def write_parquet_messages(directory: Path, name: str, messages: Iterable[Messag
         cols["tp"].append(m.topic_path)
         cols["fields"].append(list(m.fields.items()))
         cols["pl"].append(m.payload or reading_xml(m.fields))
+        cols["ev"].append(int(m.event_time.timestamp() * 1_000_000) if m.event_time else None)
+        cols["dev"].append(m.device_id)
+        cols["gw"].append(m.gateway_id)
+        cols["ns"].append(m.topic_namespace)
     return _write_parquet(directory, name, cols)

@@ -314,3 +314,60 @@ def test_batch_job_aggregates_what_was_published(spark: Any, e2e: dict[str, Any]
     devices = spark.read.parquet(str(out / "devices")).collect()
     devs = {r["producer"]: r["messages"] for r in devices}
     assert devs == {p["esp32-01"]: 9, p["pico-03"]: 3, LEGACY: 3, None: 2}
+
+
+MOVE_EVERY_S = 0.3
+
+
+async def _device_moves(url: str, addresses: list[str], per_address: int) -> list[str]:
+    """Device sim-01 registers from each address in turn (its DHCP lease changed: it
+    registers again from the new one, as after a reboot) and publishes a temperature every
+    MOVE_EVERY_S seconds, with no pause longer than that one registration."""
+    ids: list[str] = []
+    for addr in addresses:
+        r = await call(url, register_body(addr, "sim-01", ["temperature"]), action=A_REG)
+        assert r.status == 200, r.text
+        reg = r.body.findtext(f"{{{BR}}}ConsumerReference/{{{WSA}}}Address")
+        assert reg
+        for k in range(per_address):
+            body = notify_body(
+                ("dt:temperature", reading_xml("sim-01", str(20 + k), "Cel")),
+                nsdecl=f'xmlns:dt="{DT}"', dialect=SIMPLE,
+            )  # fmt: skip
+            r = await call(reg, body, action=A_NOTIFY)
+            assert r.status == 202, r.text
+            ids.append(addr)
+            await asyncio.sleep(MOVE_EVERY_S)
+    return ids
+
+
+@pytest.mark.spark
+def test_a_device_that_changes_address_is_one_device_with_no_false_gap(
+    spark: Any, tmp_path: Path
+) -> None:
+    from spark_ingest.batch import run_batch
+
+    a1 = "http://127.0.0.1:9/sim-01-lease-1/wsn/producer"
+    a2 = "http://127.0.0.1:9/sim-01-lease-2/wsn/producer"
+    gw = start_gateway(tmp_path / "gw", "--gateway-id", "site-15")
+    try:
+        sent = asyncio.run(_device_moves(gw.url, [a1, a2], 8))
+    finally:
+        assert stop_gateway(gw) == 0
+    lines = _landing_lines(tmp_path / "gw" / "landing")
+    assert [x["producer"] for x in lines] == sent
+    assert {x["device_id"] for x in lines} == {"sim-01"}
+    s = run_batch(spark, str(tmp_path / "gw" / "landing"), str(tmp_path / "out"),
+                  window="10 seconds")  # fmt: skip
+    assert s.messages == 16
+    devices = [r.asDict() for r in spark.read.parquet(str(tmp_path / "out" / "devices")).collect()]
+    # one device, not a dead one plus a new one; both addresses and this gateway on it
+    assert len(devices) == 1, devices
+    d = devices[0]
+    assert (d["device_id"], d["messages"], d["producers"]) == ("sim-01", 16, [a1, a2])
+    assert (d["producer"], d["gateway_id"]) == (a2, "site-15")
+    # no false gap: the move took no longer than a usual interval or two
+    assert d["gap_count"] == 0, d["gaps"]
+    aggs = spark.read.parquet(str(tmp_path / "out" / "aggregates")).where("field = 'value'")
+    assert {r["device_id"] for r in aggs.collect()} == {"sim-01"}
+    assert sum(r["count"] for r in aggs.collect()) == 16
