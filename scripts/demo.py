@@ -176,7 +176,10 @@ def main() -> int:
 
     files = sorted(landing.glob("*.jsonl"))
     lines = sum(1 for f in files for _ in f.open())
-    log(f"landing zone: {len(files)} file(s), {lines} notification(s) in {landing}")
+    size = sum(f.stat().st_size for f in files)
+    log(f"landing zone: {len(files)} file(s), {lines} notification(s) in {landing}, "
+        f"{size / max(lines, 1):.0f} bytes per line")
+    show_landing_line(files)
     out = work / "ingest"
     ingest = [str(VENV_BIN / "wsn-ingest")]
     subprocess.run([*ingest, "batch", "--landing", str(landing), "--out", str(out),
@@ -184,8 +187,37 @@ def main() -> int:
     png = work / "temperature.png"
     subprocess.run([*ingest, "plot", "--out", str(out), "--field", "value",
                     "--topic", "temperature", "--png", str(png)], check=False, env=env)
+    show_devices(out / "devices")
     log(f"aggregates: {out / 'aggregates'}  devices: {out / 'devices'}  plot: {png}")
     return 0
+
+
+def show_landing_line(files: list[Path]) -> None:
+    """One reading's landing line: its identity (device_id, gateway_id, event_time) and a
+    payload with only its own namespace declaration (docs/design.md, "Landing zone")."""
+    for f in files:
+        for line in f.open():
+            rec = json.loads(line)
+            if rec.get("message_type", "").endswith("}Reading"):
+                log("a landing line: " + json.dumps(
+                    {k: rec.get(k) for k in ("device_id", "gateway_id", "producer",
+                                             "event_time", "topic_path", "payload")}))
+                return
+
+
+def show_devices(devices: Path) -> None:
+    """The devices table, one line per device (pyarrow: no JVM to start)."""
+    import pyarrow.parquet as pq
+
+    rows = sorted(pq.read_table(devices).to_pylist(),
+                  key=lambda r: str(r.get("device_id") or r.get("producer")))
+    log("devices:")
+    for r in rows:
+        skew = r.get("clock_skew_median_s")
+        log(f"  {r.get('device_id') or '-':8} {r['messages']:5d} msgs  gateway "
+            f"{r.get('gateway_id')}  at {', '.join(r.get('producers') or [])}  "
+            f"gaps {r['gap_count']}  clock skew "
+            + (f"{skew:+.2f} s" if skew is not None else "-"))
 
 
 if __name__ == "__main__":

@@ -88,17 +88,40 @@ def spark_session(memory: str) -> Any:
 
 def spark_aggregates_only(spark: Any, landing: Path, out: Path) -> int:
     """The DuckDB query's work in Spark, the way run_batch does it: parse, partition by
-    producer, explode, aggregate, write the aggregates (no quarantine, dedupe or devices)."""
+    device, explode, aggregate, write the aggregates (no quarantine, dedupe or devices)."""
     from spark_ingest.aggregate import measurements, window_aggregates
-    from spark_ingest.batch import by_producer, landing_files, partition_count, read_classified
+    from spark_ingest.batch import by_key, partition_count, read_classified
+    from spark_ingest.hfs import HFS
+    from spark_ingest.inputs import resolve
     from spark_ingest.landing import valid_messages
 
-    classified = read_classified(spark, str(landing))
-    parts = partition_count(spark, landing_files(spark, str(landing)))
-    msgs = by_producer(valid_messages(classified), parts)
+    inputs = resolve(HFS(spark), [str(landing)])
+    classified = read_classified(spark, inputs)
+    parts = partition_count(spark, inputs.sizes_by_name())
+    msgs = by_key(valid_messages(classified), parts)
     aggs = window_aggregates(measurements(msgs), "1 minute")
     aggs.write.mode("overwrite").partitionBy("date").parquet(str(out))
     return int(spark.read.schema(aggs.schema).parquet(str(out)).count())
+
+
+def landing_line_bytes() -> None:
+    """Bytes per landing line of a device reading as the gateway writes it, before and
+    after issue 15 (payload with only its own namespace declaration, plus the identity
+    keys): the record functions of landing_bench.py, on the device's own envelope."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from datetime import UTC, datetime
+
+    import landing_bench as lb
+
+    from gateway import landing
+
+    pl = lb.device_payload()
+    args = ("0" * 32, datetime.now(UTC), "http://127.0.0.1:32905/wsn/producer",
+            "urn:wsn-edge:devices", "sim-01/temperature", pl)
+    before = len(lb.record_before(*args).encode())
+    after = len(landing.record(*args, device_id="sim-01", gateway_id="gw-01").encode())
+    print(f"bytes per landing line (a device reading, gateway-written): before {before}, "
+          f"after {after} ({after / before:.0%})", flush=True)
 
 
 def main() -> int:
@@ -111,6 +134,7 @@ def main() -> int:
     ap.add_argument("--dir", help="work directory (default: a temporary one, removed)")
     args = ap.parse_args()
     formats = [f for f in args.formats.split(",") if f]
+    landing_line_bytes()
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="ingest-bench-"))
     results: list[tuple[str, str, float, int]] = []
     try:
@@ -123,7 +147,8 @@ def main() -> int:
                                     fmt=fmt)
             size = sum(f.stat().st_size for f in files)
             print(f"generated {args.rows:,} rows as {fmt}: {len(files)} files, "
-                  f"{size / 1e6:,.0f} MB in {time.perf_counter() - t:.1f} s", flush=True)
+                  f"{size / 1e6:,.0f} MB ({size / args.rows:,.0f} bytes per row) in "
+                  f"{time.perf_counter() - t:.1f} s", flush=True)
             lands[fmt] = land
 
         t = time.perf_counter()
