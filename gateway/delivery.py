@@ -32,6 +32,7 @@ import contextlib
 import heapq
 import itertools
 import logging
+import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterator
@@ -50,6 +51,19 @@ log = logging.getLogger("gateway.delivery")
 
 _NOTIFY_START = f'<wsnt:Notify xmlns:wsnt="{ns.WSNT}">'
 _NOTIFY_END = "</wsnt:Notify>"
+#: stands for the body while an envelope template is made (a comment: never in a header)
+_BODY_MARK = "<!--wsn-edge body-->"
+_ID_PREFIX = int.from_bytes(os.urandom(8), "big")
+_id_seq = itertools.count()
+
+
+def _message_id() -> bytes:
+    """A fresh wsa:MessageID, urn:uuid form (version 4 and variant bits set): a random
+    per-process half and a counter, unique without a system call per request."""
+    hi = (_ID_PREFIX & ~(0xF << 12)) | (4 << 12)
+    lo = (next(_id_seq) & ((1 << 62) - 1)) | (1 << 63)
+    h = f"{hi:016x}{lo:016x}"
+    return f"urn:uuid:{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}".encode()
 
 
 @dataclass
@@ -149,6 +163,7 @@ class DeliveryManager:
         self._session: aiohttp.ClientSession | None = None
         self._closing = False
         self._bg: set[asyncio.Future[None]] = set()
+        self._envelopes: dict[tuple[Hashable, tuple[str, ...]], tuple[bytes, bytes, bytes]] = {}
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
@@ -383,6 +398,32 @@ class DeliveryManager:
         ep.failing_since = None
         ep.attempts = 0
 
+    def _envelope(self, ep: _Endpoint, via: tuple[str, ...], body: str) -> bytes:
+        """The request: SOAP headers for the endpoint (WS-Addressing 1.0 SOAP binding §2.3:
+        Action, To, a fresh MessageID, reference parameters) and edge:Via, then `body`.
+        The serialized headers are kept per (endpoint, via): only the MessageID changes."""
+        key = (ep.key, via)
+        parts = self._envelopes.get(key)
+        if parts is None:
+            if len(self._envelopes) > 2 * len(self._endpoints) + 64:
+                self._envelopes.clear()  # bounded: removed endpoints fall out
+            hdrs = request_headers(ep.target.consumer, ns.A_NOTIFY)
+            hdrs.append(loops.via_header([*via, self.loop_id]))
+            whole = soap.envelope_with_body(ep.target.soap_version, hdrs, _BODY_MARK)
+            # request_headers writes Action, To, MessageID, then the reference parameters:
+            # the first wsa:MessageID element is ours (Action and To are text only)
+            head, sep, rest = whole.partition(b"<wsa:MessageID>")
+            _old_id, sep2, rest = rest.partition(b"</wsa:MessageID>")
+            mid, sep3, tail = rest.rpartition(_BODY_MARK.encode())
+            if not (sep and sep2 and sep3):  # not as expected: build every request anew
+                hdrs = request_headers(ep.target.consumer, ns.A_NOTIFY)
+                hdrs.append(loops.via_header([*via, self.loop_id]))
+                return soap.envelope_with_body(ep.target.soap_version, hdrs, body)
+            parts = (head + sep, sep2 + mid, tail)
+            self._envelopes[key] = parts
+        head, mid, tail = parts
+        return b"".join((head, _message_id(), mid, body.encode("utf-8"), tail))
+
     async def _send(self, ep: _Endpoint, xmls: list[str], via: list[str]) -> tuple[bool, str]:
         assert self._session is not None
         t = ep.target
@@ -408,9 +449,7 @@ class DeliveryManager:
         # stored messages are serialized elements: raw, the payload is the body; wrapped,
         # the NotificationMessages go into one wsnt:Notify, spliced as text (no re-parse)
         body = xmls[0] if t.raw else _NOTIFY_START + "".join(xmls) + _NOTIFY_END
-        hdrs = request_headers(t.consumer, action)
-        hdrs.append(loops.via_header([*via, self.loop_id]))
-        data = soap.envelope_with_body(t.soap_version, hdrs, body)
+        data = self._envelope(ep, tuple(via), body)
         headers = {"Content-Type": soap.content_type(t.soap_version, action)}
         if t.soap_version == ns.SOAP11:
             headers["SOAPAction"] = f'"{action}"'
