@@ -20,19 +20,20 @@ from wsn.core.soap import (Fault, NotSoap, envelope, epr, fault_envelope, fault_
 from wsn.core.subscriptions import Subscription, SubscriptionTable, new_id
 from wsn.core.times import TimeError, format_datetime, parse_time
 
-DEFAULTS = {
-    "max_subscriptions": 8,  # fixed table size
-    "max_pullpoints": 2,
-    "pullpoint_size": 32,  # messages per pull point (ring, drops the oldest)
-    "pullpoint_idle_s": 3600,  # a pull point not used for this long may be reclaimed
-    "max_request_bytes": 8192,  # larger bodies: HTTP 413
-    "max_xml_depth": 16,
-    "max_xml_elements": 128,  # ~133 B each on a 32-bit board
-    "default_ttl_s": 3600,  # subscription lifetime when Subscribe names none (0: unlimited)
-    "max_ttl_s": 604800,  # longest accepted lifetime (0: unlimited, xsi:nil accepted)
-    "queue_len": 4,  # pushes waiting per subscription (drops the oldest)
-    "gateway_buffer": 64,  # pushes waiting for the gateway (drops the oldest, counted)
-}
+# (name, default) pairs: a constant tuple, frozen into flash it costs no heap (a dict would)
+DEFAULTS = (
+    ("max_subscriptions", 8),  # fixed table size
+    ("max_pullpoints", 2),
+    ("pullpoint_size", 32),  # messages per pull point (ring, drops the oldest)
+    ("pullpoint_idle_s", 3600),  # a pull point not used for this long may be reclaimed
+    ("max_request_bytes", 8192),  # larger bodies: HTTP 413
+    ("max_xml_depth", 16),
+    ("max_xml_elements", 128),  # ~133 B each on a 32-bit board
+    ("default_ttl_s", 3600),  # subscription lifetime when Subscribe names none (0: unlimited)
+    ("max_ttl_s", 604800),  # longest accepted lifetime (0: unlimited, xsi:nil accepted)
+    ("queue_len", 4),  # pushes waiting per subscription (drops the oldest)
+    ("gateway_buffer", 64),  # pushes waiting for the gateway (drops the oldest, counted)
+)
 
 _PATH_SUBS = "/wsn/subscriptions/"
 _PATH_PPS = "/wsn/pullpoints/"
@@ -73,9 +74,9 @@ class Producer:
     def __init__(self, device_id, topics, base_url, rand, limits=None):
         # the caller's dict, completed with the defaults (one dict on the heap, not a copy)
         L = limits if limits is not None else {}
-        for k in DEFAULTS:
+        for k, v in DEFAULTS:
             if k not in L:
-                L[k] = DEFAULTS[k]
+                L[k] = v
         self.L = L
         self.device_id = device_id
         self.topics = topics
