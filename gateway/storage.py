@@ -333,12 +333,15 @@ class Storage:
             c.executemany("INSERT OR REPLACE INTO current_messages VALUES (?,?,?)", b.current)
         now = time.time()
         seqs: list[int] = []
-        for sub_id, xml in b.deliveries:
-            cur = c.execute(
+        if b.deliveries:
+            # one statement for all rows; AUTOINCREMENT numbers the rows of one statement
+            # consecutively (this connection is the only writer and holds the write lock)
+            c.executemany(
                 "INSERT INTO deliveries(sub_id, xml, created) VALUES (?,?,?)",
-                (sub_id, xml, now),
+                [(sub_id, xml, now) for sub_id, xml in b.deliveries],
             )
-            seqs.append(int(cur.lastrowid or 0))
+            last = int(c.execute("SELECT last_insert_rowid()").fetchone()[0])
+            seqs = list(range(last - len(b.deliveries) + 1, last + 1))
         if b.drop_deliveries:
             c.executemany("DELETE FROM deliveries WHERE seq=?", [(s,) for s in b.drop_deliveries])
         dropped: dict[str, int] = {}
