@@ -32,7 +32,9 @@ measured and printed too. Sections:
   consumer endpoint into one Notify across subscriptions: messages per request.
 
 Everything shares this machine's two cores: the numbers are a lower bound of what the
-gateway does with cores of its own.
+gateway does with cores of its own. So `http` and `fanout` also print work per CPU-second
+of the serving process (gateway, bare handler, Mosquitto broker; user + system time of
+all its threads from /proc): steadier than rates when other work shares the machine.
 """
 
 from __future__ import annotations
@@ -381,6 +383,12 @@ class Gateway:
         self.tmp.cleanup()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process (all its threads) has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -396,7 +404,9 @@ async def section_http(scale: float, profile: Path | None) -> None:
     bare, bare_url = start_bare()
     try:
         await wrk(bare_url, body, 1)  # warm-up
+        c0 = cpu_seconds(bare.pid)
         rb = await wrk(bare_url, body, secs)
+        cb = rb.requests / (cpu_seconds(bare.pid) - c0)
     finally:
         stop_proc(bare)
     with Gateway() as gw:
@@ -408,12 +418,17 @@ async def section_http(scale: float, profile: Path | None) -> None:
                  "-f", "raw", "-o", str(profile)],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
+        c0 = cpu_seconds(gw.pid)
         rg = await wrk(gw.url, body, secs)
+        cg = rg.requests / (cpu_seconds(gw.pid) - c0)
         if spy is not None:
             spy.wait()
-    print(f"  bare aiohttp handler  {rb.rps:>9,.0f} requests/s")
-    print(f"  gateway Notify        {rg.rps:>9,.0f} requests/s   "
-          f"ratio {rg.rps / rb.rps:.2f}{_errs(rg)}")  # fmt: skip
+    # per CPU-second of the serving process: steadier than requests/s when other work
+    # shares the cores, and it is what a core of its own would do
+    print(f"  bare aiohttp handler  {rb.rps:>9,.0f} requests/s   {cb:>9,.0f} per CPU-second")
+    print(f"  gateway Notify        {rg.rps:>9,.0f} requests/s   {cg:>9,.0f} per CPU-second")
+    print(f"  ratio                 {rg.rps / rb.rps:>9.2f}              {cg / cb:>9.2f}"
+          f"{_errs(rg)}")  # fmt: skip
     if profile is not None:
         print(f"  py-spy profile of the gateway during its run: {profile}")
     print(flush=True)
@@ -451,7 +466,8 @@ async def section_consumers(scale: float) -> None:
     print(flush=True)
 
 
-async def fanout_gateway(n: int, msgs: int, raw: bool = False) -> tuple[float, int, bool]:
+async def fanout_gateway(n: int, msgs: int, raw: bool = False) -> tuple[float, float, int, bool]:
+    """(deliveries/s, deliveries per CPU-second of the gateway, deliveries, complete)"""
     with Gateway() as gw:
         farm = Farm(n)
         try:
@@ -459,15 +475,17 @@ async def fanout_gateway(n: int, msgs: int, raw: bool = False) -> tuple[float, i
             warm = await wrk_count(gw.url, notify(1), 20)
             await farm.wait(warm.ok * n, 20)
             farm.ask("reset")
-            t0 = time.monotonic()
+            t0, c0 = time.monotonic(), cpu_seconds(gw.pid)
             r = await wrk_count(gw.url, notify(1), msgs)
             got, last, complete = await farm.wait(r.ok * n, 120)
+            cpu = cpu_seconds(gw.pid) - c0
         finally:
             farm.close()
-    return got / (last - t0), got, complete
+    return got / (last - t0), got / cpu, got, complete
 
 
-async def fanout_mosquitto(n: int, msgs: int) -> tuple[float, int, bool]:
+async def fanout_mosquitto(n: int, msgs: int) -> tuple[float, float, int, bool]:
+    """(deliveries/s, deliveries per CPU-second of the broker, deliveries, complete)"""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="mqbench-") as tmp:
         conf = Path(tmp) / "mosquitto.conf"
@@ -512,13 +530,14 @@ async def fanout_mosquitto(n: int, msgs: int) -> tuple[float, int, bool]:
                 ends.append(time.monotonic())
 
             drains = [asyncio.ensure_future(drain(p)) for p in subs]
-            t0 = time.monotonic()
+            t0, c0 = time.monotonic(), cpu_seconds(broker.pid)
             with open(lines) as fh:
                 pub = await asyncio.create_subprocess_exec(
                     "mosquitto_pub", "-p", str(port), "-t", "bench", "-l", stdin=fh
                 )
                 await pub.wait()
             await asyncio.gather(*drains)
+            cpu = cpu_seconds(broker.pid) - c0
         finally:
             for p in subs:
                 if p.returncode is None:
@@ -526,20 +545,24 @@ async def fanout_mosquitto(n: int, msgs: int) -> tuple[float, int, bool]:
             broker.terminate()
             broker.wait()
     got = sum(counts)
-    return got / (max(ends) - t0), got, got == n * msgs
+    return got / (max(ends) - t0), got / cpu, got, got == n * msgs
 
 
 async def section_fanout(scale: float) -> None:
     print("== fan-out: deliveries/s, gateway (wrapped, batching 100) vs Mosquitto (QoS 0), "
           f"{MSG_BYTES}-byte messages, same run")  # fmt: skip
-    hdr = f"{'consumers':>9} {'gateway/s':>11} {'Mosquitto/s':>12} {'ratio':>6}   (deliveries)"
+    hdr = (
+        f"{'consumers':>9} {'gateway/s':>11} {'Mosquitto/s':>12} {'ratio':>6}   "
+        f"{'per CPU-s: gateway':>18} {'Mosquitto':>10} {'ratio':>6}   (deliveries)"
+    )
     print(hdr)
     print("-" * len(hdr))
     for n in FANOUTS:
-        g, gn, gc = await fanout_gateway(n, max(10, int(GW_MSGS[n] * scale)))
-        m, mn, mc = await fanout_mosquitto(n, max(10, int(MQ_MSGS[n] * scale)))
+        g, gcpu, gn, gc = await fanout_gateway(n, max(10, int(GW_MSGS[n] * scale)))
+        m, mcpu, mn, mc = await fanout_mosquitto(n, max(10, int(MQ_MSGS[n] * scale)))
         note = ("" if gc else "  gateway incomplete!") + ("" if mc else "  Mosquitto lost some")
-        print(f"{n:>9} {g:>11,.0f} {m:>12,.0f} {g / m:>6.2f}   ({gn:,} / {mn:,}){note}",
+        print(f"{n:>9} {g:>11,.0f} {m:>12,.0f} {g / m:>6.2f}   {gcpu:>18,.0f} {mcpu:>10,.0f} "
+              f"{gcpu / mcpu:>6.2f}   ({gn:,} / {mn:,}){note}",
               flush=True)  # fmt: skip
     print()
 
