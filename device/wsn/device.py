@@ -45,10 +45,10 @@ def load_config(path):
     with open(path) as f:
         conf = json.load(f)
     if not isinstance(conf, dict):
-        raise ValueError("config must be a JSON object")
+        raise ValueError("config: not a JSON object")
     for k in ("device_id", "http_port"):
         if k not in conf:
-            raise ValueError("config: '%s' is required" % k)
+            raise ValueError("config: %s required" % k)
     return conf
 
 
@@ -89,8 +89,7 @@ class Device:
         for spec in conf.get("sensors") or [{"topic": "temperature"}]:
             ti = self.topicset.index(spec.get("topic", ""))
             if ti < 0:
-                raise ValueError("sensor topic '%s' is not declared in the topic namespace (%s)"
-                                 % (spec.get("topic"), " ".join(names)))
+                raise ValueError("sensor topic %s not in topics.xml" % spec.get("topic"))
             self.sensors.append((ti, sensors.make(spec), spec))
             if ti not in reg:
                 reg.append(ti)
@@ -103,9 +102,9 @@ class Device:
         # "awake" (default): serves Subscribe, pushes each reading; "sleepy": wsn/sleepy.py
         self.mode = conf.get("mode", "awake")
         if self.mode not in ("awake", "sleepy"):
-            raise ValueError("config: mode is 'awake' or 'sleepy', not %r" % self.mode)
+            raise ValueError("config: mode 'awake' or 'sleepy'")
         if self.mode == "sleepy" and not conf.get("gateway"):
-            raise ValueError("config: sleepy mode sends to a gateway: set 'gateway'")
+            raise ValueError("config: sleepy mode needs 'gateway'")
         self.producer = None
         self.link = None
         self.started = clock.ticks_ms()  # ticks wrap (~12 days on boards): uptime is summed
@@ -160,16 +159,16 @@ class Device:
     async def handle(self, method, path, query, headers, body):
         self.requests += 1
         try:
-            if path == "/status" and method == "GET":
-                if not httpmsg.check_auth(headers.get("authorization"), self.secret):
-                    return 401, "text/plain", b"management secret required (Bearer or Basic)\n"
+            admin = (path == "/status" and method == "GET") or (
+                path == "/admin/sample" and method == "POST")
+            if admin and not httpmsg.check_auth(headers.get("authorization"), self.secret):
+                return 401, "text/plain", b"management secret required (Bearer or Basic)\n"
+            if path == "/status" and admin:
                 if "reset_peak" in query:
                     gc.collect()
                     self.mem_peak = 0
                 return 200, "application/json", json.dumps(self.status()).encode()
-            if path == "/admin/sample" and method == "POST":
-                if not httpmsg.check_auth(headers.get("authorization"), self.secret):
-                    return 401, "text/plain", b"management secret required (Bearer or Basic)\n"
+            if admin:
                 topic = ""
                 count = 1
                 for kv in query.split("&"):
@@ -274,8 +273,7 @@ class Device:
                 else:
                     s.failed += 1
                     self.producer.push_failed += 1
-                    self.log("push to %s failed after %d tries: %s" % (
-                        url, self.push_retries + 1, err))
+                    self.log("push to %s failed: %s" % (url, err))
         finally:
             s.sending = False
 
@@ -288,7 +286,7 @@ class Device:
                 self.sample(ti, sensor, spec)
             except MemoryError:
                 gc.collect()
-                self.log("sample %s: out of memory, reading skipped" % self.topicset.names[ti])
+                self.log("sample %s: out of memory" % self.topicset.names[ti])
             await asyncio.sleep_ms(int(period * 1000))
 
     async def _housekeeping(self):
@@ -343,7 +341,7 @@ class Device:
         print("producer %s%s" % (base, PRODUCER_PATH))
         if self.conf.get("gateway"):
             from wsn.gateway import GatewayLink
-            self.link = GatewayLink(self, self.conf["gateway"], self.conf)
+            self.link = GatewayLink(self, self.conf)
             asyncio.create_task(self.link.run())
         for ti, sensor, spec in self.sensors:
             asyncio.create_task(self._sampler(ti, sensor, spec))

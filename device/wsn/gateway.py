@@ -33,21 +33,42 @@ def auth_header(conf):
     return ""
 
 
-class GatewayLink:
-    def __init__(self, dev, url, conf):
+def forgotten(status, body):
+    # -> (fault name, reason, True if the gateway no longer knows the registration: a
+    # ResourceUnknownFault or a 404 means register again)
+    name, reason = fault_name(body)
+    return name, reason, name == "ResourceUnknownFault" or status == 404
+
+
+class Link:
+    # what awake (GatewayLink) and sleepy mode (wsn.sleepy) share: the link's settings and
+    # the registration messages
+    def __init__(self, dev, conf):
         self.dev = dev
         self.p = dev.producer
-        self.url = url
+        self.url = conf["gateway"]
         self.version = ns.V11 if str(conf.get("gateway_soap", "1.2")) == "1.1" else ns.V12
         self.ttl = int(conf.get("registration_ttl_s", 600))
+        self.timeout = float(conf.get("gateway_timeout_s", 5))
+        self.auth = auth_header(conf)
+        # batching (issue 16): up to batch_max buffered readings go out as one Notify
+        self.batch_max = max(1, int(conf.get("batch_max", 16)))
+
+    def register_env(self, now, demand=True):
+        return register_publisher(self.version, self.url, self.p.addr, self.p.device_id,
+                                  self.dev.registered_topics, now + self.ttl, demand)
+
+    def renew_env(self, reg, reg_rp, now):
+        return set_termination_time(self.version, reg, reg_rp, now + self.ttl)
+
+
+class GatewayLink(Link):
+    def __init__(self, dev, conf):
+        super().__init__(dev, conf)
         self.renew_s = int(conf.get("renew_period_s") or max(1, self.ttl // 2))
         self.retry_s = float(conf.get("gateway_retry_s", 2))
         self.retry_max_s = float(conf.get("gateway_retry_max_s", 30))
-        self.timeout = float(conf.get("gateway_timeout_s", 5))
-        self.auth = auth_header(conf)
-        # batching (issue 16): up to batch_max buffered readings go out as one Notify;
         # batch_wait_s > 0 buffers by choice (that long after the first reading waits)
-        self.batch_max = max(1, int(conf.get("batch_max", 16)))
         self.batch_wait_s = float(conf.get("batch_wait_s", 0))
         self.batches = 0
         self.reg = None  # registration address
@@ -86,9 +107,7 @@ class GatewayLink:
                                ns.content_type(self.version), self.timeout, self.auth)
 
     async def register(self):
-        now = self.dev.now()
-        env = register_publisher(self.version, self.url, self.p.addr, self.p.device_id,
-                                 self.dev.registered_topics, now + self.ttl)
+        env = self.register_env(self.dev.now())
         try:
             status, body = await self._post(self.url, env)
         except Exception as e:  # noqa: BLE001 - unreachable: retry later
@@ -98,13 +117,13 @@ class GatewayLink:
             reg, reg_rp, con, con_rp = read_registration(body)
         except Exception as e:  # noqa: BLE001
             self.last_error = "register: HTTP %d %s" % (status, e)
-            self.dev.status_line("gateway refused registration: %s" % self.last_error)
+            self.dev.status_line("gateway refused registration: " + self.last_error)
             self._set_state("unregistered")
             return False
         self.reg, self.reg_rp = reg, reg_rp
         gone = self.p.set_gateway(con, con_rp)
         for s in gone:
-            self.dev.log("subscription %s of the old registration removed" % s.id)
+            self.dev.log("removed %s (old registration)" % s.id)
         self.registrations += 1
         self._set_state("registered")
         self.dev.log("registered at %s (consumer %s)" % (reg, con))
@@ -112,8 +131,7 @@ class GatewayLink:
         return True
 
     async def renew(self):
-        now = self.dev.now()
-        env = set_termination_time(self.version, self.reg, self.reg_rp, now + self.ttl)
+        env = self.renew_env(self.reg, self.reg_rp, self.dev.now())
         try:
             status, body = await self._post(self.reg, env)
         except Exception as e:  # noqa: BLE001
@@ -123,10 +141,10 @@ class GatewayLink:
             self.renewals += 1
             self._set_state("registered")
             return
-        name, reason = fault_name(body)
+        name, reason, gone = forgotten(status, body)
         self.last_error = "renew: HTTP %d %s %s" % (status, name, reason)
-        if name == "ResourceUnknownFault" or status == 404:
-            self.dev.log("registration %s unknown to the gateway: registering again" % self.reg)
+        if gone:
+            self.dev.log("registration %s forgotten: registering again" % self.reg)
             self.reg = None
             self._set_state("unregistered")
         else:
@@ -187,8 +205,8 @@ class GatewayLink:
                     self._set_state("registered")
                     self.wake.set()  # back after an outage: renew now (restart check)
                 continue
-            name, reason = fault_name(resp)
-            if name == "ResourceUnknownFault" or status == 404:
+            name, reason, gone = forgotten(status, resp)
+            if gone:
                 # the gateway forgot the registration: register again, keep the buffer
                 self.last_error = "push: %s %s" % (name, reason)
                 self.reg = None

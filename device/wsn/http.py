@@ -32,10 +32,10 @@ class Server:
             if k >= 0 and k <= MAX_HEAD:
                 return buf[:k], buf[k + 4:]
             if len(buf) > MAX_HEAD:
-                raise H.HTTPError(431, "request head larger than %d bytes" % MAX_HEAD)
+                raise H.HTTPError(431, "head over %d bytes" % MAX_HEAD)
             chunk = await r.read(512)
             if not chunk:
-                raise H.HTTPError(400, "connection closed inside the request head")
+                raise H.HTTPError(400, "truncated head")
             buf += chunk
 
     async def _read_body(self, r, rest, n):
@@ -44,7 +44,7 @@ class Server:
         while have < n:
             chunk = await r.read(min(1024, n - have))
             if not chunk:
-                raise H.HTTPError(400, "truncated body: %d of %d bytes" % (have, n))
+                raise H.HTTPError(400, "truncated body (%d of %d bytes)" % (have, n))
             parts.append(chunk)
             have += len(chunk)
         body = b"".join(parts)
@@ -95,11 +95,11 @@ class Server:
                 req = await asyncio.wait_for(self._request(r, w), self.read_timeout)
                 status, ctype, body = await self.handler(*req)
             except asyncio.TimeoutError:
-                status, ctype, body = 408, "text/plain", b"request not received in time\n"
+                status, ctype, body = 408, "text/plain", b"request too slow\n"
             except H.HTTPError as e:
                 status, ctype, body = e.status, "text/plain", (str(e) + "\n").encode()
             except MemoryError:
-                status, ctype, body = 503, "text/plain", b"out of memory; try again\n"
+                status, ctype, body = 503, "text/plain", b"out of memory: retry\n"
             if isinstance(body, list):  # chunks of a large answer: no big contiguous block
                 w.write(H.response_head(status, ctype, sum([len(c) for c in body])))
                 for c in body:
@@ -143,7 +143,7 @@ async def _exchange(host, port, head, body, max_resp):
                 break
             buf += chunk
             if len(buf) > max_resp:
-                raise H.HTTPError(502, "response larger than %d bytes" % max_resp)
+                raise H.HTTPError(502, "response over %d bytes" % max_resp)
         return buf
     finally:
         try:
@@ -163,7 +163,7 @@ async def post(url, body, ctype, timeout_s=5, extra_headers="", max_resp=16384):
     data = await asyncio.wait_for(_exchange(host, port, head, body, max_resp), timeout_s)
     k = data.find(b"\r\n\r\n")
     if k < 0:
-        raise H.HTTPError(502, "truncated response from %s" % url)
+        raise H.HTTPError(502, "truncated response")
     status, headers = H.parse_status(data[:k])
     rbody = data[k + 4:]
     if headers.get("transfer-encoding", "").lower() == "chunked":

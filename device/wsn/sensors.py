@@ -75,7 +75,7 @@ def make(spec):
     kind = spec.get("kind", "sim")
     cls = _KINDS.get(kind)
     if cls is None:
-        raise ValueError("unknown sensor kind '%s' (one of %s)" % (kind, ", ".join(_KINDS)))
+        raise ValueError("sensor kind %s: one of %s" % (kind, " ".join(_KINDS)))
     try:
         return cls(spec)
     except (ImportError, AttributeError):

@@ -21,9 +21,8 @@ import time
 
 from wsn import clock, http
 from wsn.core import ns
-from wsn.core.registration import read_registration, register_publisher, set_termination_time
-from wsn.core.soap import fault_name
-from wsn.gateway import auth_header
+from wsn.core.registration import read_registration
+from wsn.gateway import Link, forgotten
 
 _FIELDS = ("reg", "reg_rp", "con", "con_rp", "expires", "seq", "pending", "dropped")
 
@@ -64,19 +63,12 @@ class State:
         os.rename(tmp, self.path)
 
 
-class Sleepy:
+class Sleepy(Link):
     def __init__(self, dev):
-        self.dev = dev
         c = dev.conf
-        self.p = dev.producer
-        self.url = c["gateway"]
-        self.version = ns.V11 if str(c.get("gateway_soap", "1.2")) == "1.1" else ns.V12
-        self.ttl = int(c.get("registration_ttl_s", 600))
+        super().__init__(dev, c)
         self.period = float(c.get("sample_period_s", 10))
-        self.timeout = float(c.get("gateway_timeout_s", 5))
-        self.batch_max = max(1, int(c.get("batch_max", 16)))
         self.cap = int(dev.limits["gateway_buffer"])
-        self.auth = auth_header(c)
         self.how = c.get("sleep", "deep")
         self.state = State(c.get("state_file", "wsn_state.json"))
         self.state.load()
@@ -89,9 +81,7 @@ class Sleepy:
 
     async def _register(self, now):
         st = self.state
-        env = register_publisher(self.version, self.url, self.p.addr, self.p.device_id,
-                                 self.dev.registered_topics, now + self.ttl, False)
-        status, body = await self._post(self.url, env.encode())
+        status, body = await self._post(self.url, self.register_env(now, False).encode())
         st.reg, st.reg_rp, st.con, st.con_rp = read_registration(body)
         st.expires = now + self.ttl
         st.save()
@@ -101,12 +91,11 @@ class Sleepy:
         # WS-ResourceLifetime SetTerminationTime when the registration would lapse before the
         # next wake after this one; a forgotten registration means register again
         st = self.state
-        env = set_termination_time(self.version, st.reg, st.reg_rp, now + self.ttl)
-        status, body = await self._post(st.reg, env.encode())
+        status, body = await self._post(st.reg, self.renew_env(st.reg, st.reg_rp, now).encode())
         if 200 <= status < 300:
             st.expires = now + self.ttl
             st.save()
-        elif fault_name(body)[0] == "ResourceUnknownFault" or status == 404:
+        elif forgotten(status, body)[2]:
             st.reg = None
 
     def sample(self, now):
@@ -147,8 +136,8 @@ class Sleepy:
                     sent += len(items)
                     st.save()
                     continue
-                name, reason = fault_name(resp)
-                if name == "ResourceUnknownFault" or status == 404:
+                name, reason, gone = forgotten(status, resp)
+                if gone:
                     await self._register(now)  # forgotten (expired, gateway reset): again
                     continue
                 # refused for what the messages are: they would be refused forever

@@ -20,13 +20,13 @@ def parse_head(head, max_headers=32):
     try:
         text = head.decode()
     except UnicodeError:
-        raise HTTPError(400, "request head is not ASCII/UTF-8")
+        raise HTTPError(400, "head not UTF-8")
     lines = text.split("\r\n")
     parts = lines[0].split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1][:1] == "/":
         raise HTTPError(400, "bad request line")
     if len(lines) - 1 > max_headers:
-        raise HTTPError(431, "more than %d header fields" % max_headers)
+        raise HTTPError(431, "over %d header fields" % max_headers)
     headers = {}
     for ln in lines[1:]:
         if not ln:
@@ -49,7 +49,7 @@ def body_length(method, headers, limit):
     # -> number of body bytes to read. Raises HTTPError 411 (chunked),
     # 413 (over the limit), 400 (bad Content-Length).
     if "transfer-encoding" in headers:
-        raise HTTPError(411, "chunked bodies are not accepted: send Content-Length")
+        raise HTTPError(411, "send Content-Length, not chunked")
     cl = headers.get("content-length")
     if cl is None:
         return 0  # RFC 9112 §6.3: no Content-Length, no Transfer-Encoding -> empty body
@@ -57,7 +57,7 @@ def body_length(method, headers, limit):
         raise HTTPError(400, "bad Content-Length")
     n = int(cl)
     if n > limit:
-        raise HTTPError(413, "request body of %d bytes is over the %d-byte limit" % (n, limit))
+        raise HTTPError(413, "body over the %d-byte limit" % limit)
     return n
 
 
@@ -75,7 +75,7 @@ def request_head(method, host, port, path, ctype, length, extra=""):
 def split_url(url):
     # http://host[:port]/path -> (host, port, path); ValueError otherwise
     if url[:7] != "http://":
-        raise ValueError("not an http:// URL: %s" % url)
+        raise ValueError("not http://: %s" % url)
     rest = url[7:]
     k = rest.find("/")
     hostport, path = (rest, "/") if k < 0 else (rest[:k], rest[k:])
@@ -112,7 +112,7 @@ def dechunk(data):
     while True:
         j = data.find(b"\r\n", i)
         if j < 0:
-            raise ValueError("truncated chunk size")
+            raise ValueError("truncated chunk")
         size = int(data[i:j].split(b";")[0].strip(), 16)
         if size == 0:
             return b"".join(out)

@@ -15,8 +15,8 @@ from wsn.core import ns
 from wsn.core import xml as X
 from wsn.core.httpmsg import split_url
 from wsn.core.ring import Ring
-from wsn.core.soap import (Fault, NotSoap, envelope, epr, fault_envelope, fault_status,
-                           parse_request, read_epr)
+from wsn.core.soap import (Fault, NotSoap, dialect_fault, envelope, epr, fault_envelope,
+                           fault_status, parse_request, read_epr, unknown_fault, wrap)
 from wsn.core.subscriptions import Subscription, SubscriptionTable, new_id
 from wsn.core.times import TimeError, format_datetime, parse_time
 
@@ -111,12 +111,11 @@ class Producer:
         elif path.startswith(_PATH_PPS):
             pp_id = path[len(_PATH_PPS):]
         elif path != PRODUCER_PATH:
-            return _text_response(404, "no such endpoint %s" % path)
+            return _text_response(404, "no endpoint %s" % path)
         if method != "POST":
-            return _text_response(405, "use POST with a SOAP envelope")
+            return _text_response(405, "POST a SOAP envelope")
         if len(body) > self.L["max_request_bytes"]:
-            return _text_response(413, "request body larger than %d bytes" %
-                                  self.L["max_request_bytes"])
+            return _text_response(413, "body over the %d-byte limit" % self.L["max_request_bytes"])
         version = ns.V12 if "soap+xml" in ctype else ns.V11
         try:
             req = parse_request(body, self.L["max_xml_depth"], self.L["max_xml_elements"])
@@ -138,7 +137,7 @@ class Producer:
         actions = []
         try:
             if req.body is None:
-                raise Fault("Client", "empty SOAP Body: nothing to do", fns=ns.SOAP11, base=False)
+                raise Fault("Client", "empty SOAP Body", fns=ns.SOAP11, base=False)
             if sub_id is not None:
                 action, out = self._manager(req, sub_id, now, actions)
             elif pp_id is not None:
@@ -160,8 +159,7 @@ class Producer:
     def _unknown(self, req):
         el = req.body
         return Fault("ActionNotSupported",
-                     "this endpoint does not implement {%s}%s (action %s)" % (
-                         el.ns, el.name, req.action), fns=ns.WSA, base=False,
+                     "no operation {%s}%s here" % (el.ns, el.name), fns=ns.WSA, base=False,
                      extra="<wsa:ProblemAction><wsa:Action>%s</wsa:Action></wsa:ProblemAction>"
                      % X.escape(req.action or ""), action=ns.WSA_FAULT)
 
@@ -184,26 +182,24 @@ class Producer:
         # scheduled). WS-BaseNotification 1.3 §4.2 and §6.1.1.
         L = self.L
         maxttl = L["max_ttl_s"]
-        hint = "<wsnt:MinimumTime>%s</wsnt:MinimumTime>" % format_datetime(now + 1)
+        hint = wrap("wsnt:MinimumTime", format_datetime(now + 1))
         if maxttl:
-            hint += "<wsnt:MaximumTime>%s</wsnt:MaximumTime>" % format_datetime(now + maxttl)
+            hint += wrap("wsnt:MaximumTime", format_datetime(now + maxttl))
         if el is None:
             return now + L["default_ttl_s"] if L["default_ttl_s"] else None
         if el.get("{%s}nil" % ns.XSI) in ("true", "1"):
             if maxttl:
-                raise Fault(fault, "no unlimited subscriptions here: at most %d s" % maxttl,
+                raise Fault(fault, "nil: at most %d s ahead" % maxttl,
                             extra=hint)
             return None
         try:
             t = parse_time(el.text, now)
         except TimeError as e:
-            raise Fault(fault, "%s (want an xsd:dateTime or xsd:duration)" % e, extra=hint)
+            raise Fault(fault, str(e), extra=hint)
         if t <= now:
-            raise Fault(fault, "termination time %s is not in the future (now %s)" % (
-                format_datetime(t), format_datetime(now)), extra=hint)
+            raise Fault(fault, "%s is past" % format_datetime(t), extra=hint)
         if maxttl and t - now > maxttl:
-            raise Fault(fault, "termination time %s is more than %d s ahead" % (
-                format_datetime(t), maxttl), extra=hint)
+            raise Fault(fault, "%s is over %d s ahead" % (format_datetime(t), maxttl), extra=hint)
         return t
 
     def _subscribe(self, req, now, actions):
@@ -211,10 +207,10 @@ class Producer:
         el = req.body
         cr = el.find(ns.WSNT, "ConsumerReference")
         if cr is None:
-            raise Fault("SubscribeCreationFailedFault", "Subscribe without ConsumerReference")
+            raise Fault("SubscribeCreationFailedFault", "no ConsumerReference")
         addr, rp = read_epr(cr, req.buf)
         if not addr:
-            raise Fault("SubscribeCreationFailedFault", "ConsumerReference without wsa:Address")
+            raise Fault("SubscribeCreationFailedFault", "no wsa:Address")
         mask = self.topics.all
         f = el.find(ns.WSNT, "Filter")
         if f is not None:
@@ -223,14 +219,12 @@ class Producer:
                 # §4.2: "The fault MUST include the filter QNames for the filters it did not
                 # understand"; only TopicExpression (Simple) is supported here.
                 raise Fault("InvalidFilterFault",
-                            "unsupported filter(s): %s; this device filters by Simple "
-                            "TopicExpression only" % ", ".join([c.qname() for c in unknown]),
+                            "only TopicExpression filters, not %s" % unknown[0].qname(),
                             extra="".join([_qn_el("wsnt:UnknownFilter", c) for c in unknown]))
             for te in f.children:
                 dialect = (te.get("Dialect") or "").strip()
                 if dialect != ns.SIMPLE:
-                    raise Fault("TopicExpressionDialectUnknownFault",
-                                "dialect '%s' is not supported; use %s" % (dialect, ns.SIMPLE))
+                    raise dialect_fault(dialect)
                 mask &= 1 << self.topics.resolve_simple(te)
         raw = False
         pol = el.find(ns.WSNT, "SubscriptionPolicy")
@@ -243,8 +237,7 @@ class Producer:
                     unrec.append(c)
             if unrec:
                 raise Fault("UnrecognizedPolicyRequestFault",
-                            "unrecognized policy: %s (only wsnt:UseRaw)" % ", ".join(
-                                [c.qname() for c in unrec]),
+                            "only wsnt:UseRaw, not %s" % unrec[0].qname(),
                             extra="".join([_qn_el("wsnt:UnrecognizedPolicy", c) for c in unrec]))
         expires = self._termination(el.find(ns.WSNT, "InitialTerminationTime"), now,
                                     "UnacceptableInitialTerminationTimeFault")
@@ -253,26 +246,22 @@ class Producer:
             try:
                 split_url(addr)
             except ValueError:
-                raise Fault("SubscribeCreationFailedFault",
-                            "consumer address '%s' is not an http://host[:port]/path URL (the "
-                            "device pushes over plain HTTP/1.1; use a pull point otherwise)" % addr)
+                raise Fault("SubscribeCreationFailedFault", "address not http://host[:port]/path: %s" % addr)
             allow = self.consumer_allow
             if allow is not None and not [a for a in allow if addr.startswith(a)]:
-                raise Fault("SubscribeCreationFailedFault",
-                            "consumer address '%s' is not allowed by this device's policy" % addr)
+                raise Fault("SubscribeCreationFailedFault", "address not allowed (consumer_allow): %s" % addr)
         sub = Subscription(new_id(self.rand, "s"), addr, rp, mask, raw, expires, req.version, now,
                            0 if pp is not None else self.L["queue_len"])
         sub.pullpoint = pp
         if not self.subs.add(sub, now):
-            raise Fault("SubscribeCreationFailedFault",
-                        "subscription table full (%d subscriptions); unsubscribe or let one "
-                        "expire" % len(self.subs.slots), code="Receiver")
+            raise Fault("SubscribeCreationFailedFault", "table full (%d): unsubscribe one" % len(self.subs.slots),
+                        code="Receiver")
         actions.append(("subscribed", sub))
         out = ["<wsnt:SubscribeResponse>",
                epr(self.base + _PATH_SUBS + sub.id, sub.id, "wsnt:SubscriptionReference"),
-               "<wsnt:CurrentTime>%s</wsnt:CurrentTime>" % format_datetime(now)]
+               wrap("wsnt:CurrentTime", format_datetime(now))]
         if expires is not None:
-            out.append("<wsnt:TerminationTime>%s</wsnt:TerminationTime>" % format_datetime(expires))
+            out.append(wrap("wsnt:TerminationTime", format_datetime(expires)))
         out.append("</wsnt:SubscribeResponse>")
         return "".join(out)
 
@@ -311,9 +300,7 @@ class Producer:
             raise self._unknown(req)
         sub = self.subs.get(sid)
         if sub is None:
-            raise Fault("ResourceUnknownFault",
-                        "no subscription '%s' (unsubscribed, expired or never created)" % sid,
-                        fns=ns.WSRF_R)
+            raise unknown_fault(sid)
         f = getattr(self, op[0]) if op[0] else _rare().sub_rp
         return op[1] + "Response", (f(el, sub, now, actions) if op[0] else
                                     f(self, el, sub, now, actions))
@@ -321,15 +308,14 @@ class Producer:
     def _renew(self, el, sub, now, actions):
         tt = el.find(ns.WSNT, "TerminationTime")
         if tt is None:
-            raise Fault("UnacceptableTerminationTimeFault", "Renew without TerminationTime",
-                        extra="<wsnt:MinimumTime>%s</wsnt:MinimumTime>" % format_datetime(now + 1))
+            raise Fault("UnacceptableTerminationTimeFault", "no TerminationTime",
+                        extra=wrap("wsnt:MinimumTime", format_datetime(now + 1)))
         sub.expires = self._termination(tt, now, "UnacceptableTerminationTimeFault")
         if sub.expires is None:
             term = '<wsnt:TerminationTime xmlns:xsi="%s" xsi:nil="true"/>' % ns.XSI
         else:
-            term = "<wsnt:TerminationTime>%s</wsnt:TerminationTime>" % format_datetime(sub.expires)
-        return "<wsnt:RenewResponse>%s<wsnt:CurrentTime>%s</wsnt:CurrentTime>" \
-               "</wsnt:RenewResponse>" % (term, format_datetime(now))
+            term = wrap("wsnt:TerminationTime", format_datetime(sub.expires))
+        return wrap("wsnt:RenewResponse", term + wrap("wsnt:CurrentTime", format_datetime(now)))
 
     def _unsubscribe(self, el, sub, now, actions):
         self.subs.remove(sub.id)
@@ -387,7 +373,7 @@ class Producer:
         # no SubscriptionReference then (it is optional, §3.2).
         s, ti, payload, _ = item
         if s is not None and s.raw:
-            return "<wsnt:Message>%s</wsnt:Message>" % payload
+            return wrap("wsnt:Message", payload)
         ref = epr(self.base + _PATH_SUBS + s.id, s.id, "wsnt:SubscriptionReference") if s else ""
         return "%s<wsnt:Topic Dialect=\"%s\">%s</wsnt:Topic>%s<wsnt:Message>%s</wsnt:Message>" % (
             ref, ns.SIMPLE, self.topics.qname(ti), epr(self.addr, None, "wsnt:ProducerReference"),
@@ -402,8 +388,7 @@ class Producer:
         if s.raw:
             body = item[2]
         else:
-            body = "<wsnt:Notify><wsnt:NotificationMessage>%s</wsnt:NotificationMessage>" \
-                   "</wsnt:Notify>" % self._nm_content(item)
+            body = wrap("wsnt:Notify", wrap("wsnt:NotificationMessage", self._nm_content(item)))
         if gateway:
             url, hdr = self.gateway, self.gateway_rp
         else:
@@ -441,8 +426,7 @@ class Producer:
             # each piece is encoded as it is made: one message's str at a time, not the batch's
             out.append(b"<wsnt:Notify>")
             for it in items:
-                out.append(("<wsnt:NotificationMessage>%s</wsnt:NotificationMessage>"
-                            % self._nm_content(it)).encode())
+                out.append(wrap("wsnt:NotificationMessage", self._nm_content(it)).encode())
             out.append(b"</wsnt:Notify>")
         out.append(tail.encode())
         return items, self.gateway, out, ns.content_type(version)

@@ -6,31 +6,43 @@
 # the Body content to send back, or a Fault.
 from wsn.core import ns
 from wsn.core import xml as X
-from wsn.core.soap import Fault, epr
+from wsn.core.soap import Fault, dialect_fault, epr, unknown_fault, wrap
 from wsn.core.times import format_datetime
 
 _PATH_PPS = "/wsn/pullpoints/"
+_GRPR = "wsrf-rp:GetResourcePropertyResponse"
+
+
+def _exprs(t, mask):
+    # one wsnt:TopicExpression (Simple dialect) per topic in the mask
+    return "".join(['<wsnt:TopicExpression Dialect="%s">%s</wsnt:TopicExpression>' % (
+        ns.SIMPLE, t.qname(i)) for i in range(len(t.names)) if mask & (1 << i)])
+
+
+def _no_rp(uri, local):
+    # WS-ResourceProperties 1.2 §5.2.3: the QName names no property of this resource
+    return Fault("InvalidResourcePropertyQNameFault", "no property {%s}%s here" % (uri, local),
+                 fns=ns.WSRF_RP)
 
 
 def get_current(p, el):
     # WS-BaseNotification 1.3 §4.3
     topics = el.findall(ns.WSNT, "Topic")
     if not topics:
-        raise Fault("InvalidTopicExpressionFault", "GetCurrentMessage without wsnt:Topic")
+        raise Fault("InvalidTopicExpressionFault", "no wsnt:Topic")
     if len(topics) > 1:
         raise Fault("MultipleTopicsSpecifiedFault",
-                    "GetCurrentMessage names %d topics; name exactly one" % len(topics))
+                    "%d topics: name one" % len(topics))
     te = topics[0]
     dialect = (te.get("Dialect") or "").strip()
     if dialect != ns.SIMPLE:
-        raise Fault("TopicExpressionDialectUnknownFault",
-                    "dialect '%s' is not supported; use %s" % (dialect, ns.SIMPLE))
+        raise dialect_fault(dialect)
     i = p.topics.resolve_simple(te)
     cur = p.current[i]
     if cur is None:
         raise Fault("NoCurrentMessageOnTopicFault",
-                    "no reading published on '%s' yet" % p.topics.names[i])
-    return "<wsnt:GetCurrentMessageResponse>%s</wsnt:GetCurrentMessageResponse>" % cur
+                    "no reading on %s yet" % p.topics.names[i])
+    return wrap("wsnt:GetCurrentMessageResponse", cur)
 
 
 def create_pullpoint(p, now, actions):
@@ -38,11 +50,11 @@ def create_pullpoint(p, now, actions):
     pp = p.pullpoints().create(p.rand, now, p.L["pullpoint_idle_s"])
     if pp is None:
         raise Fault("UnableToCreatePullPointFault",
-                    "all %d pull points are in use; destroy one first" % len(p.pps.slots),
+                    "all %d in use: destroy one" % len(p.pps.slots),
                     code="Receiver")
     actions.append(("pullpoint", pp))
-    return "<wsnt:CreatePullPointResponse>%s</wsnt:CreatePullPointResponse>" % epr(
-        p.base + _PATH_PPS + pp.id, pp.id, "wsnt:PullPoint")
+    return wrap("wsnt:CreatePullPointResponse",
+                epr(p.base + _PATH_PPS + pp.id, pp.id, "wsnt:PullPoint"))
 
 
 def get_rp(p, el):
@@ -54,23 +66,18 @@ def get_rp(p, el):
         raise Fault("InvalidResourcePropertyQNameFault", str(e), fns=ns.WSRF_RP)
     t = p.topics
     if uri == ns.WSNT and local == "TopicExpression":
-        out = "".join(['<wsnt:TopicExpression Dialect="%s">%s</wsnt:TopicExpression>' % (
-            ns.SIMPLE, t.qname(i)) for i in range(len(t.names))])
+        out = _exprs(t, t.all)
     elif uri == ns.WSNT and local == "TopicExpressionDialect":
-        out = "<wsnt:TopicExpressionDialect>%s</wsnt:TopicExpressionDialect>" % ns.SIMPLE
+        out = wrap("wsnt:TopicExpressionDialect", ns.SIMPLE)
     elif uri == ns.WSNT and local == "FixedTopicSet":
-        out = "<wsnt:FixedTopicSet>true</wsnt:FixedTopicSet>"
+        out = wrap("wsnt:FixedTopicSet", "true")
     elif uri == ns.WSTOP and local == "TopicSet":
         out = t.topic_set_xml()
     elif uri == ns.EDGE and local == "Status":
-        out = "<edge:Status>%s</edge:Status>" % "".join(
-            ["<edge:%s>%s</edge:%s>" % (k, v, k) for k, v in p.counters()])
+        out = wrap("edge:Status", "".join([wrap("edge:" + k, v) for k, v in p.counters()]))
     else:
-        raise Fault("InvalidResourcePropertyQNameFault",
-                    "no resource property {%s}%s; try wsnt:TopicExpression, "
-                    "wsnt:TopicExpressionDialect, wsnt:FixedTopicSet, wstop:TopicSet, "
-                    "edge:Status" % (uri, local), fns=ns.WSRF_RP)
-    return "<wsrf-rp:GetResourcePropertyResponse>%s</wsrf-rp:GetResourcePropertyResponse>" % out
+        raise _no_rp(uri, local)
+    return wrap(_GRPR, out)
 
 
 def sub_rp(p, el, sub, now, actions):
@@ -82,29 +89,21 @@ def sub_rp(p, el, sub, now, actions):
     if uri == ns.WSNT and local == "ConsumerReference":
         out = epr(sub.consumer, None, "wsnt:ConsumerReference")
     elif uri == ns.WSNT and local == "Filter":
-        out = "<wsnt:Filter>%s</wsnt:Filter>" % "".join(
-            ['<wsnt:TopicExpression Dialect="%s">%s</wsnt:TopicExpression>' % (ns.SIMPLE, p.topics.qname(i))
-             for i in range(len(p.topics.names)) if sub.mask & (1 << i)]) if sub.mask != p.topics.all else ""
+        out = "" if sub.mask == p.topics.all else wrap("wsnt:Filter", _exprs(p.topics, sub.mask))
     elif uri == ns.WSNT and local == "SubscriptionPolicy":
-        out = "<wsnt:SubscriptionPolicy>%s</wsnt:SubscriptionPolicy>" % (
-            "<wsnt:UseRaw/>" if sub.raw else "")
+        out = wrap("wsnt:SubscriptionPolicy", "<wsnt:UseRaw/>" if sub.raw else "")
     elif uri == ns.WSNT and local == "CreationTime":
-        out = "<wsnt:CreationTime>%s</wsnt:CreationTime>" % format_datetime(sub.created)
+        out = wrap("wsnt:CreationTime", format_datetime(sub.created))
     elif uri == ns.WSRF_RL and local == "CurrentTime":
-        out = "<wsrf-rl:CurrentTime>%s</wsrf-rl:CurrentTime>" % format_datetime(now)
+        out = wrap("wsrf-rl:CurrentTime", format_datetime(now))
     elif uri == ns.WSRF_RL and local == "TerminationTime":
         if sub.expires is None:
             out = '<wsrf-rl:TerminationTime xmlns:xsi="%s" xsi:nil="true"/>' % ns.XSI
         else:
-            out = "<wsrf-rl:TerminationTime>%s</wsrf-rl:TerminationTime>" % format_datetime(
-                sub.expires)
+            out = wrap("wsrf-rl:TerminationTime", format_datetime(sub.expires))
     else:
-        raise Fault("InvalidResourcePropertyQNameFault",
-                    "no subscription property {%s}%s; try wsnt:ConsumerReference, "
-                    "wsnt:Filter, wsnt:SubscriptionPolicy, wsnt:CreationTime, "
-                    "wsrf-rl:CurrentTime, wsrf-rl:TerminationTime" % (uri, local),
-                    fns=ns.WSRF_RP)
-    return "<wsrf-rp:GetResourcePropertyResponse>%s</wsrf-rp:GetResourcePropertyResponse>" % out
+        raise _no_rp(uri, local)
+    return wrap(_GRPR, out)
 
 
 def pullpoint(p, req, pid, now, actions):
@@ -112,7 +111,7 @@ def pullpoint(p, req, pid, now, actions):
     el = req.body
     pp = p._pps.get(pid) if p._pps is not None else None
     if pp is None:
-        raise Fault("ResourceUnknownFault", "no pull point '%s'" % pid, fns=ns.WSRF_R)
+        raise unknown_fault(pid)
     pp.touched = now
     if el.ns == ns.WSNT and el.name == "GetMessages":
         mx = el.find(ns.WSNT, "MaximumNumber")
@@ -120,14 +119,13 @@ def pullpoint(p, req, pid, now, actions):
         if mx is not None:
             v = mx.value()
             if not v.isdigit():
-                raise Fault("UnableToGetMessagesFault",
-                            "MaximumNumber '%s' is not a non-negative integer" % v)
+                raise Fault("UnableToGetMessagesFault", "MaximumNumber %s: want an int >= 0" % v)
             n = int(v)
         items = pp.ring.take(n)
         out = ["<wsnt:GetMessagesResponse>"]
         for it in items:
-            out.append("<wsnt:NotificationMessage>%s</wsnt:NotificationMessage>" % (
-                it if isinstance(it, str) else p._nm_content(it)))
+            out.append(wrap("wsnt:NotificationMessage",
+                            it if isinstance(it, str) else p._nm_content(it)))
         out.append("</wsnt:GetMessagesResponse>")
         return ns.GET_MESSAGES + "Response", out  # in pieces: one per message
     if el.ns == ns.WSNT and el.name == "DestroyPullPoint":
@@ -145,5 +143,5 @@ def pullpoint(p, req, pid, now, actions):
         for nm in el.findall(ns.WSNT, "NotificationMessage"):
             pp.ring.push(X.inner_xml(nm, req.buf))
     else:
-        pp.ring.push("<wsnt:Message>%s</wsnt:Message>" % X.outer_xml(el, req.buf))
+        pp.ring.push(wrap("wsnt:Message", X.outer_xml(el, req.buf)))
     return None, None

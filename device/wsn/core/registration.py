@@ -3,7 +3,7 @@
 # SetTerminationTime for renewing the registration.
 from wsn.core import ns
 from wsn.core import xml as X
-from wsn.core.soap import envelope, fault_name, parse_request, read_epr
+from wsn.core.soap import envelope, fault_name, parse_request, read_epr, wrap
 from wsn.core.times import format_datetime
 
 
@@ -37,10 +37,10 @@ def read_registration(buf):
         raise ValueError("not a RegisterPublisherResponse")
     prr = b.find(ns.BR, "PublisherRegistrationReference")
     if prr is None:
-        raise ValueError("RegisterPublisherResponse without PublisherRegistrationReference")
+        raise ValueError("no PublisherRegistrationReference")
     reg, reg_rp = read_epr(prr, buf)
     if not reg:
-        raise ValueError("PublisherRegistrationReference without address")
+        raise ValueError("no registration address")
     cr = b.find(ns.BR, "ConsumerReference")
     con, con_rp = (reg, reg_rp)
     if cr is not None:
@@ -52,6 +52,6 @@ def read_registration(buf):
 
 def set_termination_time(version, reg_addr, reg_rp, expires):
     # WS-ResourceLifetime 1.2 §5.1 SetTerminationTime on the registration (design.md step 3)
-    body = "<wsrf-rl:SetTerminationTime><wsrf-rl:RequestedTerminationTime>%s" \
-           "</wsrf-rl:RequestedTerminationTime></wsrf-rl:SetTerminationTime>" % format_datetime(expires)
+    body = wrap("wsrf-rl:SetTerminationTime",
+                wrap("wsrf-rl:RequestedTerminationTime", format_datetime(expires)))
     return envelope(version, ns.SET_TT + "Request", body, None, reg_addr, reg_rp)

@@ -31,6 +31,21 @@ class Fault(Exception):
         self.action = action
 
 
+def wrap(tag, content):
+    # <tag>content</tag>: one format string instead of one per element
+    return "<%s>%s</%s>" % (tag, content, tag)
+
+
+def dialect_fault(dialect):
+    return Fault("TopicExpressionDialectUnknownFault", "dialect %s: use %s" % (dialect, ns.SIMPLE))
+
+
+def unknown_fault(rid):
+    # WS-Resource 1.2 §4: no such subscription or pull point (ended, expired or never made)
+    return Fault("ResourceUnknownFault", "no resource %s (ended or expired)" % rid,
+                 fns=ns.WSRF_R)
+
+
 class NotSoap(ValueError):
     # The body is well-formed XML but not a SOAP envelope: plain HTTP 400.
     pass
@@ -56,20 +71,20 @@ def parse_request(buf, max_depth=16, max_elements=256):
     # MustUnderstand, a body that is not one element).
     root = X.parse(buf, max_depth, max_elements)
     if root.name != "Envelope":
-        raise NotSoap("root element is {%s}%s, not a SOAP Envelope" % (root.ns, root.name))
+        raise NotSoap("not a SOAP Envelope: {%s}%s" % (root.ns, root.name))
     if root.ns == ns.SOAP12:
         version = ns.V12
     elif root.ns == ns.SOAP11:
         version = ns.V11
     else:
         # SOAP 1.2 §5.4.7 / SOAP 1.1 §4.4.1: an Envelope in another namespace
-        raise Fault("VersionMismatch", "unknown SOAP envelope namespace '%s'" % root.ns,
+        raise Fault("VersionMismatch", "unknown envelope namespace %s" % root.ns,
                     fns=ns.SOAP11, code="VersionMismatch", base=False)
     sns = root.ns
     header = root.find(sns, "Header")
     body = root.find(sns, "Body")
     if body is None:
-        raise Fault("Body", "SOAP Envelope without Body", fns=sns, code="Sender", base=False)
+        raise Fault("Body", "no SOAP Body", fns=sns, base=False)
     el = body.children[0] if body.children else None
     req = Request(version, header, el, buf)
     if header is not None:
@@ -102,9 +117,9 @@ def envelope(version, action, body, relates_to=None, to=None, headers=""):
     parts = ['<s:Envelope xmlns:s="', ns.soap_ns(version), '"', ns.DECLS, "><s:Header><wsa:Action>",
              action, "</wsa:Action>"]
     if relates_to:
-        parts.append("<wsa:RelatesTo>%s</wsa:RelatesTo>" % X.escape(relates_to))
+        parts.append(wrap("wsa:RelatesTo", X.escape(relates_to)))
     if to:
-        parts.append("<wsa:To>%s</wsa:To>" % X.escape(to))
+        parts.append(wrap("wsa:To", X.escape(to)))
     if headers:
         parts.append(headers)
     parts.append("</s:Header><s:Body>")

@@ -60,7 +60,7 @@ def parse_datetime(s):
     # (WS-BaseNotification 1.3 §4.2: "MUST be interpreted as universal time").
     s = s.strip()
     if len(s) < 19 or s[4] != "-" or s[7] != "-" or s[10] != "T" or s[13] != ":" or s[16] != ":":
-        raise TimeError("not an xsd:dateTime: '%s'" % s)
+        raise TimeError("not an xsd:dateTime or duration: %s" % s)
     y = _int(s[0:4], "year")
     mo = _int(s[5:7], "month")
     d = _int(s[8:10], "day")
@@ -68,14 +68,14 @@ def parse_datetime(s):
     mi = _int(s[14:16], "minute")
     se = _int(s[17:19], "second")
     if not (1 <= mo <= 12 and 1 <= d <= 31 and h <= 24 and mi <= 59 and se <= 60):
-        raise TimeError("dateTime out of range: '%s'" % s)
+        raise TimeError("out of range: %s" % s)
     rest = s[19:]
     if rest[:1] == ".":
         k = 1
         while k < len(rest) and rest[k].isdigit():
             k += 1
         if k == 1:
-            raise TimeError("bad fraction in '%s'" % s)
+            raise TimeError("bad fraction: %s" % s)
         rest = rest[k:]
     off = 0
     if rest == "Z" or rest == "":
@@ -85,7 +85,7 @@ def parse_datetime(s):
         if rest[0] == "+":
             off = -off
     else:
-        raise TimeError("bad time zone in '%s'" % s)
+        raise TimeError("bad zone: %s" % s)
     return days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se + off
 
 
@@ -98,7 +98,7 @@ def parse_duration(s):
     if neg:
         s = s[1:]
     if s[:1] != "P" or len(s) < 2 or s[-1] == "T":
-        raise TimeError("not an xsd:duration: '%s'" % s)
+        raise TimeError("bad duration: %s" % s)
     total = 0
     num = ""
     in_time = False
@@ -109,17 +109,17 @@ def parse_duration(s):
             continue
         if c == "T":
             if in_time or num:
-                raise TimeError("bad duration '%s'" % s)
+                raise TimeError("bad duration: %s" % s)
             in_time = True
             continue
         if not num:
-            raise TimeError("bad duration '%s'" % s)
+            raise TimeError("bad duration: %s" % s)
         if "." in num:
             if c != "S" or not in_time:
-                raise TimeError("fraction only allowed in seconds: '%s'" % s)
+                raise TimeError("fraction not in seconds: %s" % s)
             w, _, f = num.partition(".")
             if (not w and not f) or (w and not w.isdigit()) or (f and not f.isdigit()):
-                raise TimeError("bad duration '%s'" % s)
+                raise TimeError("bad duration: %s" % s)
             v = int(w or "0") + (1 if f.strip("0") else 0)
         else:
             v = int(num)
@@ -128,12 +128,12 @@ def parse_duration(s):
         else:
             mult = {"Y": 31536000, "M": 2592000, "W": 604800, "D": 86400}.get(c)
         if mult is None:
-            raise TimeError("bad duration designator '%s' in '%s'" % (c, s))
+            raise TimeError("bad duration: %s" % s)
         total += v * mult
         num = ""
         seen = True
     if num or not seen:
-        raise TimeError("bad duration '%s'" % s)
+        raise TimeError("bad duration: %s" % s)
     return -total if neg else total
 
 

@@ -9,6 +9,7 @@ from wsn.core import xml as X
 from wsn.core.soap import Fault
 
 MAX_TOPICS = 30
+_ITE = "InvalidTopicExpressionFault"
 
 
 class TopicSet:
@@ -40,26 +41,19 @@ class TopicSet:
         # if our topic namespace is the ad-hoc one ("").
         expr = (el.text if text is None else text).strip()
         if not expr:
-            raise Fault("InvalidTopicExpressionFault", "empty Simple TopicExpression")
+            raise Fault(_ITE, "empty TopicExpression")
         p, _, local = expr.rpartition(":")
         if not X._is_name(local) or (p and not X._is_name(p)):
-            raise Fault("InvalidTopicExpressionFault",
-                        "'%s' is not a QName: the Simple dialect (WS-Topics 1.3 §8.1) names "
-                        "one root topic, no paths or wildcards" % expr)
+            raise Fault(_ITE, "%s: Simple names one root topic by QName" % expr)
         uri = el.scope.get(p) if p else ""
         if uri is None:
-            raise Fault("InvalidTopicExpressionFault",
-                        "prefix '%s' in '%s' is not declared" % (p, expr))
+            raise Fault(_ITE, "prefix %s undeclared" % p)
         if uri != self.ns:
-            raise Fault("TopicNotSupportedFault",
-                        "topic namespace '%s' is not supported (an unprefixed name is in no "
-                        "namespace, WS-Topics 1.3 §10); this device publishes in '%s': "
-                        "write the topic as a QName with a prefix bound to it" % (uri, self.ns))
+            raise Fault("TopicNotSupportedFault", "namespace '%s': prefix it to %s" % (uri, self.ns))
         i = self.index(local)
         if i < 0:
-            raise Fault("TopicNotSupportedFault",
-                        "no root topic '%s' in '%s'; topics: %s" % (
-                            local, self.ns, " ".join(self.names)))
+            raise Fault("TopicNotSupportedFault", "no topic %s; topics: %s" % (
+                local, " ".join(self.names)))
         return i
 
     def mask_names(self, mask):
@@ -84,14 +78,14 @@ def load_namespace(buf):
         raise ValueError("not a wstop:TopicNamespace document")
     tns = root.get("targetNamespace")
     if not tns:
-        raise ValueError("TopicNamespace without targetNamespace")
+        raise ValueError("no targetNamespace")
     names = []
     for t in root.findall(ns.WSTOP, "Topic"):
         n = t.get("name")
         if not n or not X._is_name(n) or ":" in n:
             raise ValueError("bad topic name %r" % n)
         if t.find(ns.WSTOP, "Topic") is not None:
-            raise ValueError("topic '%s' has child topics: only root topics (Simple dialect)" % n)
+            raise ValueError("topic %s: child topics unsupported" % n)
         if n in names:
             raise ValueError("duplicate topic '%s'" % n)
         names.append(n)

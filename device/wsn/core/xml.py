@@ -65,27 +65,28 @@ def unescape(s):
         out.append(s[j:i])
         k = s.find(";", i)
         if k < 0 or k - i > 12:
-            raise XMLError("unterminated entity reference")
+            raise XMLError("unterminated entity")
         name = s[i + 1:k]
         if name[:2] == "#x":
-            try:
-                out.append(chr(int(name[2:], 16)))
-            except (ValueError, OverflowError):
-                raise XMLError("bad character reference &%s;" % name)
+            out.append(_chr(name[2:], 16))
         elif name[:1] == "#":
-            try:
-                out.append(chr(int(name[1:])))
-            except (ValueError, OverflowError):
-                raise XMLError("bad character reference &%s;" % name)
+            out.append(_chr(name[1:], 10))
         else:
             v = _ENT.get(name)
             if v is None:
-                raise XMLError("undeclared entity &%s; (no DTD, entities are not expanded)" % name)
+                raise XMLError("undeclared entity &%s; (no DTD)" % name)
             out.append(v)
         j = k + 1
         i = s.find("&", j)
     out.append(s[j:])
     return "".join(out)
+
+
+def _chr(digits, base):
+    try:
+        return chr(int(digits, base))
+    except (ValueError, OverflowError):
+        raise XMLError("bad character reference %s" % digits)
 
 
 def _dec(b):
@@ -131,12 +132,12 @@ class Tokenizer:
                 self.text = unescape(t)
                 return TEXT
             if i + 1 >= n:
-                raise XMLError("truncated markup at byte %d" % i)
+                raise XMLError("truncated at byte %d" % i)
             c = b[i + 1]
             if c == _SL:
                 j = b.find(b">", i)
                 if j < 0:
-                    raise XMLError("truncated end tag at byte %d" % i)
+                    raise XMLError("truncated at byte %d" % i)
                 self.name = _dec(b[i + 2:j]).strip()
                 self.pos = i
                 self.end = self.i = j + 1
@@ -144,27 +145,27 @@ class Tokenizer:
             if c == _QM:
                 j = b.find(b"?>", i)
                 if j < 0:
-                    raise XMLError("truncated processing instruction")
+                    raise XMLError("truncated at byte %d" % i)
                 self.i = j + 2
                 continue
             if c == _EX:
                 if b[i:i + 4] == b"<!--":
                     j = b.find(b"-->", i + 4)
                     if j < 0:
-                        raise XMLError("truncated comment")
+                        raise XMLError("truncated at byte %d" % i)
                     self.i = j + 3
                     continue
                 if b[i:i + 9] == b"<![CDATA[":
                     j = b.find(b"]]>", i + 9)
                     if j < 0:
-                        raise XMLError("truncated CDATA section")
+                        raise XMLError("truncated at byte %d" % i)
                     self.text = _dec(b[i + 9:j])
                     self.pos = i
                     self.i = j + 3
                     return TEXT
                 if b[i + 2:i + 9] in (b"DOCTYPE", b"doctype"):
-                    raise XMLError("DOCTYPE not allowed (no DTDs, no entity declarations)")
-                raise XMLError("unexpected '<!' markup at byte %d" % i)
+                    raise XMLError("DOCTYPE not allowed")
+                raise XMLError("bad '<!' at byte %d" % i)
             return self._start(b, i, n)
 
     def _start(self, b, i, n):
@@ -181,7 +182,7 @@ class Tokenizer:
             while j < n and _ws(b[j]):
                 j += 1
             if j >= n:
-                raise XMLError("truncated start tag <%s" % self.name)
+                raise XMLError("truncated at byte %d" % i)
             c = b[j]
             if c == _GT:
                 self.empty = False
@@ -189,7 +190,7 @@ class Tokenizer:
                 break
             if c == _SL:
                 if j + 1 >= n or b[j + 1] != _GT:
-                    raise XMLError("bad '/' in start tag <%s" % self.name)
+                    raise XMLError("bad '/' in <%s" % self.name)
                 self.empty = True
                 j += 2
                 break
@@ -203,7 +204,7 @@ class Tokenizer:
             while k < n and _ws(b[k]):
                 k += 1
             if k >= n or b[k] != _EQ:
-                raise XMLError("attribute %s without value in <%s" % (an, self.name))
+                raise XMLError("bad attribute %s in <%s" % (an, self.name))
             k += 1
             while k < n and _ws(b[k]):
                 k += 1
@@ -212,10 +213,10 @@ class Tokenizer:
             q = b[k:k + 1]
             e = b.find(q, k + 1)
             if e < 0:
-                raise XMLError("truncated attribute %s" % an)
+                raise XMLError("truncated at byte %d" % i)
             v = _dec(b[k + 1:e])
             if "<" in v:
-                raise XMLError("'<' in attribute %s" % an)
+                raise XMLError("bad attribute %s in <%s" % (an, self.name))
             if attrs is None:
                 attrs = []
             elif len(attrs) >= self.max_attrs:
@@ -226,7 +227,7 @@ class Tokenizer:
             attrs.append((an, unescape(v)))
             j = e + 1
             if j < n and not (_ws(b[j]) or b[j] == _GT or b[j] == _SL):
-                raise XMLError("no space between attributes in <%s" % self.name)
+                raise XMLError("bad attribute %s in <%s" % (an, self.name))
         self.attrs = attrs
         self.pos = i
         self.end = self.i = j
@@ -278,7 +279,7 @@ class Element:
         uri = self.scope.get(p)
         if uri is None:
             if p:
-                raise XMLError("undeclared prefix '%s'" % p)
+                raise XMLError("undeclared prefix %s" % p)
             uri = ""
         return uri, local
 
@@ -289,12 +290,12 @@ _BASE_SCOPE = {"xml": XML_NS}
 def _split(qname, scope, attr):
     p, _, local = qname.rpartition(":")
     if not _is_name(local) or (p and not _is_name(p)):
-        raise XMLError("bad name '%s'" % qname)
+        raise XMLError("bad name %s" % qname)
     if not p:
         return ("" if attr else scope.get("", "")), local, ""
     uri = scope.get(p)
     if uri is None:
-        raise XMLError("undeclared namespace prefix '%s'" % p)
+        raise XMLError("undeclared prefix %s" % p)
     return uri, local, p
 
 
@@ -314,11 +315,11 @@ def parse(buf, max_depth=16, max_elements=256, max_attrs=16):
                 top = stack[-1]
                 top.text = t.text if not top.text else top.text + t.text
             elif t.text.strip():
-                raise XMLError("text outside the root element")
+                raise XMLError("text outside the root")
             continue
         if ev == START:
             if root is not None and not stack:
-                raise XMLError("content after the root element")
+                raise XMLError("content after the root")
             count += 1
             if count > max_elements:
                 raise XMLError("more than %d elements" % max_elements)
@@ -336,7 +337,7 @@ def parse(buf, max_depth=16, max_elements=256, max_attrs=16):
                             scope = dict(scope)
                         p = an[6:]
                         if p and not v:
-                            raise XMLError("empty namespace for prefix '%s'" % p)
+                            raise XMLError("empty namespace for prefix %s" % p)
                         scope[p] = v
                         decl.append(p)
                 for an, v in raw:
@@ -371,7 +372,7 @@ def parse(buf, max_depth=16, max_elements=256, max_attrs=16):
             continue
         # EOF
         if stack:
-            raise XMLError("truncated document: <%s> not closed" % stack[-1].name)
+            raise XMLError("truncated: <%s> not closed" % stack[-1].name)
         if root is None:
             raise XMLError("no root element")
         return root
