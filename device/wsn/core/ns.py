@@ -41,24 +41,10 @@ DECLS = (
     ' xmlns:dt="urn:wsn-edge:device-topics"'
 )
 
-# literals, not concatenations: frozen into flash they cost no heap
+# literals, not concatenations: frozen into flash they cost no heap. The actions of the
+# operations the device answers are literals where they are answered (wsn.core.producer, rare).
 NOTIFY = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
-SUBSCRIBE = "http://docs.oasis-open.org/wsn/bw-2/NotificationProducer/Subscribe"          # + Request / Response
-GET_CURRENT = "http://docs.oasis-open.org/wsn/bw-2/NotificationProducer/GetCurrentMessage"
-CREATE_PP = "http://docs.oasis-open.org/wsn/bw-2/CreatePullPoint/CreatePullPoint"
-GET_MESSAGES = "http://docs.oasis-open.org/wsn/bw-2/PullPoint/GetMessages"
-DESTROY_PP = "http://docs.oasis-open.org/wsn/bw-2/PullPoint/DestroyPullPoint"
-RENEW = "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/Renew"
-UNSUBSCRIBE = "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/Unsubscribe"
-# bw-2.wsdl puts Pause/Resume in the PausableSubscriptionManager portType: the WS-Addressing
-# default actions (WS-Addressing 1.0 Metadata §4.4.4) name that portType. Requests are
-# dispatched on the Body element, so the old .../SubscriptionManager/... request actions are
-# still accepted.
-PAUSE = "http://docs.oasis-open.org/wsn/bw-2/PausableSubscriptionManager/PauseSubscription"
-RESUME = "http://docs.oasis-open.org/wsn/bw-2/PausableSubscriptionManager/ResumeSubscription"
-GET_RP = "http://docs.oasis-open.org/wsrf/rpw-2/GetResourceProperty/GetResourceProperty"
 SET_TT = "http://docs.oasis-open.org/wsrf/rlw-2/ScheduledResourceTermination/SetTerminationTime"
-DESTROY = "http://docs.oasis-open.org/wsrf/rlw-2/ImmediateResourceTermination/Destroy"
 REGISTER = "http://docs.oasis-open.org/wsn/brw-2/RegisterPublisher/RegisterPublisher"
 # One fault-action rule for the device and the gateway (gateway/faults.py): faults of the WSRF
 # specifications (r-2, rp-2, rl-2) use the WSRF fault action, every other WS-N fault the

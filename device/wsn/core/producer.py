@@ -11,13 +11,14 @@
 # Nothing here blocks, sleeps or touches the network: pushes are queued on the subscription
 # (or in the gateway outbox, or delivered in memory into one of our own pull points) and the
 # I/O layer sends them.
+from micropython import const
+
 from wsn.core import ns
 from wsn.core import xml as X
 from wsn.core.httpmsg import split_url
-from wsn.core.ring import Ring
 from wsn.core.soap import (Fault, NotSoap, dialect_fault, envelope, epr, fault_envelope,
                            fault_status, parse_request, read_epr, unknown_fault, wrap)
-from wsn.core.subscriptions import Subscription, SubscriptionTable, new_id
+from wsn.core.subscriptions import Ring, Subscription, SubscriptionTable, new_id
 from wsn.core.times import TimeError, format_datetime, parse_time
 
 # (name, default) pairs: a constant tuple, frozen into flash it costs no heap (a dict would)
@@ -38,6 +39,10 @@ DEFAULTS = (
 _PATH_SUBS = "/wsn/subscriptions/"
 _PATH_PPS = "/wsn/pullpoints/"
 PRODUCER_PATH = "/wsn/producer"
+# const: replaced by the literal (no name stored), so _MANAGER_OPS is a constant in flash
+_WSNT = const("http://docs.oasis-open.org/wsn/b-2")
+_GET_RP = const(
+    "http://docs.oasis-open.org/wsrf/rpw-2/GetResourceProperty/GetResourcePropertyResponse")
 
 
 class Response:
@@ -97,7 +102,7 @@ class Producer:
     def pullpoints(self):
         # the pull point table, made when first needed
         if self._pps is None:
-            from wsn.core.pullpoint import PullPointTable
+            from wsn.core.rare import PullPointTable
             self._pps = PullPointTable(self.L["max_pullpoints"], self.L["pullpoint_size"])
         return self._pps
 
@@ -168,13 +173,16 @@ class Producer:
         el = req.body
         if el.ns == ns.WSNT:
             if el.name == "Subscribe":
-                return ns.SUBSCRIBE + "Response", self._subscribe(req, now, actions)
+                return "http://docs.oasis-open.org/wsn/bw-2/NotificationProducer/SubscribeResponse", self._subscribe(
+                    req, now, actions)
             if el.name == "GetCurrentMessage":
-                return ns.GET_CURRENT + "Response", _rare().get_current(self, el)
+                return ("http://docs.oasis-open.org/wsn/bw-2/NotificationProducer/GetCurrentMessageResponse",
+                        _rare().get_current(self, el))
             if el.name == "CreatePullPoint":
-                return ns.CREATE_PP + "Response", _rare().create_pullpoint(self, now, actions)
+                return ("http://docs.oasis-open.org/wsn/bw-2/CreatePullPoint/CreatePullPointResponse",
+                        _rare().create_pullpoint(self, now, actions))
         if el.ns == ns.WSRF_RP and el.name == "GetResourceProperty":
-            return ns.GET_RP + "Response", _rare().get_rp(self, el)
+            return _GET_RP, _rare().get_rp(self, el)
         raise self._unknown(req)
 
     def _termination(self, el, now, fault):
@@ -283,27 +291,37 @@ class Producer:
     # response action). WS-BaseNotification 1.3 §6.1 (Renew, Unsubscribe), §6.2 (Pause/Resume),
     # §6.4 + WS-ResourceLifetime 1.2 §4.1 (Destroy: a subscription exposed as a WS-Resource
     # MUST support immediate termination), WS-ResourceProperties 1.2 (GetResourceProperty).
-    _MANAGER_OPS = {
-        (ns.WSNT, "Renew"): ("_renew", ns.RENEW),
-        (ns.WSNT, "Unsubscribe"): ("_unsubscribe", ns.UNSUBSCRIBE),
-        (ns.WSNT, "PauseSubscription"): ("_pause", ns.PAUSE),
-        (ns.WSNT, "ResumeSubscription"): ("_resume", ns.RESUME),
-        (ns.WSRF_RL, "Destroy"): ("_destroy", ns.DESTROY),
-        (ns.WSRF_RP, "GetResourceProperty"): (None, ns.GET_RP),  # wsn.core.rare.sub_rp
-    }
+    # The response actions are those of bw-2.wsdl (Pause/Resume: the
+    # PausableSubscriptionManager portType, WS-Addressing 1.0 Metadata §4.4.4), rlw-2 and rpw-2.
+    # A tuple of literals: a constant, frozen into flash it costs no heap.
+    _MANAGER_OPS = (
+        (_WSNT, "Renew", "_renew",
+         "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/RenewResponse"),
+        (_WSNT, "Unsubscribe", "_unsubscribe",
+         "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/UnsubscribeResponse"),
+        (_WSNT, "PauseSubscription", "_pause",
+         "http://docs.oasis-open.org/wsn/bw-2/PausableSubscriptionManager/PauseSubscriptionResponse"),
+        (_WSNT, "ResumeSubscription", "_resume",
+         "http://docs.oasis-open.org/wsn/bw-2/PausableSubscriptionManager/ResumeSubscriptionResponse"),
+        ("http://docs.oasis-open.org/wsrf/rl-2", "Destroy", "_destroy",
+         "http://docs.oasis-open.org/wsrf/rlw-2/ImmediateResourceTermination/DestroyResponse"),
+        ("http://docs.oasis-open.org/wsrf/rp-2", "GetResourceProperty", None, _GET_RP),
+    )
 
     def _manager(self, req, sid, now, actions):
         self.expire(now)
         el = req.body
-        op = self._MANAGER_OPS.get((el.ns, el.name))
-        if op is None:
+        for op in self._MANAGER_OPS:
+            if op[1] == el.name and op[0] == el.ns:
+                break
+        else:
             raise self._unknown(req)
         sub = self.subs.get(sid)
         if sub is None:
             raise unknown_fault(sid)
-        f = getattr(self, op[0]) if op[0] else _rare().sub_rp
-        return op[1] + "Response", (f(el, sub, now, actions) if op[0] else
-                                    f(self, el, sub, now, actions))
+        if op[2] is None:  # GetResourceProperty: wsn.core.rare.sub_rp
+            return op[3], _rare().sub_rp(self, el, sub, now, actions)
+        return op[3], getattr(self, op[2])(el, sub, now, actions)
 
     def _renew(self, el, sub, now, actions):
         tt = el.find(ns.WSNT, "TerminationTime")

@@ -1,4 +1,12 @@
-# The producer's rarely used operations, imported on first use (issue 16: installed as .mpy
+# PullPoints (WS-BaseNotification 1.3 §5): a fixed number of them, each a fixed-size ring that
+# drops the oldest message when full and counts the drops.
+#
+# A ring item is either a string (the content of a wsnt:NotificationMessage received by Notify)
+# or a tuple (subscription, topic index, payload, time) delivered in memory by one of the
+# device's own subscriptions; the NotificationMessage is rendered only when fetched, to keep
+# 32 messages small on a 64 KiB heap.
+#
+# And the producer's rarely used operations, imported on first use (issue 16: installed as .mpy
 # files, the bytecode of these stays out of the heap until a client asks for them):
 # GetCurrentMessage (WS-BaseNotification 1.3 §4.3), CreatePullPoint (§5.2) and the PullPoint's
 # operations (§5.1), GetResourceProperty of the producer (§4.1) and of a subscription (§6.4).
@@ -7,7 +15,65 @@
 from wsn.core import ns
 from wsn.core import xml as X
 from wsn.core.soap import Fault, dialect_fault, epr, unknown_fault, wrap
+from wsn.core.subscriptions import Ring, new_id
 from wsn.core.times import format_datetime
+
+
+class PullPoint:
+    def __init__(self, pid, size, now):
+        self.id = pid
+        self.ring = Ring(size)
+        self.touched = now
+        self.active = True
+
+
+class PullPointTable:
+    def __init__(self, count, size):
+        self.slots = [None] * count
+        self.size = size
+
+    def __iter__(self):
+        for p in self.slots:
+            if p is not None:
+                yield p
+
+    def __len__(self):
+        return sum(1 for p in self.slots if p is not None)
+
+    def create(self, rand, now, idle_s=None):
+        # -> PullPoint, or None when all slots are taken (after reclaiming idle ones)
+        if idle_s:
+            self.expire_idle(now, idle_s)
+        for i in range(len(self.slots)):
+            if self.slots[i] is None:
+                p = PullPoint(new_id(rand, "p"), self.size, now)
+                self.slots[i] = p
+                return p
+        return None
+
+    def get(self, pid):
+        for p in self.slots:
+            if p is not None and p.id == pid:
+                return p
+        return None
+
+    def remove(self, pid):
+        for i in range(len(self.slots)):
+            p = self.slots[i]
+            if p is not None and p.id == pid:
+                p.active = False
+                self.slots[i] = None
+                return p
+        return None
+
+    def expire_idle(self, now, idle_s):
+        gone = []
+        for p in list(self):
+            if now - p.touched >= idle_s:
+                self.remove(p.id)
+                gone.append(p)
+        return gone
+
 
 _PATH_PPS = "/wsn/pullpoints/"
 _GRPR = "wsrf-rp:GetResourcePropertyResponse"
@@ -127,7 +193,8 @@ def pullpoint(p, req, pid, now, actions):
             out.append(wrap("wsnt:NotificationMessage",
                             it if isinstance(it, str) else p._nm_content(it)))
         out.append("</wsnt:GetMessagesResponse>")
-        return ns.GET_MESSAGES + "Response", out  # in pieces: one per message
+        # in pieces: one per message
+        return "http://docs.oasis-open.org/wsn/bw-2/PullPoint/GetMessagesResponse", out
     if el.ns == ns.WSNT and el.name == "DestroyPullPoint":
         p.pps.remove(pid)
         # subscriptions delivering into it would have nowhere to go: they end with it
@@ -136,7 +203,8 @@ def pullpoint(p, req, pid, now, actions):
                 p.subs.remove(s.id)
                 actions.append(("unsubscribed", s))
         actions.append(("destroyed", pp))
-        return ns.DESTROY_PP + "Response", "<wsnt:DestroyPullPointResponse/>"
+        return ("http://docs.oasis-open.org/wsn/bw-2/PullPoint/DestroyPullPointResponse",
+                "<wsnt:DestroyPullPointResponse/>")
     # Notify into the pull point (§5.1.1): each NotificationMessage's content is kept as
     # received; any other body is a raw notification, kept as the Message.
     if el.ns == ns.WSNT and el.name == "Notify":

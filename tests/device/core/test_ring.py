@@ -1,5 +1,5 @@
 
-from wsn.core.ring import Ring
+from wsn.core.subscriptions import Ring
 
 
 def test_fifo_and_drop_oldest():
