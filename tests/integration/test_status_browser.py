@@ -70,6 +70,7 @@ async def test_status_page_in_headless_chromium(
     browser: Any,
     tmp_path: Path,
 ) -> None:
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
     gw = gateway_process("--backoff-initial", "0.2", "--backoff-max", "1")
@@ -94,7 +95,8 @@ async def test_status_page_in_headless_chromium(
         assert await client.sample("temperature", count=3) == 3
         await _until(lambda: _accepted(s, base, 3), "three readings at the gateway")
 
-        browser.get(f"{base}/status?refresh=1")
+        # read the rows from a page that stays put (a reload mid-read makes elements stale)
+        browser.get(f"{base}/status?refresh=3600")
         regs = browser.find_element(By.ID, "registrations")
         row = regs.find_element(By.XPATH, ".//tr[td[contains(., 'dev-test')]]")
         assert dev.producer in row.text and "dev-test/temperature" in row.text
@@ -108,13 +110,18 @@ async def test_status_page_in_headless_chromium(
         assert "lag behind the store" in browser.find_element(By.ID, "landing").text
 
         # it refreshes itself: a fourth reading shows up without the test reloading
+        browser.get(f"{base}/status?refresh=1")
         assert await client.sample("temperature") == 1
-        await _until(
-            lambda: browser.find_element(
-                By.CSS_SELECTOR, f'#pullpoints tr[data-id="{pp_id}"] td:nth-child(2)'
-            ).text == "4",
-            "the page to refresh itself",
-        )
+
+        def depth_is_4() -> bool:
+            try:
+                return bool(browser.find_element(
+                    By.CSS_SELECTOR, f'#pullpoints tr[data-id="{pp_id}"] td:nth-child(2)'
+                ).text == "4")
+            except (StaleElementReferenceException, NoSuchElementException):
+                return False  # caught between two loads of the page: look again
+
+        await _until(depth_is_4, "the page to refresh itself")
         shot = tmp_path / "status.png"
         assert browser.save_screenshot(str(shot))
         assert shot.stat().st_size > 10_000
