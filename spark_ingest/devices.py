@@ -18,6 +18,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from spark_ingest.keep import materialize
+from spark_ingest.landing import device_of_key
 
 DEVICE_COLUMNS = (
     "device_id",
@@ -79,7 +80,7 @@ def device_summary(messages: DataFrame, gap_factor: float = 3.0) -> DataFrame:
     )
     skew = _seconds("event_time", "received_at")
     who = messages.groupBy(F.col("key").alias("_kw")).agg(
-        F.max(F.struct("at", "id", "device_id", "producer", "gateway_id")).alias("_last"),
+        F.max(F.struct("at", "id", "producer", "gateway_id")).alias("_last"),
         F.sort_array(F.collect_set("producer")).alias("producers"),
         F.percentile_approx(skew, 0.5).alias("clock_skew_median_s"),
         F.min(skew).alias("clock_skew_min_s"),
@@ -122,7 +123,7 @@ def device_summary(messages: DataFrame, gap_factor: float = 3.0) -> DataFrame:
         basics.join(gaps, basics["key"].eqNullSafe(gaps["_pg"]), "left")
         .join(who, basics["key"].eqNullSafe(who["_kw"]), "left")
         .select(
-            F.col("_last.device_id").alias("device_id"),
+            device_of_key(F.col("key")).alias("device_id"),
             F.col("_last.producer").alias("producer"),
             "producers",
             F.col("_last.gateway_id").alias("gateway_id"),

@@ -36,6 +36,12 @@ REASONS = {
 CLASSIFIED = ("reason", "source_file", "raw", *MESSAGE.fieldNames())
 
 
+def device_of_key(key: Column) -> Column:
+    """The device id a group `key` names (null for a `producer:` key or a null key):
+    cheaper to derive after an aggregation than to group by it as well."""
+    return F.when(key.startswith("device:"), key.substr(F.lit(8), F.length(key) - F.lit(7)))
+
+
 def identity(
     received_at: Column,
     event_time: Column,
