@@ -21,10 +21,6 @@ from wsn.core.topics import TopicSet, load_namespace
 DEFAULT_TOPICS = ("temperature", "humidity", "light", "heartbeat")
 
 
-def _rand(n):
-    return os.urandom(n)
-
-
 def _find_topics_file(conf):
     cands = []
     if conf.get("topics_file"):
@@ -213,7 +209,7 @@ class Device:
         except Exception as e:  # noqa: BLE001 - a flaky sensor must not stop the device
             self.log("sensor %s: %r" % (self.topicset.names[ti], e))
             return None
-        unit = spec.get("unit") or sensors.UNITS.get(self.topicset.names[ti], "")
+        unit = spec.get("unit") or sensors.unit(self.topicset.names[ti])
         return reading(self.device_id, value, unit, now, spec.get("decimals", 2))
 
     def sample(self, ti, sensor, spec):
@@ -328,7 +324,7 @@ class Device:
             ip = wifi.connect(self.conf["wifi"])
         host = self.adv_host or ip or (self.host if self.host not in ("0.0.0.0", "") else "127.0.0.1")
         base = "http://%s:%d" % (host, self.port)
-        self.producer = Producer(self.device_id, self.topicset, base, _rand, self.limits)
+        self.producer = Producer(self.device_id, self.topicset, base, os.urandom, self.limits)
         if self.mode == "sleepy":
             from wsn.sleepy import Sleepy  # imported only in this mode
             await Sleepy(self).run()

@@ -4,10 +4,34 @@
 # holds the device. Message parsing lives in wsn.core.httpmsg.
 import asyncio
 
+from micropython import const
+
 from wsn.core import httpmsg as H
 
-MAX_HEAD = 4096
-DRAIN_LIMIT = 65536  # an oversized body up to this size is read and discarded before the 413
+_MAX_HEAD = const(4096)
+# an oversized body up to this size is read and discarded before the 413
+_DRAIN_LIMIT = const(65536)
+
+
+async def _close(w):
+    try:
+        w.close()
+        await w.wait_closed()
+    except Exception:  # noqa: BLE001 - already reset by the peer: closed either way
+        pass
+
+
+async def _discard(r, left, wait):
+    # read and drop up to `left` bytes, each read within `wait` seconds (None: no limit)
+    try:
+        while left > 0:
+            rd = r.read(min(512, left))
+            chunk = await (asyncio.wait_for(rd, wait) if wait else rd)
+            if not chunk:
+                break
+            left -= len(chunk)
+    except Exception:  # noqa: BLE001 - timeout or reset: done either way
+        pass
 
 
 class Server:
@@ -29,10 +53,10 @@ class Server:
         buf = b""
         while True:
             k = buf.find(b"\r\n\r\n")
-            if k >= 0 and k <= MAX_HEAD:
+            if k >= 0 and k <= _MAX_HEAD:
                 return buf[:k], buf[k + 4:]
-            if len(buf) > MAX_HEAD:
-                raise H.HTTPError(431, "head over %d bytes" % MAX_HEAD)
+            if len(buf) > _MAX_HEAD:
+                raise H.HTTPError(431, "head over %d bytes" % _MAX_HEAD)
             chunk = await r.read(512)
             if not chunk:
                 raise H.HTTPError(400, "truncated head")
@@ -58,14 +82,9 @@ class Server:
         except H.HTTPError as e:
             if e.status == 413:
                 cl = headers.get("content-length", "0")
-                if cl.isdigit() and int(cl) <= DRAIN_LIMIT:
+                if cl.isdigit() and int(cl) <= _DRAIN_LIMIT:
                     # read and discard it, so the client is reading when the 413 comes
-                    left = int(cl) - len(rest)
-                    while left > 0:
-                        chunk = await r.read(min(512, left))
-                        if not chunk:
-                            break
-                        left -= len(chunk)
+                    await _discard(r, int(cl) - len(rest), None)
             raise
         if n and not rest and headers.get("expect", "").lower() == "100-continue":
             # RFC 9110 §10.1.1: curl and .NET clients wait for this before sending the body
@@ -73,20 +92,6 @@ class Server:
             await w.drain()
         body = await self._read_body(r, rest, n) if n else b""
         return method, path, query, headers, body
-
-    async def _linger(self, r):
-        # "lingering close" (RFC 9112 §9.6): after an error answer, read and discard what the
-        # client is still sending for a moment, so closing does not reset the connection
-        # before the client has read the answer.
-        left = DRAIN_LIMIT
-        try:
-            while left > 0:
-                chunk = await asyncio.wait_for(r.read(512), 0.2)
-                if not chunk:
-                    break
-                left -= len(chunk)
-        except Exception:  # noqa: BLE001 - timeout or reset: done either way
-            pass
 
     async def _conn(self, r, w):
         status = 500
@@ -112,15 +117,14 @@ class Server:
                     w.write(body)
             await asyncio.wait_for(w.drain(), self.read_timeout)
             if status >= 400:
-                await self._linger(r)
+                # "lingering close" (RFC 9112 §9.6): read and discard what the client still
+                # sends for a moment, so closing does not reset the connection before the
+                # client has read the answer
+                await _discard(r, _DRAIN_LIMIT, 0.2)
         except Exception as e:  # noqa: BLE001 - a broken connection must not stop the server
             print("http: connection error:", repr(e))
         finally:
-            try:
-                w.close()
-                await w.wait_closed()
-            except Exception:  # noqa: BLE001
-                pass
+            await _close(w)
             if self.on_done is not None:
                 self.on_done(status)
 
@@ -146,11 +150,7 @@ async def _exchange(host, port, head, body, max_resp):
                 raise H.HTTPError(502, "response over %d bytes" % max_resp)
         return buf
     finally:
-        try:
-            w.close()
-            await w.wait_closed()
-        except Exception:  # noqa: BLE001
-            pass
+        await _close(w)
 
 
 async def post(url, body, ctype, timeout_s=5, extra_headers="", max_resp=16384):

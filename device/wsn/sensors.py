@@ -65,7 +65,15 @@ class Adc:
 
 
 _KINDS = {"sim": Sim, "heartbeat": Heartbeat, "internal_temp": InternalTemp, "adc": Adc}
-UNITS = {"temperature": "Cel", "humidity": "%RH", "light": "lx", "heartbeat": "1"}
+# (topic, unit) pairs: a constant tuple, frozen into flash it costs no heap
+UNITS = (("temperature", "Cel"), ("humidity", "%RH"), ("light", "lx"), ("heartbeat", "1"))
+
+
+def unit(topic):
+    for t, u in UNITS:
+        if t == topic:
+            return u
+    return ""
 
 
 def make(spec):

@@ -2,10 +2,12 @@
 # sans-I/O: the asyncio layer feeds bytes in and writes bytes out.
 import binascii
 
-REASONS = {200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized",
-           404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
-           411: "Length Required", 413: "Content Too Large", 431: "Request Header Fields Too Large",
-           500: "Internal Server Error", 503: "Service Unavailable"}
+# (status, reason phrase) pairs: a constant tuple, frozen into flash it costs no heap
+REASONS = ((200, "OK"), (202, "Accepted"), (400, "Bad Request"), (401, "Unauthorized"),
+           (404, "Not Found"), (405, "Method Not Allowed"), (408, "Request Timeout"),
+           (411, "Length Required"), (413, "Content Too Large"),
+           (431, "Request Header Fields Too Large"), (500, "Internal Server Error"),
+           (503, "Service Unavailable"))
 
 
 class HTTPError(ValueError):
@@ -62,8 +64,12 @@ def body_length(method, headers, limit):
 
 
 def response_head(status, ctype, length, extra=""):
+    reason = "Status"
+    for code, text in REASONS:
+        if code == status:
+            reason = text
     return ("HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
-            "Connection: close\r\n%s\r\n" % (status, REASONS.get(status, "Status"), ctype, length,
+            "Connection: close\r\n%s\r\n" % (status, reason, ctype, length,
                                              extra)).encode()
 
 

@@ -22,12 +22,8 @@ RD = "urn:wsn-edge:reading"
 
 SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
 
-# Prefixes used in everything the device writes; declared once on each Envelope.
-PREFIX = {
-    WSA: "wsa", WSNT: "wsnt", WSTOP: "wstop", BR: "br", BF: "wsrf-bf", WSRF_R: "wsrf-r",
-    WSRF_RP: "wsrf-rp", WSRF_RL: "wsrf-rl", EDGE: "edge", DT: "dt",
-}
-# a literal, not computed: frozen into flash it costs no heap
+# The prefixes used in everything the device writes, declared once on each Envelope (prefix()
+# looks them up here). A literal, not computed: frozen into flash it costs no heap.
 DECLS = (
     ' xmlns:wsa="http://www.w3.org/2005/08/addressing"'
     ' xmlns:wsnt="http://docs.oasis-open.org/wsn/b-2"'
@@ -55,6 +51,12 @@ WSA_FAULT = "http://www.w3.org/2005/08/addressing/fault"
 
 V11 = const(11)
 V12 = const(12)
+
+
+def prefix(uri):
+    # the prefix DECLS binds to uri, or None
+    k = DECLS.find('="%s"' % uri)
+    return DECLS[DECLS.rfind(":", 0, k) + 1:k] if k > 0 else None
 
 
 def soap_ns(version):

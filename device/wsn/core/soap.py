@@ -131,7 +131,7 @@ def envelope(version, action, body, relates_to=None, to=None, headers=""):
 
 
 def _qname(uri, local):
-    p = ns.PREFIX.get(uri)
+    p = ns.prefix(uri)
     if p:
         return "", "%s:%s" % (p, local)
     return ' xmlns:f="%s"' % X.escape_attr(uri), "f:" + local

@@ -4,18 +4,20 @@
 # The device publishes only root topics of one namespace (design.md: urn:wsn-edge:device-
 # topics), so a topic is identified by its index in TopicSet.names; a set of topics is an
 # int bit mask (at most 30 topics keep it a small int on 32-bit boards).
+from micropython import const
+
 from wsn.core import ns
 from wsn.core import xml as X
 from wsn.core.soap import Fault
 
-MAX_TOPICS = 30
+_MAX_TOPICS = const(30)
 _ITE = "InvalidTopicExpressionFault"
 
 
 class TopicSet:
     def __init__(self, namespace, names):
-        if len(names) > MAX_TOPICS:
-            raise ValueError("at most %d topics" % MAX_TOPICS)
+        if len(names) > _MAX_TOPICS:
+            raise ValueError("at most %d topics" % _MAX_TOPICS)
         self.ns = namespace
         self.names = list(names)
         self.all = (1 << len(self.names)) - 1
