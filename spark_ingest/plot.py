@@ -87,24 +87,24 @@ def plot(
     )
     series = 0
     for ax, t in zip(axes[:, 0], topics, strict=True):
-        by_producer: dict[str, list[Row]] = {}
+        by_series: dict[str, list[Row]] = {}
         for r in rows:
             if r["topic"] == t:
-                by_producer.setdefault(r["series"], []).append(r)
-        for prod in sorted(by_producer):
-            g = by_producer[prod]
+                by_series.setdefault(r["series"], []).append(r)
+        for prod in sorted(by_series):
+            g = by_series[prod]
             mid = [r["window_start"] + (r["window_end"] - r["window_start"]) / 2 for r in g]
             (line,) = ax.plot(mid, [r["mean"] for r in g], marker=".", linewidth=1.2,
                               label=prod)
-            if len(by_producer) <= 4:  # more bands than that hide each other
+            if len(by_series) <= 4:  # more bands than that hide each other
                 ax.fill_between(mid, [r["min"] for r in g], [r["max"] for r in g],
                                 alpha=0.15, color=line.get_color())
             series += 1
-        band = ", band = min..max" if len(by_producer) <= 4 else ""
+        band = ", band = min..max" if len(by_series) <= 4 else ""
         ax.set_title(f"{t}: {field} (window mean{band})", fontsize=10)
         ax.set_ylabel(field)
         ax.grid(True, alpha=0.3)
-        if len(by_producer) <= 12:
+        if len(by_series) <= 12:
             ax.legend(fontsize=7, loc="upper left")
     axes[-1, 0].set_xlabel("window (UTC)")
     # Concise labels that show seconds when the windows are seconds apart (a fixed

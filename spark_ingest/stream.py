@@ -133,7 +133,7 @@ class StreamSummary:
             "(written when newer data moves the watermark past their window)",
             f"  dropped by Spark  {self.dropped_by_watermark}  (numRowsDroppedByWatermark; "
             "0 expected: late rows are split off first)",
-            f"  producers         {self.producers}  -> {self.out}/devices/",
+            f"  devices           {self.producers}  -> {self.out}/devices/",
         ]
         if t:
             lines.append(
@@ -505,7 +505,7 @@ def run_stream(
                         raise RuntimeError(f"{q.name} failed: {q.exception()}")
                 if time.monotonic() >= next_devices:
                     n = refresh_devices(spark, paths, opts.gap_factor)
-                    say(f"devices refreshed: {n} producers")
+                    say(f"devices refreshed: {n} devices")
                     next_devices = time.monotonic() + opts.devices_every
                 stop.wait(1.0)
         except KeyboardInterrupt:
@@ -522,7 +522,7 @@ def run_stream(
 
     if split.batches or not hfs.exists(f"{paths.out}/devices"):
         summary.producers = refresh_devices(spark, paths, opts.gap_factor)
-        say(f"devices refreshed: {summary.producers} producers")
+        say(f"devices refreshed: {summary.producers} devices")
     else:
         summary.producers = int(spark.read.parquet(f"{paths.out}/devices").count())
 
