@@ -183,6 +183,7 @@ class NotificationBroker:
             )
         # landing lines: built off the event loop when big (landing_record docstring)
         self.records = landing.RecordBuilder(cfg.gateway_id)
+        self.add_observer(self.records)  # it keeps the device ids of the registrations
         self._sweeper: asyncio.Task[None] | None = None
         self.accepted = 0
         #: notifications dropped because their topic does not admit them (WS-Topics §6)
@@ -980,7 +981,7 @@ class NotificationBroker:
         landed: list[tuple[str, str]] | None = None
         if self.landing is not None or self.landing_parquet is not None:
             # first, before any state is read: big records are built on another thread
-            its = landing.items_for(items, self.registrations.values(), _new_msg_id)
+            its = landing.items_for(items, self.records, _new_msg_id)
             landed = await self.records.lines(now, its)
         batch = AcceptBatch(pp_limit=self.cfg.pullpoint_max_messages)
         grown_now: list[topics.ConcreteTopic] = []

@@ -44,6 +44,7 @@ from typing import Any
 from lxml import etree
 
 from gateway import ns
+from gateway.publishers import Registration
 from gateway.xmlutil import Element
 
 #: caps of the `fields` object (see the module docstring)
@@ -285,58 +286,69 @@ def record(
     return _line(item, format_received_at(received_at), gateway_id, False)
 
 
-def device_id_for(
-    topic_namespace: str | None,
-    topic_path: str | None,
-    producer: str | None,
-    registered: Iterable[tuple[str | None, str | None]],
-) -> str | None:
-    """The registered device a notification comes from: the registration whose publisher
-    address is `producer`, else the registration whose device id roots the topic
-    (`dev:<id>/...`, design.md), else None. `registered` is (publisher address, device id)
-    of every registration."""
-    by_root: str | None = None
-    root = None
-    if topic_namespace == ns.DEVICES_NS and topic_path:
-        root = topic_path.split("/", 1)[0]
-    for address, device_id in registered:
-        if device_id is None:
-            continue
-        if producer is not None and address == producer:
-            return device_id
-        if root is not None and device_id == root:
-            by_root = device_id
-    return by_root
-
-
 def items_for(
     notifications: Iterable[tuple[Any, Any, Element, Element]],
-    registrations: Iterable[Any],
+    devices: RecordBuilder,
     new_id: Callable[[], str],
 ) -> list[Item]:
     """Items for the broker's parsed notifications (topics.ConcreteTopic | None,
-    addressing.Epr | None, payload, NotificationMessage) and its publisher registrations
-    (publishers.Registration); each gets a new message id."""
-    regs = [(r.publisher.address if r.publisher else None, r.device_id) for r in registrations]
+    addressing.Epr | None, payload, NotificationMessage), device ids from the registrations
+    `devices` follows (RecordBuilder.device_id); each gets a new message id."""
     out = []
     for topic, producer, payload, _nm in notifications:
         tns = topic.namespace if topic is not None else None
         path = "/".join(topic.path) if topic is not None else None
         address = producer.address if producer is not None else None
-        out.append(
-            Item(new_id(), address, tns, path, payload, device_id_for(tns, path, address, regs))
-        )
+        device = devices.device_id(tns, path, address)
+        out.append(Item(new_id(), address, tns, path, payload, device))
     return out
 
 
 class RecordBuilder:
-    """Builds the landing lines of one Notify (see the module docstring for where)."""
+    """Builds the landing lines of one Notify (see the module docstring for where), and
+    knows the registered devices: it is a publishers.PublisherObserver, told of every
+    registration that appears or goes away, so finding a line's device id costs a dict
+    lookup, not a pass over every registration per Notify."""
 
     def __init__(self, gateway_id: str | None) -> None:
         self.gateway_id = gateway_id
         self._pool: ThreadPoolExecutor | None = None
         #: records built on the worker thread (for tests and status)
         self.offloaded = 0
+        self._regs: dict[str, tuple[str | None, str | None]] = {}  # id -> (address, device)
+        self._index: tuple[dict[str, str], set[str]] | None = None  # rebuilt on change
+
+    # ---- publishers.PublisherObserver ----
+    def registration_created(self, reg: Registration) -> None:
+        self._regs[reg.id] = (reg.publisher.address if reg.publisher else None, reg.device_id)
+        self._index = None
+
+    def registration_destroyed(self, reg: Registration) -> None:
+        self._regs.pop(reg.id, None)
+        self._index = None
+
+    def demand_changed(self, reg: Registration, topic: Any, demanded: bool) -> None:
+        pass
+
+    def device_id(
+        self, topic_namespace: str | None, topic_path: str | None, producer: str | None
+    ) -> str | None:
+        """The registered device a notification comes from: the registration whose
+        publisher address is `producer`, else the registration whose device id roots the
+        topic (`dev:<id>/...`, design.md), else None."""
+        if self._index is None:
+            by_address = {a: d for a, d in self._regs.values() if a is not None and d}
+            self._index = (by_address, {d for _, d in self._regs.values() if d})
+        by_address, ids = self._index
+        if producer is not None:
+            found = by_address.get(producer)
+            if found is not None:
+                return found
+        if topic_namespace == ns.DEVICES_NS and topic_path:
+            root = topic_path.split("/", 1)[0]
+            if root in ids:
+                return root
+        return None
 
     async def lines(self, received_at: datetime, items: Sequence[Item]) -> list[tuple[str, str]]:
         """(message id, line) per item, in order."""
