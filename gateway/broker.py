@@ -8,10 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import itertools
 import json
 import logging
-import os
 import re
 import uuid
 from collections import Counter
@@ -24,16 +22,16 @@ from lxml import etree
 from gateway import (
     consumer_policy,
     faults,
-    filters,
     landing,
     loops,
+    notify,
     ns,
     oplog,
     publishers,
     subscriptions,
     topics,
 )
-from gateway.addressing import Epr, parse_epr, reply_action, resource_epr
+from gateway.addressing import Epr, reply_action, resource_epr
 from gateway.config import Config
 from gateway.consumer_policy import ConsumerPolicy
 from gateway.delivery import DeliveryManager, Target
@@ -56,7 +54,6 @@ from gateway.xmlutil import (
     Element,
     child,
     children,
-    elements,
     format_datetime,
     parse_duration,
     parse_xml,
@@ -105,28 +102,6 @@ def _new_id() -> str:
     """A resource id (subscription, pull point, registration): random, unguessable."""
     return uuid.uuid4().hex
 
-
-_MSG_PREFIX = os.urandom(8).hex()
-_msg_seq = itertools.count()
-
-
-def _new_msg_id() -> str:
-    """A message id, unique across restarts (a random prefix per process, then a counter),
-    32 hex digits like a uuid4 but without a system call per message."""
-    return f"{_MSG_PREFIX}{next(_msg_seq):016x}"
-
-
-_NM_NSMAP = {"wsnt": ns.WSNT, "wsa": ns.WSA}
-#: the start and end tags lxml writes for a NotificationMessage made with _NM_NSMAP
-_NM_START = f'<wsnt:NotificationMessage xmlns:wsnt="{ns.WSNT}" xmlns:wsa="{ns.WSA}">'
-_NM_END = "</wsnt:NotificationMessage>"
-#: placeholder text for the payload while rendering (cannot occur in serialized markup
-#: before the Message element: it is the last text written)
-_PAYLOAD_MARK = "\u2063payload\u2063"
-
-_T_MESSAGE = ns.q(ns.WSNT, "Message")
-_T_TOPIC = ns.q(ns.WSNT, "Topic")
-_T_PRODUCER = ns.q(ns.WSNT, "ProducerReference")
 
 _RES_PATH = re.compile(r"^/wsn/(subscriptions|pullpoints|registrations)/([0-9A-Za-z_-]+)$")
 
@@ -417,7 +392,7 @@ class NotificationBroker:
     def _broker_ops(self) -> dict[str, Op]:
         """The broker's operations by body element, built once (it was per request)."""
         return {
-            ns.q(ns.WSNT, "Notify"): Op("Notify", self.notify_broker, False),
+            ns.q(ns.WSNT, "Notify"): Op("Notify", lambda r: notify.notify_broker(self, r), False),
             ns.q(ns.WSNT, "Subscribe"): Op("Subscribe", self.subscribe, False),
             ns.q(ns.WSNT, "GetCurrentMessage"): Op(
                 "GetCurrentMessage", self.get_current_message, False
@@ -484,7 +459,7 @@ class NotificationBroker:
     def _reg_op(self, tag: str, reg: Registration, req: SoapRequest) -> Op:
         table: dict[str, Op] = {
             ns.q(ns.WSNT, "Notify"): Op(
-                "Notify", lambda r: self.notify_registration(r, reg), False
+                "Notify", lambda r: notify.notify_registration(self, r, reg), False
             ),
             ns.q(ns.BR, "DestroyRegistration"): Op(
                 "DestroyRegistration", lambda r: self.destroy_registration(r, reg), True
@@ -828,316 +803,6 @@ class NotificationBroker:
         resp.append(parse_xml(xml.encode()))
         return ns.A_GCM_RESP, [resp]
 
-    # ------------------------------------------------------------------ Notify §3
-    def _parse_notify(
-        self, req: SoapRequest, reg: Registration | None
-    ) -> list[tuple[topics.ConcreteTopic | None, Epr | None, Element, Element]]:
-        """(topic in the broker's namespace, producer, payload, original NotificationMessage)."""
-        payload = req.payload
-        if payload.tag != ns.q(ns.WSNT, "Notify"):
-            raise faults.wsnt("InvalidMessageContentExpressionFault", "not a Notify")
-        out = []
-        msgs = children(payload, ns.q(ns.WSNT, "NotificationMessage"))
-        if not msgs:
-            raise WsnFault(ns.BF, "BaseFault", "Notify has no wsnt:NotificationMessage", SENDER)
-        for nm in msgs:
-            # one pass over the message's children (the first of each kind counts)
-            mel = tel = pel = None
-            for c in nm:
-                tag = c.tag
-                if tag == _T_MESSAGE:
-                    mel = c if mel is None else mel
-                elif tag == _T_TOPIC:
-                    tel = c if tel is None else tel
-                elif tag == _T_PRODUCER:
-                    pel = c if pel is None else pel
-            kids = elements(mel) if mel is not None else []
-            if len(kids) != 1:
-                raise WsnFault(
-                    ns.BF,
-                    "BaseFault",
-                    "each wsnt:NotificationMessage needs a wsnt:Message with exactly one element",
-                    SENDER,
-                )
-            topic: topics.ConcreteTopic | None = None
-            if tel is not None:
-                try:
-                    expr = topics.parse_topic_expression_element(tel)
-                except topics.TopicError as e:
-                    raise faults.from_topic_error(e) from None
-                topic = expr.single_topic()
-                if topic is None:
-                    raise faults.wsnt(
-                        "InvalidTopicExpressionFault",
-                        "the wsnt:Topic of a Notify must name one concrete topic, "
-                        f"not {expr.text!r}",
-                    )
-            producer: Epr | None = None
-            if pel is not None:
-                with contextlib.suppress(ValueError):
-                    producer = parse_epr(pel)
-            if reg is not None:
-                if topic is not None:
-                    topic = publishers.map_device_topic(topic, reg.device_id)
-                if not reg.allows(topic, self.ts):
-                    raise faults.wsnt(
-                        "TopicNotSupportedFault",
-                        f"topic {topic} is not among the topics registered by this publisher",
-                    )
-                if producer is None:
-                    producer = reg.publisher
-            elif self.cfg.requires_registration:
-                reg2 = self._registration_for(producer)
-                if reg2 is None:
-                    raise faults.br(
-                        "PublisherRegistrationRejectedFault",
-                        "this broker requires registration (br:RequiresRegistration=true): "
-                        "send br:RegisterPublisher and post Notify to the ConsumerReference "
-                        "it returns",
-                    )
-                if topic is not None:
-                    topic = publishers.map_device_topic(topic, reg2.device_id)
-                if not reg2.allows(topic, self.ts):
-                    raise faults.wsnt(
-                        "TopicNotSupportedFault",
-                        f"topic {topic} is not registered by this publisher",
-                    )
-            out.append((topic, producer, kids[0], nm))
-        return out
-
-    def _registration_for(self, producer: Epr | None) -> Registration | None:
-        if producer is None:
-            return None
-        for r in self.registrations.values():
-            if r.publisher is not None and r.publisher.address == producer.address:
-                return r
-        return None
-
-    async def notify_broker(self, req: SoapRequest) -> Reply:
-        items = self._parse_notify(req, None)
-        via = loops.via_of(req.header)
-        if not self._looped(via):
-            await self.publish(items, via)
-        return None, []
-
-    async def notify_registration(self, req: SoapRequest, reg: Registration) -> Reply:
-        reg.last_seen = self.clock()
-        items = self._parse_notify(req, reg)
-        via = loops.via_of(req.header)
-        if not self._looped(via):
-            await self.publish(items, via)
-        return None, []
-
-    def _looped(self, via: tuple[str, ...]) -> bool:
-        why = loops.looped(via, self.loop_id)
-        if why:
-            self.looped += 1
-            log.info("Notify accepted but not published again: %s", why)
-        return why is not None
-
-    def _admitted(
-        self, items: list[tuple[topics.ConcreteTopic | None, Epr | None, Element, Element]]
-    ) -> list[tuple[topics.ConcreteTopic | None, Epr | None, Element, Element]]:
-        """Drop the notifications their topic's messageTypes/MessagePattern do not admit
-        (WS-Topics 1.3 §6): not delivered, not landed, not current; counted per topic in
-        `inadmissible`, logged once per topic. Dropped, not faulted: Notify is one-way
-        (bw-2.wsdl declares no fault for it) and the admitted messages of the same Notify
-        are still accepted (docs/gateway.md)."""
-        out = []
-        for item in items:
-            topic = item[0]
-            d = self.ts.get(topic) if topic is not None else None
-            why = topics.inadmissible(d, str(topic), item[2]) if d is not None else None
-            if why is None:
-                if (
-                    d is not None
-                    and (cant := topics.unjudgeable(d))
-                    and self._log_once((topic, "pattern"))
-                ):
-                    log.warning("topic %s: %s; admitting every message", topic, cant)
-                out.append(item)
-                continue
-            self.inadmissible[str(topic)] += 1
-            if self._log_once((topic, "dropped")):
-                log.warning("dropped a notification (counted, logged once per topic): %s", why)
-        return out
-
-    def _log_once(self, key: tuple[topics.ConcreteTopic | None, str]) -> bool:
-        if key in self._logged_topics:
-            return False
-        self._logged_topics.add(key)
-        return True
-
-    async def publish(
-        self,
-        items: list[tuple[topics.ConcreteTopic | None, Epr | None, Element, Element]],
-        via: tuple[str, ...] = (),
-    ) -> None:
-        """Accept notifications: one SQLite transaction for topic growth, current
-        messages, deliveries, pull-point messages and landing lines. Returns once it is
-        committed (a positive answer to Notify means durably accepted)."""
-        items = self._admitted(items)
-        now = self.clock()
-        landed: list[tuple[str, str]] | None = None
-        if self.landing is not None or self.landing_parquet is not None:
-            # first, before any state is read: big records are built on another thread
-            its = landing.items_for(items, self.records, _new_msg_id)
-            landed = await self.records.lines(now, its)
-        batch = AcceptBatch(pp_limit=self.cfg.pullpoint_max_messages)
-        grown_now: list[topics.ConcreteTopic] = []
-        deliveries_for: list[str] = []
-        seen: set[topics.ConcreteTopic] = set()
-        for topic, _p, _pl, _nm in items:
-            if topic is None or topic in seen:
-                continue
-            seen.add(topic)
-            if topic not in self.ts:
-                try:
-                    if self.ts.grow(topic):
-                        grown_now.append(topic)
-                except topics.TopicError as e:
-                    raise faults.from_topic_error(e) from None
-            # recorded on every Notify (INSERT OR IGNORE): a topic grown in memory by a
-            # Notify whose commit failed is persisted by the next one
-            batch.grown.append((topic.namespace, "/".join(topic.path)))
-        current: dict[topics.ConcreteTopic, str] = {}
-        for i, (topic, producer, payload, _nm) in enumerate(items):
-            payload_xml = etree.tostring(payload, encoding="unicode", with_tail=False)
-            msg_id = landed[i][0] if landed is not None else _new_msg_id()
-            if topic is not None:
-                # a notification on an alias topic is published on the topics it resolves
-                # to (WS-Topics 2004 §8), so it is their current message too; the last
-                # message of this Notify on a topic is the one kept
-                current[topic] = payload_xml
-                if self.ts.has_aliases:
-                    for t in topics.resolve_topic(topic, self.ts):
-                        current[t] = payload_xml
-            if landed is not None:
-                line = landed[i][1]
-                if self.landing is not None:
-                    batch.landing.append((msg_id, line))
-                if self.landing_parquet is not None:
-                    batch.landing_parquet.append((msg_id, line))
-            doc: Element | None = None
-            # the part of a wrapped message after its SubscriptionReference depends only on
-            # the subscriber's dialect: rendered once per dialect, not once per subscriber
-            rendered: dict[str, str] = {}
-            cands = set(self.no_topic_subs)
-            if topic is not None:
-                cands |= self.index.match(topic)
-            for sid in sorted(cands):
-                sub = self.subs.get(sid)
-                if sub is None or sub.paused or sub.expired(now):
-                    continue
-                if via and self.delivery.peer(sid) in via:  # never back where it came from
-                    continue
-                if topic is not None and any(
-                    not e.matches(topic, self.ts) for e in sub.topic_exprs[1:]
-                ):
-                    continue
-                if sub.content:
-                    if doc is None:
-                        doc = filters.payload_document(payload)
-                    if not all(f.evaluate(doc) for f in sub.content):
-                        continue
-                if sub.producer:
-                    rp = self.producer_rp_document()
-                    if not all(f.evaluate(rp) for f in sub.producer):
-                        continue
-                if sub.raw:
-                    xml = payload_xml
-                else:
-                    rest = rendered.get(sub.dialect)
-                    if rest is None:
-                        rest = self._render_rest(sub.dialect, topic, producer, payload_xml)
-                        rendered[sub.dialect] = rest
-                    xml = _NM_START + self._subscription_reference(sub.id) + rest
-                if sub.pullpoint is not None:
-                    batch.pp_messages.append((sub.pullpoint, xml))
-                else:
-                    batch.deliveries.append((sid, xml))
-                    deliveries_for.append(sid)
-        counts: dict[str, int] = {}
-        for sid in deliveries_for:
-            counts[sid] = counts.get(sid, 0) + 1
-        for sid, n in counts.items():
-            batch.drop_deliveries.extend(self.delivery.overflow(sid, n))
-        batch.current = [(t.namespace, "/".join(t.path), x) for t, x in current.items()]
-        try:
-            res = await self.storage.accept(batch)
-        except StorageError as e:
-            raise WsnFault(
-                ns.BF, "BaseFault", f"notification not accepted: {e}", RECEIVER
-            ) from None
-        for (sid, xml), seq in zip(batch.deliveries, res.delivery_seqs, strict=True):
-            self.delivery.enqueue(sid, seq, xml, via)
-        self.current.update(current)
-        touched: set[str] = set()
-        for pid, _x in batch.pp_messages:
-            pp = self.pullpoints.get(pid)
-            if pp is not None:
-                pp.queued += 1
-                touched.add(pid)
-        for pid, n in res.pp_dropped.items():
-            pp = self.pullpoints.get(pid)
-            if pp is not None:
-                pp.queued -= n
-                pp.dropped += n
-        for pid in touched:
-            self.pullpoints[pid].signal()
-        if self.landing is not None:
-            self.landing.kick()
-        if self.landing_parquet is not None:
-            self.landing_parquet.kick(sum(len(x) for _, x in batch.landing_parquet))
-        self.accepted += len(items)
-        if grown_now:
-            self._recompute_demand()
-
-    def _subscription_reference(self, sub_id: str) -> str:
-        """The serialized wsnt:SubscriptionReference of a subscription (cached: it never
-        changes), without the namespace declarations _NM_START makes."""
-        xml = self._subref_xml.get(sub_id)
-        if xml is None:
-            if len(self._subref_xml) > 2 * len(self.subs) + 64:
-                self._subref_xml.clear()  # bounded: ended subscriptions fall out
-            nm = etree.Element(ns.q(ns.WSNT, "NotificationMessage"), nsmap=_NM_NSMAP)
-            nm.append(
-                resource_epr(self.urls("subscriptions", sub_id), sub_id).to_element(
-                    ns.q(ns.WSNT, "SubscriptionReference")
-                )
-            )
-            whole = etree.tostring(nm, encoding="unicode")
-            xml = whole[len(_NM_START) : -len(_NM_END)]
-            self._subref_xml[sub_id] = xml
-        return xml
-
-    def _render_rest(
-        self,
-        dialect: str,
-        topic: topics.ConcreteTopic | None,
-        producer: Epr | None,
-        payload_xml: str,
-    ) -> str:
-        """What follows the SubscriptionReference in a wsnt:NotificationMessage (§3.2):
-        Topic in the subscriber's dialect, ProducerReference, Message, and the end tag.
-        `_NM_START + _subscription_reference(id) + this` is the whole message."""
-        nm = etree.Element(ns.q(ns.WSNT, "NotificationMessage"), nsmap=_NM_NSMAP)
-        if topic is not None:
-            dialect, text, nsmap = topics.render_topic(topic, dialect)
-            t = etree.SubElement(
-                nm, ns.q(ns.WSNT, "Topic"), nsmap={k: v for k, v in nsmap.items() if k} or None
-            )
-            t.set("Dialect", dialect)
-            t.text = text
-        prod = producer or Epr(self.base_url + "/wsn/broker")
-        nm.append(prod.to_element(ns.q(ns.WSNT, "ProducerReference")))
-        etree.SubElement(nm, ns.q(ns.WSNT, "Message")).text = _PAYLOAD_MARK
-        whole = etree.tostring(nm, encoding="unicode")
-        # the payload is spliced in serialized (it carries its own namespace declarations):
-        # no copy of its tree per rendering
-        head, _, tail = whole[len(_NM_START) :].rpartition(_PAYLOAD_MARK)
-        return head + payload_xml + tail
-
     # ------------------------------------------------------------------ PullPoint §5
     async def create_pullpoint(self, req: SoapRequest) -> Reply:
         if len(self.pullpoints) >= self.cfg.max_pullpoints:
@@ -1375,19 +1040,27 @@ class NotificationBroker:
             except Exception:
                 log.exception("publisher observer %s.%s failed", type(o).__name__, what)
 
-    def has_demand(self, topic: topics.ConcreteTopic) -> bool:
-        """True if an active (not paused, not expired) subscription selects `topic`."""
-        now = self.clock()
+    def wanting(self, topic: topics.ConcreteTopic | None, now: datetime) -> list[Subscription]:
+        """Who wants a notification on `topic` now: the active (not paused, not expired)
+        subscriptions whose topic expressions all select it (WS-BaseNotification 1.3 §4.2,
+        WS-Topics 1.3 §9), in id order; those without a topic filter want every topic.
+        Message filters (content, producer properties) are the caller's to apply."""
         cands = set(self.no_topic_subs)
-        if topic in self.ts:
+        if topic is not None:
             cands |= self.index.match(topic)
-        for sid in cands:
+        out = []
+        for sid in sorted(cands):
             s = self.subs.get(sid)
             if s is None or s.paused or s.expired(now):
                 continue
-            if all(e.matches(topic, self.ts) for e in s.topic_exprs[1:]):
-                return True
-        return False
+            if topic is not None and any(not e.matches(topic, self.ts) for e in s.topic_exprs[1:]):
+                continue
+            out.append(s)
+        return out
+
+    def has_demand(self, topic: topics.ConcreteTopic) -> bool:
+        """True if an active (not paused, not expired) subscription selects `topic`."""
+        return bool(self.wanting(topic, self.clock()))
 
     def _recompute_demand(self) -> None:
         """Fire demand_changed for Demand=true registrations whose topics gained or lost
