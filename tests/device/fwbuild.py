@@ -74,6 +74,11 @@ def device_firmware() -> Path:
         if binary.exists() and keyfile.exists() and keyfile.read_text() == key:
             return binary
         build = OUT / "build32"
+        # make decides by mtimes, the key by content: freeze again from scratch, so a module
+        # deleted since the last build is not left frozen in and an older file is not skipped
+        shutil.rmtree(build / "frozen_mpy", ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            (build / "frozen_content.c").unlink()
         log = OUT / "build.log"
         with open(log, "w") as out:
             r = subprocess.run(
