@@ -29,6 +29,7 @@ from lxml import etree
 from gateway import faults, filters, landing, loops, ns, publishers, topics
 from gateway.addressing import Epr, parse_epr, resource_epr
 from gateway.faults import RECEIVER, SENDER, WsnFault
+from gateway.producer import producer_rp_document
 from gateway.publishers import Registration
 from gateway.soap import SoapRequest
 from gateway.storage import AcceptBatch, StorageError
@@ -301,7 +302,7 @@ def plan(
                 if not all(f.evaluate(doc) for f in sub.content):
                     continue
             if sub.producer:
-                rp = b.producer_rp_document()
+                rp = producer_rp_document(b)
                 if not all(f.evaluate(rp) for f in sub.producer):
                     continue
             if sub.raw:
