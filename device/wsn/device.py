@@ -10,8 +10,9 @@ import gc
 import json
 import os
 import sys
+import time
 
-from wsn import clock, http, sensors
+from wsn import http, sensors
 from wsn.core import httpmsg
 from wsn.core import ns as NS
 from wsn.core.producer import PRODUCER_PATH, Producer
@@ -19,6 +20,20 @@ from wsn.core.reading import reading
 from wsn.core.topics import TopicSet, load_namespace
 
 DEFAULT_TOPICS = ("temperature", "humidity", "light", "heartbeat")
+
+# The clock: integer seconds since 2000-01-01T00:00:00Z for the core (wsn.core.times), ticks for
+# intervals. Ports differ in their epoch (unix: 1970, most boards: 2000; time.gmtime(0) tells)
+# and in time.time()'s type (float on the 64-bit unix port, int on boards); both are normalised
+# here. Unix time (~1.76e9) is not a small int on 32-bit ports, seconds since 2000 (~8.5e8) are.
+_OFFSET = 946684800 if time.gmtime(0)[0] == 1970 else 0
+
+
+def now():
+    return int(time.time()) - _OFFSET
+
+
+def elapsed_ms(since):
+    return time.ticks_diff(time.ticks_ms(), since)
 
 
 def _find_topics_file(conf):
@@ -103,7 +118,7 @@ class Device:
             raise ValueError("config: sleepy mode needs 'gateway'")
         self.producer = None
         self.link = None
-        self.started = clock.ticks_ms()  # ticks wrap (~12 days on boards): uptime is summed
+        self.started = time.ticks_ms()  # ticks wrap (~12 days on boards): uptime is summed
         self.uptime_ms = 0
         self.mem_peak = 0
         self.requests = 0
@@ -111,7 +126,7 @@ class Device:
 
     # ---------------------------------------------------------------- helpers
     def now(self):
-        return clock.now()
+        return now()
 
     def log(self, msg):
         if self.verbose:
@@ -136,7 +151,7 @@ class Device:
         peak = self.mem_peak
         gc.collect()
         d = {"device_id": self.device_id, "producer": self.producer.addr,
-             "uptime_s": (self.uptime_ms + clock.elapsed_ms(self.started)) // 1000,
+             "uptime_s": (self.uptime_ms + elapsed_ms(self.started)) // 1000,
              "time": self.now(),
              "requests": self.requests, "mem_alloc": gc.mem_alloc(), "mem_free": gc.mem_free(),
              "mem_peak": peak, "gateway": self.link.status() if self.link else None}
@@ -287,7 +302,7 @@ class Device:
 
     async def _housekeeping(self):
         period = float(self.conf.get("status_period_s", 60))
-        last = clock.ticks_ms()
+        last = time.ticks_ms()
         while True:
             await asyncio.sleep_ms(500)
             try:
@@ -299,8 +314,8 @@ class Device:
     def _housekeeping_step(self, period, last):
         # expiry (WS-BaseNotification 1.3 §6.4 scheduled termination) and the status line,
         # printed when a drop counter moves and every status_period_s
-        t = clock.ticks_ms()
-        self.uptime_ms += clock.elapsed_ms(self.started)
+        t = time.ticks_ms()
+        self.uptime_ms += elapsed_ms(self.started)
         self.started = t
         for s in self.producer.expire(self.now()):
             self.log("expired %s" % s.id)
@@ -309,10 +324,10 @@ class Device:
         key = (p.outbox.dropped, dict(p.counters())["pullpointDropped"], p.push_failed)
         if key != self.last_status:
             self.status_line("drops")
-            last = clock.ticks_ms()
-        elif period > 0 and clock.elapsed_ms(last) >= period * 1000:
+            last = time.ticks_ms()
+        elif period > 0 and elapsed_ms(last) >= period * 1000:
             self.status_line()
-            last = clock.ticks_ms()
+            last = time.ticks_ms()
         self.last_status = key
         return last
 

@@ -19,7 +19,7 @@ import json
 import os
 import time
 
-from wsn import clock, http
+from wsn import http
 from wsn.core import ns
 from wsn.core.registration import read_registration
 from wsn.gateway import Link, forgotten
@@ -152,13 +152,13 @@ class Sleepy(Link):
         return sent
 
     async def cycle(self):
-        t0 = clock.ticks_ms()
+        t0 = time.ticks_ms()
         self.requests = 0
-        now = clock.now()
+        now = self.dev.now()
         self.sample(now)
         taken = len(self.dev.sensors)
         sent = await self.send(now)
-        ms = clock.elapsed_ms(t0)
+        ms = time.ticks_diff(time.ticks_ms(), t0)
         print("cycle %d awake_ms=%d readings=%d sent=%d pending=%d dropped=%d requests=%d "
               "mem=%d" % (self.state.seq, ms, taken, sent, len(self.state.pending),
                           self.state.dropped, self.requests, gc.mem_alloc()))

@@ -2,7 +2,7 @@
 #
 # The core's clock is an int: seconds since 2000-01-01T00:00:00Z (MicroPython's embedded
 # epoch). It stays a small int on 32-bit boards (31-bit small ints) until 2034, where Unix
-# time (~1.76e9) would not; the I/O layer converts (wsn.clock). No floats anywhere: boards
+# time (~1.76e9) would not; the I/O layer converts (wsn.device.now). No floats anywhere: boards
 # have single precision. Calendar arithmetic is proleptic Gregorian (H. Hinnant's
 # days_from_civil), valid for any year the callers meet.
 from micropython import const
