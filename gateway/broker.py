@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from lxml import etree
 
@@ -20,7 +21,6 @@ from gateway import (
     consumer_policy,
     dispatch,
     faults,
-    landing,
     loops,
     ns,
     oplog,
@@ -31,16 +31,13 @@ from gateway import (
 from gateway.addressing import Epr
 from gateway.config import Config
 from gateway.consumer_policy import ConsumerPolicy
-from gateway.delivery import DeliveryManager, Target
+from gateway.delivery import Target
 from gateway.faults import WsnFault
-from gateway.landing_parquet import ParquetLandingWriter  # imports pyarrow only when used
-from gateway.metrics import Metrics
 from gateway.publishers import PublisherObserver, Registration
 from gateway.pullpoints import PullPoint
 from gateway.resource import RES_PATH, from_epoch
 from gateway.soap import SoapRequest
 from gateway.storage import (
-    Storage,
     StorageError,
     SubscriptionRow,
 )
@@ -51,6 +48,9 @@ from gateway.xmlutil import (
     parse_xml,
     utcnow,
 )
+
+if TYPE_CHECKING:
+    from gateway.app import Parts
 
 log = logging.getLogger("gateway.broker")
 
@@ -69,7 +69,7 @@ class Op:
 
 
 class NotificationBroker:
-    def __init__(self, cfg: Config, clock: Clock = utcnow) -> None:
+    def __init__(self, cfg: Config, clock: Clock = utcnow, parts: Parts | None = None) -> None:
         self.cfg = cfg
         self.clock: Clock = clock
         self.base_url = (cfg.public_url or f"http://{cfg.host}:{cfg.port}").rstrip("/")
@@ -89,37 +89,17 @@ class NotificationBroker:
         self._demand: dict[tuple[str, topics.ConcreteTopic], bool] = {}
         self._rp_cache: tuple[int, Element] | None = None
         self._subref_xml: dict[str, str] = {}
-        self.storage = Storage(
-            cfg.data_dir / "broker.sqlite3", cfg.sqlite_synchronous, cfg.sqlite_busy_timeout_ms
-        )
-        self.metrics = Metrics()  # gateway.metrics: event counters; state is read at scrape
-        self.storage.on_commit = self.metrics.observe_commit
-        self.delivery = DeliveryManager(
-            self.storage,
-            timeout=cfg.delivery_timeout,
-            batch=cfg.delivery_batch,
-            backoff_initial=cfg.backoff_initial,
-            backoff_max=cfg.backoff_max,
-            dead_after=cfg.consumer_dead_after,
-            max_backlog=cfg.max_backlog,
-            on_dead=self._consumer_dead,
-            metrics=self.metrics,
-            policy=self.consumer_policy,
-            loop_id=self.loop_id,
-        )
-        self.landing: landing.LandingWriter | None = None
-        self.landing_parquet: ParquetLandingWriter | None = None
-        if cfg.landing_enabled and cfg.landing_format in ("jsonl", "both"):
-            self.landing = landing.LandingWriter(
-                cfg.data_dir / "landing", self.storage, cfg.landing_max_bytes, cfg.landing_max_age
-            )
-        if cfg.landing_enabled and cfg.landing_format in ("parquet", "both"):
-            # raises a RuntimeError naming the remedy when pyarrow is not installed
-            self.landing_parquet = ParquetLandingWriter(
-                cfg.data_dir / "landing", self.storage, cfg.landing_max_bytes, cfg.landing_max_age
-            )
-        # landing lines: built off the event loop when big (landing_record docstring)
-        self.records = landing.RecordBuilder(cfg.gateway_id)
+        if parts is None:  # built where everything is built (gateway.app)
+            from gateway.app import build_parts
+
+            parts = build_parts(cfg, self.consumer_policy, self.loop_id)
+        self.storage = parts.storage
+        self.metrics = parts.metrics
+        self.delivery = parts.delivery
+        self.delivery.on_dead = self._consumer_dead
+        self.landing = parts.landing
+        self.landing_parquet = parts.landing_parquet
+        self.records = parts.records
         self.add_observer(self.records)  # it keeps the device ids of the registrations
         self._sweeper: asyncio.Task[None] | None = None
         self.accepted = 0

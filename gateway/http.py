@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from gateway import http_limits, loops, ns, oplog, soap, status
+from gateway import loops, ns, soap, status
 from gateway.broker import NotificationBroker
 from gateway.config import Config
 from gateway.demand import DemandManager
@@ -193,14 +193,10 @@ async def _identify(request: web.Request, response: web.StreamResponse) -> None:
 def create_app(broker: NotificationBroker, demand: DemandManager | None = None) -> web.Application:
     # aiohttp enforces client_max_size while reading; keep a margin so our own check
     # (with the clearer message) runs first for declared lengths.
-    app = web.Application(
-        client_max_size=broker.cfg.max_request_bytes, middlewares=[status.timed]
-    )
+    app = web.Application(client_max_size=broker.cfg.max_request_bytes, middlewares=[status.timed])
     app[BROKER_KEY] = broker
     cfg = broker.cfg
-    app[LIMITS_KEY] = Limits(
-        cfg.request_timeout, cfg.max_connections, cfg.max_client_connections
-    )
+    app[LIMITS_KEY] = Limits(cfg.request_timeout, cfg.max_connections, cfg.max_client_connections)
     app.on_response_prepare.append(_identify)
     app.router.add_post("/wsn/broker", handle)
     app.router.add_post(r"/wsn/{kind:subscriptions|pullpoints|registrations}/{rid}", handle)
@@ -211,7 +207,7 @@ def create_app(broker: NotificationBroker, demand: DemandManager | None = None) 
     return app
 
 
-class _GuardedSite(web.SockSite):
+class GuardedSite(web.SockSite):
     """aiohttp's SockSite with the connection cap and head timeout of http_limits.py."""
 
     def __init__(self, runner: web.AppRunner, sock: socket.socket, limits: Limits) -> None:
@@ -241,40 +237,11 @@ class Running:
     async def stop(self) -> None:
         if self.demand is not None:
             await self.demand.stop()
-        await self.runner.cleanup()
-        await self.broker.stop()
+        await self.runner.cleanup()  # its cleanup hook stops the broker (gateway.app)
 
 
 async def start(cfg: Config, broker: NotificationBroker | None = None) -> Running:
-    """Start broker + HTTP server; `cfg.port == 0` picks a free port (see Running.port)."""
-    broker = broker or NotificationBroker(cfg)
-    # Bind first (to learn the port for EPR addresses), load state, then serve: no
-    # request ever sees a half-loaded broker.
-    family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((cfg.host, cfg.port))
-        sock.listen(128)
-        sock.setblocking(False)
-    except OSError:
-        sock.close()
-        raise
-    port = int(sock.getsockname()[1])
-    broker.set_listening(cfg.host, port)
-    demand = DemandManager(broker)  # observes the registrations broker.start() reloads
-    broker.add_observer(oplog.RegistrationLog())  # operator log lines (gateway.oplog)
-    try:
-        await broker.start()
-    except BaseException:
-        sock.close()
-        raise
-    app = create_app(broker, demand)
-    limits = app[LIMITS_KEY]
-    runner = web.AppRunner(
-        app, access_log=None, handle_signals=False, **http_limits.runner_kwargs(limits)
-    )
-    await runner.setup()
-    await _GuardedSite(runner, sock, limits).start()
-    await demand.start()  # after serving: a publisher may push as soon as it is subscribed
-    return Running(broker, runner, port, demand)
+    """Start broker + HTTP server (gateway.app.start, which wires the parts)."""
+    from gateway import app  # app builds on this module
+
+    return await app.start(cfg, broker)
