@@ -17,32 +17,23 @@ from typing import TYPE_CHECKING
 
 from lxml import etree
 
-from gateway import (
-    consumer_policy,
-    dispatch,
-    faults,
-    loops,
-    ns,
-    oplog,
-    publishers,
-    subscriptions,
-    topics,
-)
-from gateway.addressing import Epr
+from gateway import consumer_policy, dispatch, loops, oplog, publishers, subscriptions, topics
 from gateway.config import Config
 from gateway.consumer_policy import ConsumerPolicy
 from gateway.delivery import Target
-from gateway.faults import WsnFault
 from gateway.publishers import PublisherObserver, Registration
 from gateway.pullpoints import PullPoint
 from gateway.resource import RES_PATH, from_epoch
-from gateway.soap import SoapRequest
 from gateway.storage import (
     StorageError,
     SubscriptionRow,
 )
 from gateway.subscriptions import Subscription
-from gateway.xmlutil import (
+from gateway.wire import faults, ns
+from gateway.wire.addressing import Epr
+from gateway.wire.faults import WsnFault
+from gateway.wire.soap import SoapRequest
+from gateway.wire.xmlutil import (
     Clock,
     Element,
     parse_xml,

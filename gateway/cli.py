@@ -15,7 +15,7 @@ from pathlib import Path
 from gateway import oplog
 from gateway.config import Config
 from gateway.consumer_policy import PolicyError, parse_rule
-from gateway.xmlutil import parse_duration
+from gateway.wire.xmlutil import parse_duration
 
 
 def _duration(text: str) -> timedelta | None:

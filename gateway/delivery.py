@@ -41,11 +41,12 @@ from dataclasses import dataclass, field
 import aiohttp
 from lxml import etree
 
-from gateway import consumer_policy, loops, ns, oplog, soap
-from gateway.addressing import Epr, request_headers
+from gateway import consumer_policy, loops, oplog
 from gateway.consumer_policy import ConsumerPolicy, connector_kwargs
 from gateway.metrics import Metrics
 from gateway.storage import Storage
+from gateway.wire import ns, soap
+from gateway.wire.addressing import Epr, request_headers
 
 log = logging.getLogger("gateway.delivery")
 

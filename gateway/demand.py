@@ -48,13 +48,14 @@ from urllib.parse import urlsplit
 import aiohttp
 from lxml import etree
 
-from gateway import ns, publishers, soap, topics
-from gateway.addressing import Epr, EprError, parse_epr, request_headers, resource_epr
+from gateway import publishers, topics
 from gateway.broker import NotificationBroker
 from gateway.consumer_policy import connector_kwargs
 from gateway.publishers import Registration
 from gateway.storage import DemandRow, StorageError
-from gateway.xmlutil import (
+from gateway.wire import ns, soap
+from gateway.wire.addressing import Epr, EprError, parse_epr, request_headers, resource_epr
+from gateway.wire.xmlutil import (
     Element,
     XmlRejected,
     child,

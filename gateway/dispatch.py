@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from gateway import (
     manager,
     notify,
-    ns,
     producer,
     publishers,
     pullpoints,
@@ -26,7 +25,8 @@ from gateway import (
     subscriptions,
     wsrf,
 )
-from gateway.soap import SoapRequest
+from gateway.wire import ns
+from gateway.wire.soap import SoapRequest
 
 if TYPE_CHECKING:
     from gateway.broker import NotificationBroker, Reply

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 
 from lxml import etree
 
-from gateway import faults, ns
 from gateway.topics import xpath_guard
-from gateway.xmlutil import Element
+from gateway.wire import faults, ns
+from gateway.wire.xmlutil import Element
 
 _PROBE = etree.fromstring(b"<probe/>")
 MAX_EXPRESSION_CHARS = 4096

@@ -20,13 +20,14 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from gateway import loops, ns, soap, status
+from gateway import loops, status
 from gateway.broker import NotificationBroker
 from gateway.config import Config
 from gateway.demand import DemandManager
-from gateway.faults import RECEIVER, WsnFault
 from gateway.http_limits import Limits
 from gateway.status import OP_KEY, REJECTED_KEY
+from gateway.wire import ns, soap
+from gateway.wire.faults import RECEIVER, WsnFault
 
 log = logging.getLogger("gateway.http")
 

@@ -43,9 +43,9 @@ from typing import Any
 
 from lxml import etree
 
-from gateway import ns
 from gateway.publishers import Registration
-from gateway.xmlutil import Element
+from gateway.wire import ns
+from gateway.wire.xmlutil import Element
 
 #: caps of the `fields` object (see the module docstring)
 MAX_FIELD_NODES = 10_000

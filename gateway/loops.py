@@ -24,8 +24,8 @@ import uuid
 
 from lxml import etree
 
-from gateway import ns
-from gateway.xmlutil import Element
+from gateway.wire import ns
+from gateway.wire.xmlutil import Element
 
 VIA = ns.q(ns.EDGE, "Via")
 HTTP_HEADER = "WSN-Edge-Gateway"

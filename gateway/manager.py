@@ -10,14 +10,15 @@ from typing import TYPE_CHECKING
 
 from lxml import etree
 
-from gateway import faults, ns, oplog, subscriptions, wsrf
-from gateway.addressing import reply_action
-from gateway.faults import RECEIVER, WsnFault
+from gateway import oplog, subscriptions, wsrf
 from gateway.resource import epoch
-from gateway.soap import SoapRequest
 from gateway.storage import StorageError
 from gateway.subscriptions import Subscription
-from gateway.xmlutil import (
+from gateway.wire import faults, ns
+from gateway.wire.addressing import reply_action
+from gateway.wire.faults import RECEIVER, WsnFault
+from gateway.wire.soap import SoapRequest
+from gateway.wire.xmlutil import (
     child,
 )
 

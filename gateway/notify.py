@@ -26,14 +26,15 @@ from typing import TYPE_CHECKING
 
 from lxml import etree
 
-from gateway import faults, filters, landing, loops, ns, publishers, topics
-from gateway.addressing import Epr, parse_epr, resource_epr
-from gateway.faults import RECEIVER, SENDER, WsnFault
+from gateway import filters, landing, loops, publishers, topics
 from gateway.producer import producer_rp_document
 from gateway.publishers import Registration
-from gateway.soap import SoapRequest
 from gateway.storage import AcceptBatch, StorageError
-from gateway.xmlutil import Element, children, elements
+from gateway.wire import faults, ns
+from gateway.wire.addressing import Epr, parse_epr, resource_epr
+from gateway.wire.faults import RECEIVER, SENDER, WsnFault
+from gateway.wire.soap import SoapRequest
+from gateway.wire.xmlutil import Element, children, elements
 
 if TYPE_CHECKING:
     from gateway.broker import NotificationBroker, Reply

@@ -12,14 +12,15 @@ from typing import TYPE_CHECKING
 
 from lxml import etree
 
-from gateway import consumer_policy, faults, ns, oplog, subscriptions, topics
-from gateway.addressing import resource_epr
-from gateway.faults import RECEIVER
+from gateway import consumer_policy, oplog, subscriptions, topics
 from gateway.resource import RES_PATH, epoch, new_id
-from gateway.soap import SoapRequest
 from gateway.storage import StorageError, SubscriptionRow
 from gateway.subscriptions import Subscription
-from gateway.xmlutil import (
+from gateway.wire import faults, ns
+from gateway.wire.addressing import resource_epr
+from gateway.wire.faults import RECEIVER
+from gateway.wire.soap import SoapRequest
+from gateway.wire.xmlutil import (
     Element,
     child,
     parse_xml,

@@ -19,9 +19,10 @@ from urllib.parse import urlsplit
 
 from lxml import etree
 
-from gateway import faults, ns, topics
-from gateway.addressing import Epr, EprError, parse_epr
-from gateway.xmlutil import Element, child, children, format_datetime, text_of
+from gateway import topics
+from gateway.wire import faults, ns
+from gateway.wire.addressing import Epr, EprError, parse_epr
+from gateway.wire.xmlutil import Element, child, children, format_datetime, text_of
 
 
 @dataclass

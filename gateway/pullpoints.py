@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING
 
 from lxml import etree
 
-from gateway import faults, ns, oplog
-from gateway.addressing import resource_epr
-from gateway.faults import RECEIVER, SENDER, WsnFault
+from gateway import oplog
 from gateway.resource import new_id
-from gateway.soap import SoapRequest
 from gateway.storage import AcceptBatch, StorageError
-from gateway.xmlutil import (
+from gateway.wire import faults, ns
+from gateway.wire.addressing import resource_epr
+from gateway.wire.faults import RECEIVER, SENDER, WsnFault
+from gateway.wire.soap import SoapRequest
+from gateway.wire.xmlutil import (
     child,
     children,
     parse_duration,

@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING
 
 from lxml import etree
 
-from gateway import faults, ns, publishers, subscriptions, topics, wsrf
-from gateway.addressing import resource_epr
-from gateway.faults import RECEIVER
+from gateway import publishers, subscriptions, topics, wsrf
 from gateway.publishers import Registration
 from gateway.resource import epoch, new_id
-from gateway.soap import SoapRequest
 from gateway.storage import AcceptBatch, RegistrationRow, StorageError
+from gateway.wire import faults, ns
+from gateway.wire.addressing import resource_epr
+from gateway.wire.faults import RECEIVER
+from gateway.wire.soap import SoapRequest
 
 if TYPE_CHECKING:
     from gateway.broker import NotificationBroker, Reply

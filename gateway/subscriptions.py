@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 
 from lxml import etree
 
-from gateway import faults, ns, topics
-from gateway.addressing import Epr, EprError, parse_epr
+from gateway import topics
 from gateway.filters import XPathFilter, compile_message_content, compile_producer_properties
-from gateway.xmlutil import (
+from gateway.wire import faults, ns
+from gateway.wire.addressing import Epr, EprError, parse_epr
+from gateway.wire.xmlutil import (
     Element,
     child,
     elements,
@@ -235,7 +236,7 @@ RESOURCE_PROPERTIES = frozenset(
 
 def resource_properties(sub: Subscription, now: datetime) -> list[Element]:
     """§6.4.1 SubscriptionManagerRP (+ WS-ResourceLifetime CurrentTime/TerminationTime)."""
-    from gateway.xmlutil import parse_xml
+    from gateway.wire.xmlutil import parse_xml
 
     out: list[Element] = [sub.consumer.to_element(ns.q(ns.WSNT, "ConsumerReference"))]
     if sub.filter_xml:

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 
 from lxml import etree
 
-from gateway import faults, ns, subscriptions
-from gateway.faults import WsnFault
-from gateway.soap import SoapRequest
-from gateway.xmlutil import (
+from gateway import subscriptions
+from gateway.wire import faults, ns
+from gateway.wire.faults import WsnFault
+from gateway.wire.soap import SoapRequest
+from gateway.wire.xmlutil import (
     Element,
     child,
     format_datetime,
@@ -39,7 +40,7 @@ def set_tt_request(b: NotificationBroker, req: SoapRequest) -> tuple[datetime | 
                 if hi is not None:
                     raise ValueError("infinite lifetime is not allowed on this broker")
                 return None, now
-            from gateway.xmlutil import parse_datetime
+            from gateway.wire.xmlutil import parse_datetime
 
             t = parse_datetime(text_of(rt))
         elif rd is not None:

@@ -1,6 +1,6 @@
 """WS-Addressing actions derived from the official WSDL portTypes, for tests of both parts.
 
-Tests must not take expected actions from our own constants (`gateway.ns.A_*`, the device's
+Tests must not take expected actions from our own constants (`gateway.wire.ns.A_*`, the device's
 tables): a wrong constant would be checked against itself. This module reads the WSDL text
 with lxml and applies the rule of WS-Addressing 1.0 - Metadata (W3C, 2007) §4.4.4
 "Default Action Pattern for WSDL 1.1":

@@ -271,8 +271,8 @@ async def test_raw_subscriptions_get_one_message_per_request(gw, make_consumer):
 def test_endpoint_key_is_what_one_notify_request_can_address():
     from lxml import etree
 
-    from gateway.addressing import Epr
     from gateway.delivery import Target
+    from gateway.wire.addressing import Epr
 
     def rp(doc: str) -> etree._Element:
         return etree.fromstring(doc)[0]

@@ -1,4 +1,5 @@
-"""SOAP 1.1/1.2 binding, WS-Addressing, hostile and malformed input (gateway.soap, gateway.http)."""
+"""SOAP 1.1/1.2 binding, WS-Addressing, hostile and malformed input (gateway.wire.soap,
+gateway.http)."""
 
 from __future__ import annotations
 

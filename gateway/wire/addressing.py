@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
-from gateway import ns
-from gateway.xmlutil import Element, child, text_of
+from gateway.wire import ns
+from gateway.wire.xmlutil import Element, child, text_of
 
 _RP_ATTR = ns.q(ns.WSA, "IsReferenceParameter")
 
@@ -52,7 +52,7 @@ class Epr:
 
     @classmethod
     def from_xml(cls, text: str) -> Epr:
-        from gateway.xmlutil import parse_xml
+        from gateway.wire.xmlutil import parse_xml
 
         return parse_epr(parse_xml(text.encode()))
 

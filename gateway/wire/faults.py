@@ -13,8 +13,8 @@ from datetime import datetime
 
 from lxml import etree
 
-from gateway import ns
-from gateway.xmlutil import Element, format_datetime, utcnow
+from gateway.wire import ns
+from gateway.wire.xmlutil import Element, format_datetime, utcnow
 
 SENDER = "Sender"
 RECEIVER = "Receiver"

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from lxml import etree
 
-from gateway import ns
-from gateway.addressing import Addressing, parse_headers, response_headers
-from gateway.faults import RECEIVER, SENDER, WsnFault
-from gateway.xmlutil import Element, XmlRejected, child, elements, parse_xml
+from gateway.wire import ns
+from gateway.wire.addressing import Addressing, parse_headers, response_headers
+from gateway.wire.faults import RECEIVER, SENDER, WsnFault
+from gateway.wire.xmlutil import Element, XmlRejected, child, elements, parse_xml
 
 CT_SOAP11 = "text/xml; charset=utf-8"
 CT_SOAP12 = "application/soap+xml; charset=utf-8"
