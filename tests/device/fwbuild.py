@@ -74,8 +74,9 @@ def device_firmware() -> Path:
         if binary.exists() and keyfile.exists() and keyfile.read_text() == key:
             return binary
         build = OUT / "build32"
-        # make decides by mtimes, the key by content: freeze again from scratch, so a module
-        # deleted since the last build is not left frozen in and an older file is not skipped
+        # make decides by mtimes, the key by content: freeze again from scratch, so a source
+        # file older than its last frozen .mpy (unpacked from an archive, copied with its
+        # mtime) is not skipped and the old bytecode frozen in
         shutil.rmtree(build / "frozen_mpy", ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             (build / "frozen_content.c").unlink()
