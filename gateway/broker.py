@@ -1,6 +1,14 @@
-"""NotificationBroker: ties the roles together (WS-BaseNotification 1.3 producer and
-consumer, PullPoint factory, WS-BrokeredNotification publisher registry). No HTTP here:
-the binding (gateway.http) hands over parsed SOAP requests and gets body elements back.
+"""NotificationBroker: the broker's state and its transitions (WS-BaseNotification 1.3
+producer and consumer, PullPoint factory, WS-BrokeredNotification publisher registry).
+
+It holds the subscriptions, pull points, registrations, Topic Set and current messages,
+restores them at start, activates and ends resources, sweeps expired ones, answers "who
+wants topic T now" (`wanting`) and tells publisher observers about demand. `resolve`
+finds the resource a request addresses and its operation in `gateway.dispatch.TABLE`;
+the operations are the role modules' (producer, manager, notify, pullpoints,
+registrations, wsrf). The parts it works with (storage, delivery, landing writers) are
+built by gateway.app. No HTTP here: the binding (gateway.http) hands over parsed SOAP
+requests and gets body elements back.
 """
 
 from __future__ import annotations
