@@ -52,7 +52,8 @@ from gateway import publishers, topics
 from gateway.broker import NotificationBroker
 from gateway.consumer_policy import connector_kwargs
 from gateway.publishers import Registration
-from gateway.storage import DemandRow, StorageError
+from gateway.storage import StorageError
+from gateway.storage_demand import DemandRow
 from gateway.wire import ns, soap
 from gateway.wire.addressing import Epr, EprError, parse_epr, request_headers, resource_epr
 from gateway.wire.xmlutil import (
