@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from gateway import http, http_limits, landing, oplog
+from gateway import http, http_limits, landing, loops, oplog
 from gateway.broker import NotificationBroker
 from gateway.config import Config
 from gateway.consumer_policy import ConsumerPolicy
@@ -32,6 +32,8 @@ from gateway.storage import Storage
 class Parts:
     """What the broker works with, built from the configuration."""
 
+    consumer_policy: ConsumerPolicy
+    loop_id: str
     storage: Storage
     metrics: Metrics
     delivery: DeliveryManager
@@ -40,9 +42,13 @@ class Parts:
     records: RecordBuilder
 
 
-def build_parts(cfg: Config, policy: ConsumerPolicy, loop_id: str) -> Parts:
-    """Storage (SQLite under --data-dir), metrics, the delivery manager and the landing
-    writers of --landing-format. The delivery manager's `on_dead` is the broker's to set."""
+def build_parts(cfg: Config) -> Parts:
+    """The consumer address policy (raises consumer_policy.PolicyError, a clear message, for
+    an unreadable rule), this process's loop id (edge:Via, loops.py), Storage (SQLite under
+    --data-dir), metrics, the delivery manager and the landing writers of --landing-format.
+    The delivery manager's `on_dead` is the broker's to set."""
+    policy = ConsumerPolicy.from_texts(cfg.consumer_allow, cfg.allow_loopback)
+    loop_id = loops.new_loop_id()  # per process
     storage = Storage(
         cfg.data_dir / "broker.sqlite3", cfg.sqlite_synchronous, cfg.sqlite_busy_timeout_ms
     )
@@ -73,7 +79,7 @@ def build_parts(cfg: Config, policy: ConsumerPolicy, loop_id: str) -> Parts:
         )
     # landing lines: built off the event loop when big (landing_record docstring)
     records = RecordBuilder(cfg.gateway_id)
-    return Parts(storage, metrics, delivery, jsonl, parquet, records)
+    return Parts(policy, loop_id, storage, metrics, delivery, jsonl, parquet, records)
 
 
 def create_app(broker: NotificationBroker, demand: DemandManager | None = None) -> web.Application:
@@ -94,7 +100,7 @@ def create_app(broker: NotificationBroker, demand: DemandManager | None = None) 
 
 async def start(cfg: Config, broker: NotificationBroker | None = None) -> http.Running:
     """Start broker + HTTP server; `cfg.port == 0` picks a free port (see Running.port)."""
-    broker = broker or NotificationBroker(cfg)
+    broker = broker or NotificationBroker(cfg, parts=build_parts(cfg))
     family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

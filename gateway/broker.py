@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from lxml import etree
 
-from gateway import consumer_policy, dispatch, loops, oplog, publishers, subscriptions, topics
+from gateway import consumer_policy, dispatch, oplog, publishers, subscriptions, topics
 from gateway.config import Config
 from gateway.consumer_policy import ConsumerPolicy
 from gateway.delivery import Target
@@ -68,13 +68,13 @@ class Op:
 
 
 class NotificationBroker:
-    def __init__(self, cfg: Config, clock: Clock = utcnow, parts: Parts | None = None) -> None:
+    def __init__(self, cfg: Config, parts: Parts, clock: Clock = utcnow) -> None:
+        """`parts` are built by gateway.app.build_parts, the one place that wires them."""
         self.cfg = cfg
         self.clock: Clock = clock
         self.base_url = (cfg.public_url or f"http://{cfg.host}:{cfg.port}").rstrip("/")
-        # raises consumer_policy.PolicyError (a clear message) for an unreadable rule
-        self.consumer_policy = ConsumerPolicy.from_texts(cfg.consumer_allow, cfg.allow_loopback)
-        self.loop_id = loops.new_loop_id()  # per process, edge:Via (loops.py)
+        self.consumer_policy: ConsumerPolicy = parts.consumer_policy
+        self.loop_id = parts.loop_id  # per process, edge:Via (loops.py)
         self.ts = topics.TopicSet(fixed=cfg.fixed_topic_set)
         for f in cfg.topic_namespace_files:
             self.ts.add_namespace(topics.load_topic_namespace(f.read_bytes()))
@@ -88,10 +88,6 @@ class NotificationBroker:
         self._demand: dict[tuple[str, topics.ConcreteTopic], bool] = {}
         self._rp_cache: tuple[int, Element] | None = None
         self._subref_xml: dict[str, str] = {}
-        if parts is None:  # built where everything is built (gateway.app)
-            from gateway.app import build_parts
-
-            parts = build_parts(cfg, self.consumer_policy, self.loop_id)
         self.storage = parts.storage
         self.metrics = parts.metrics
         self.delivery = parts.delivery

@@ -221,11 +221,12 @@ async def test_set_termination_time_on_subscription(gw, consumer):
 
 async def test_expiry_with_an_injected_clock(tmp_path, consumer):
     from gateway import http
+    from gateway.app import build_parts
     from gateway.broker import NotificationBroker
 
     now = [datetime(2030, 1, 1, tzinfo=UTC)]
     cfg = make_config(tmp_path / "d", sweep_interval=3600)  # sweeps only when called
-    broker = NotificationBroker(cfg, clock=lambda: now[0])
+    broker = NotificationBroker(cfg, build_parts(cfg), clock=lambda: now[0])
     gw = await http.start(cfg, broker)
     try:
         addr, sid = await _sub(
