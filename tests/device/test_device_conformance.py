@@ -39,7 +39,7 @@ WSRF_R = "http://docs.oasis-open.org/wsrf/r-2"
 RP = "http://docs.oasis-open.org/wsrf/rp-2"
 RL = "http://docs.oasis-open.org/wsrf/rl-2"
 SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
-# gateway/faults.py: faults of the WSRF specifications get the WSRF fault action
+# gateway/wire/faults.py: faults of the WSRF specifications get the WSRF fault action
 WSRF_FAULT_ACTION = "http://docs.oasis-open.org/wsrf/fault"
 
 

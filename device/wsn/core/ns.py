@@ -42,7 +42,7 @@ DECLS = (
 NOTIFY = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
 SET_TT = "http://docs.oasis-open.org/wsrf/rlw-2/ScheduledResourceTermination/SetTerminationTime"
 REGISTER = "http://docs.oasis-open.org/wsn/brw-2/RegisterPublisher/RegisterPublisher"
-# One fault-action rule for the device and the gateway (gateway/faults.py): faults of the WSRF
+# One fault-action rule for the device and the gateway (gateway/wire/faults.py): faults of the WSRF
 # specifications (r-2, rp-2, rl-2) use the WSRF fault action, every other WS-N fault the
 # WS-N one.
 WSN_FAULT = "http://docs.oasis-open.org/wsn/fault"

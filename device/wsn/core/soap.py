@@ -26,7 +26,7 @@ class Fault(Exception):
         self.extra = extra
         self.base = base
         if action is None:
-            # the rule gateway/faults.py follows too: WSRF faults get the WSRF fault action
+            # the rule gateway/wire/faults.py follows too: WSRF faults get the WSRF fault action
             action = ns.WSRF_FAULT if fns in (ns.WSRF_R, ns.WSRF_RP, ns.WSRF_RL) else ns.WSN_FAULT
         self.action = action
 

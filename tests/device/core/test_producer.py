@@ -194,7 +194,7 @@ def test_destroy_terminates_a_subscription():
     assert len(p.subs) == 0 and p.publish(0, PAYLOAD, NOW) == ([], False)
     st, root, _ = call(p, path, d)
     assert fault_of(root) == "ResourceUnknownFault"
-    # the same rule as the gateway (gateway/faults.py): a WSRF fault, the WSRF fault action
+    # the same rule as the gateway (gateway/wire/faults.py): a WSRF fault, the WSRF fault action
     assert _action(root) == "http://docs.oasis-open.org/wsrf/fault"
     assert _fault(p, "<wsnt:Notify/>", path) == "ActionNotSupported"
 
