@@ -17,9 +17,11 @@ consumer endpoint.
   consumer never delays another.
 - Backlog bound (policy, documented in docs/gateway.md): at most --max-backlog messages
   wait per subscription; beyond that the OLDEST are dropped (newest readings matter most at
-  the edge) and counted. A consumer failing continuously for --consumer-dead-after seconds
-  ends its subscriptions that were waiting to be delivered (the broker destroys them and
-  their backlogs).
+  the edge) and counted. The log says so once when a subscription starts dropping, then at
+  most once per DROP_LOG_INTERVAL with the count since its last line (a dead consumer would
+  otherwise cost one line per incoming Notify). A consumer failing continuously for
+  --consumer-dead-after seconds ends its subscriptions that were waiting to be delivered
+  (the broker destroys them and their backlogs).
 - Durability: queued messages are rows in SQLite until the consumer acknowledged them, so
   they are sent again after a restart (at-least-once).
 """
@@ -54,6 +56,8 @@ _NOTIFY_START = f'<wsnt:Notify xmlns:wsnt="{ns.WSNT}">'
 _NOTIFY_END = "</wsnt:Notify>"
 #: stands for the body while an envelope template is made (a comment: never in a header)
 _BODY_MARK = "<!--wsn-edge body-->"
+#: seconds between two "backlog full" lines of one subscription (the later one has the count)
+DROP_LOG_INTERVAL = 60.0
 _ID_PREFIX = int.from_bytes(os.urandom(8), "big")
 _id_seq = itertools.count()
 
@@ -104,6 +108,8 @@ class _Queue:
     #: after a restart have none and are not observed
     queued_at: dict[int, float] = field(default_factory=dict)
     last_delivery: float | None = None  # wall-clock epoch seconds of the last 2xx answer
+    drop_logged_at: float | None = None  # monotonic time of the last "backlog full" line
+    drops_unlogged: int = 0  # dropped since that line
 
     @property
     def sendable(self) -> bool:
@@ -206,6 +212,11 @@ class DeliveryManager:
         q = self._queues.pop(sub_id, None)
         if q is None:
             return
+        if q.drops_unlogged:  # the summary line it would have had
+            log.warning(
+                "subscription %s: dropped %d more oldest messages before it ended (%d in all)",
+                sub_id, q.drops_unlogged, q.dropped,
+            )  # fmt: skip
         for seq, _x in q.items:
             self._via.pop(seq, None)
         ep = q.endpoint
@@ -272,7 +283,6 @@ class DeliveryManager:
             self._via.pop(s, None)
         q.dropped += len(drop)
         self._dropped(q, drop)
-        log.warning("subscription %s: backlog full, dropped %d oldest messages", sub_id, len(drop))
         return drop
 
     def enqueue(self, sub_id: str, seq: int, xml: str, via: tuple[str, ...] = ()) -> None:
@@ -298,6 +308,31 @@ class DeliveryManager:
         for s in seqs:
             q.queued_at.pop(s, None)
         self.metrics.delivered("dropped", len(seqs))
+        self._log_dropped(q, len(seqs))
+
+    def _log_dropped(self, q: _Queue, n: int) -> None:
+        """One WARNING when the subscription starts dropping, then at most one per
+        DROP_LOG_INTERVAL with the count since the previous line (as gateway.http_limits
+        does for dropped clients); `remove` logs what is left uncounted."""
+        q.drops_unlogged += n
+        now = time.monotonic()
+        last = q.drop_logged_at
+        if last is not None and now - last < DROP_LOG_INTERVAL:
+            return
+        q.drop_logged_at = now
+        n, q.drops_unlogged = q.drops_unlogged, 0
+        if last is None:
+            log.warning(
+                "subscription %s: backlog full (--max-backlog %d), dropped %d oldest messages;"
+                " further drops are logged at most every %g s",
+                q.target.sub_id, self.max_backlog, n, DROP_LOG_INTERVAL,
+            )  # fmt: skip
+        else:
+            log.warning(
+                "subscription %s: backlog full, dropped %d oldest messages since the last"
+                " line %.0f s ago (%d in all)",
+                q.target.sub_id, n, now - last, q.dropped,
+            )  # fmt: skip
 
     def _forget(self, seqs: list[int]) -> None:
         """Delete dropped rows in the background (they must not come back on restart)."""

@@ -5,8 +5,10 @@ and reference parameters."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
+import pytest
 from gwtest import (
     SOAP11,
     SOAP12,
@@ -88,6 +90,38 @@ async def test_backlog_overflow_drops_oldest(make_gateway):
     rows = [r for r in gw.broker.storage.load().deliveries if r[1] == sid]
     assert len(rows) == 3
     assert [x.split("<rd:value>")[1].split("<")[0] for _, _, x in rows] == ["3", "4", "5"]
+
+
+async def test_backlog_full_is_logged_once_then_summarised(
+    make_gateway, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+):
+    """A dead consumer: one "backlog full" line when the subscription starts dropping, not
+    one per incoming Notify; later lines at most once per interval, with the count."""
+    from gateway import delivery
+
+    gw = await make_gateway(max_backlog=1)
+    sid = await _subscribe(gw, "http://127.0.0.1:9/dead")
+    with caplog.at_level(logging.WARNING, logger="gateway.delivery"):
+        for v in range(6):  # the first fits; each later one drops the oldest
+            await _publish(gw, v)
+
+        def lines() -> list[str]:
+            return [r.getMessage() for r in caplog.records if sid in r.getMessage()]
+
+        assert len(lines()) == 1, lines()
+        assert "backlog full" in lines()[0] and "dropped 1 oldest" in lines()[0]
+        monkeypatch.setattr(delivery, "DROP_LOG_INTERVAL", 0.0)  # the interval has passed
+        await _publish(gw, 6)
+        assert len(lines()) == 2, lines()
+        assert "dropped 5 oldest messages since the last line" in lines()[1]  # 4 unlogged + 1
+        monkeypatch.setattr(delivery, "DROP_LOG_INTERVAL", 3600.0)
+        await _publish(gw, 7)
+        assert len(lines()) == 2, lines()
+        r = await call(f"{gw.url.rsplit('/', 1)[0]}/subscriptions/{sid}", "<wsnt:Unsubscribe/>")
+        assert r.status == 200, r.text
+        assert len(lines()) == 3, lines()  # what the interval held back is not lost
+        assert "dropped 1 more" in lines()[2] and "(7 in all)" in lines()[2]
+    assert sid not in gw.broker.subs
 
 
 async def test_dead_consumer_ends_its_subscription(make_gateway):
