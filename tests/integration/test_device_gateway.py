@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import math
 import signal
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +25,8 @@ import aiohttp
 import pytest
 from devtest import Client, DeviceProcess
 from gwtest import FULL, WSA, WSNT, Consumer, call, sub_address, subscribe_body
+
+from tests.polling import until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -74,19 +75,6 @@ def readings(msgs: list[Any]) -> list[float]:
         assert r is not None and r.get("device") == DEVICE_ID
         out.append(float(r.findtext(f"{{{RD}}}value") or "nan"))
     return out
-
-
-async def until(pred: Callable[[], Any], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if asyncio.iscoroutine(got):
-            got = await got
-        if got:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 async def demand_subs(client: Client) -> dict[str, dict[str, Any]]:
@@ -146,11 +134,11 @@ async def test_device_gateway_demand_pullpoint_and_restart(
             sampled += k
 
         # 1. the device registers; the gateway subscribes per topic and pauses (no demand)
-        await until(lambda: demand_subs(client), 20, "the gateway's subscriptions at the device")
+        await until(lambda: demand_subs(client), "the gateway's subscriptions at the device", 20)
         await until(
             lambda: _all_paused(client, ("temperature", "humidity", "heartbeat")),
-            20,
             "three paused demand subscriptions",
+            20,
         )
         st = await client.status()
         assert st["gateway"]["state"] == "registered"
@@ -165,7 +153,7 @@ async def test_device_gateway_demand_pullpoint_and_restart(
         r = await call(gw.url, subscribe_body(consumer.url, full("dev:*/temperature")))
         assert r.status == 200, r.text
         sub_addr = sub_address(r)
-        await until(lambda: _paused_is(client, "temperature", False), 20, "temperature resumed")
+        await until(lambda: _paused_is(client, "temperature", False), "temperature resumed", 20)
         subs = await demand_subs(client)
         assert subs["humidity"]["paused"] and subs["heartbeat"]["paused"]
         first = sampled + 1
@@ -185,7 +173,7 @@ async def test_device_gateway_demand_pullpoint_and_restart(
             got.extend(await get_messages(pp))
             return len(got) >= n
 
-        await until(lambda: pulled(4), 20, "4 readings in the pull point")
+        await until(lambda: pulled(4), "4 readings in the pull point", 20)
         assert sequence_of(readings(got)) == list(range(away, away + 4))  # exactly once
         # the subscriber comes back: the gateway delivers what it missed
         back: Consumer = await make_consumer(port)
@@ -198,18 +186,18 @@ async def test_device_gateway_demand_pullpoint_and_restart(
         down = sampled + 1
         await sample(5)
         assert sampled <= MAX_SAMPLES
-        await until(lambda: _buffered_is(client, 5), 20, "5 readings buffered at the device")
+        await until(lambda: _buffered_is(client, 5), "5 readings buffered at the device", 20)
         st = await client.status()
         assert st["gateway"]["dropped"] == 0
         await asyncio.to_thread(gw.restart)
-        await until(lambda: _buffered_is(client, 0), 60, "the device's buffer drained")
+        await until(lambda: _buffered_is(client, 0), "the device's buffer drained", 60)
         await until(
             lambda: set(sequence_of(readings(back.messages()))) >= set(range(away, down + 5)),
-            30,
             "the 5 at the subscriber",
+            30,
         )
         at_least_once(sequence_of(readings(back.messages())), range(away, down + 5))
-        await until(lambda: pulled(4 + 5), 20, "the 5 in the pull point too")
+        await until(lambda: pulled(4 + 5), "the 5 in the pull point too", 20)
         assert sequence_of(readings(got)) == list(range(away, down + 5))  # exactly once
         st = await client.status()
         assert st["gateway"]["dropped"] == 0 and st["gateway"]["state"] == "registered"
@@ -226,7 +214,7 @@ async def test_device_gateway_demand_pullpoint_and_restart(
         assert r.status == 200, r.text
         r = await call(pp, "<wsnt:DestroyPullPoint/>")
         assert r.status == 200, r.text
-        await until(lambda: _paused_is(client, "temperature", True), 20, "temperature paused")
+        await until(lambda: _paused_is(client, "temperature", True), "temperature paused", 20)
         assert len(await demand_subs(client)) == 3
 
 
@@ -266,7 +254,7 @@ async def test_device_reboot_is_subscribed_again(
     assert r.status == 200, r.text
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
         first = Client(start_device(**conf), s)
-        await until(lambda: _paused_is(first, "temperature", False), 20, "temperature active")
+        await until(lambda: _paused_is(first, "temperature", False), "temperature active", 20)
         assert await first.sample("temperature", 2) == 2
         await consumer.wait_for(2, timeout=20)
         old_reg = (await first.status())["gateway"]["registration"]
@@ -274,11 +262,11 @@ async def test_device_reboot_is_subscribed_again(
 
         second = Client(start_device(**conf), s)
         assert second.dev.port != first.dev.port
-        await until(lambda: _paused_is(second, "temperature", False), 20, "subscribed again")
+        await until(lambda: _paused_is(second, "temperature", False), "subscribed again", 20)
         await until(
             lambda: _all_paused(second, ("humidity", "heartbeat"), "temperature"),
-            20,
             "the other topics paused (no demand)",
+            20,
         )
         new_reg = (await second.status())["gateway"]["registration"]
         assert new_reg != old_reg
@@ -311,7 +299,7 @@ async def test_device_registers_with_a_gateway_that_requires_credentials(
         dev = Client(
             start_device(gateway=gw.url, gateway_retry_s=0.3, gateway_token="t0ken"), s
         )
-        await until(lambda: _paused_is(dev, "temperature", False), 20, "temperature active")
+        await until(lambda: _paused_is(dev, "temperature", False), "temperature active", 20)
         assert (await dev.status())["gateway"]["state"] == "registered"
         assert await dev.sample("temperature", 2) == 2
         await consumer.wait_for(2, timeout=20)

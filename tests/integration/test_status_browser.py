@@ -6,10 +6,8 @@ tmp dir (README's picture is one of these)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,12 +17,15 @@ import pytest
 from devtest import Client, DeviceProcess
 from gwtest import FULL, WSA, call, subscribe_body, topic_filter
 
+from tests.polling import until
+
 pytestmark = pytest.mark.timeout(180)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 DEV = 'xmlns:dev="urn:wsn-edge:devices"'
 DOWN = "http://127.0.0.1:9/consumer"  # nothing listens: deliveries fail, the backlog grows
+BROWSER_WAIT: dict[str, float] = {"timeout": 20.0, "every": 0.2}  # a page load is slow
 
 
 @pytest.fixture
@@ -51,19 +52,6 @@ def browser(tmp_path: Path) -> Iterator[Any]:
         driver.quit()
 
 
-async def _until(pred: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if asyncio.iscoroutine(v):
-            v = await v
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.2)
-
-
 async def test_status_page_in_headless_chromium(
     gateway_process: Callable[..., Any],
     start_device: Callable[..., DeviceProcess],
@@ -78,8 +66,8 @@ async def test_status_page_in_headless_chromium(
     base = gw.url.rsplit("/wsn/", 1)[0]
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
         client = Client(dev, s)
-        await _until(
-            lambda: _registered(client), "the device registered with the gateway"
+        await until(
+            lambda: _registered(client), "the device registered with the gateway", **BROWSER_WAIT
         )
         pp = await call(gw.url, "<wsnt:CreatePullPoint/>")
         pp_addr = pp.body.findtext(f".//{{{WSA}}}Address") or ""
@@ -91,9 +79,9 @@ async def test_status_page_in_headless_chromium(
         assert not r.is_fault, r.text
         down_id = (r.body.findtext(f".//{{{WSA}}}Address") or "").rsplit("/", 1)[1]
         # demand exists now: the gateway resumes the device's temperature subscription
-        await _until(lambda: _pushing(client), "the device pushing temperature")
+        await until(lambda: _pushing(client), "the device pushing temperature", **BROWSER_WAIT)
         assert await client.sample("temperature", count=3) == 3
-        await _until(lambda: _accepted(s, base, 3), "three readings at the gateway")
+        await until(lambda: _accepted(s, base, 3), "three readings at the gateway", **BROWSER_WAIT)
 
         # read the rows from a page that stays put (a reload mid-read makes elements stale)
         browser.get(f"{base}/status?refresh=3600")
@@ -121,7 +109,7 @@ async def test_status_page_in_headless_chromium(
             except (StaleElementReferenceException, NoSuchElementException):
                 return False  # caught between two loads of the page: look again
 
-        await _until(depth_is_4, "the page to refresh itself")
+        await until(depth_is_4, "the page to refresh itself", **BROWSER_WAIT)
         shot = tmp_path / "status.png"
         assert browser.save_screenshot(str(shot))
         assert shot.stat().st_size > 10_000

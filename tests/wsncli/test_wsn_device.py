@@ -12,7 +12,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 from devtest import Client, DeviceProcess, launch, resolve_interpreter
-from wsntest import Wsn, until
+from wsntest import Wsn
+
+from tests.polling import until
 
 pytestmark = pytest.mark.timeout(120)
 DT = "urn:wsn-edge:device-topics"

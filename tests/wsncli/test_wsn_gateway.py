@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 from gwtest import WSA, GatewayProcess, call, start_gateway, stop_gateway
-from wsntest import Wsn, until, wsn
+from wsntest import Wsn, wsn
+
+from tests.polling import until
 
 NS = "tns=urn:wsn-cli-test"
 A_GET_MESSAGES = "http://docs.oasis-open.org/wsn/bw-2/PullPoint/GetMessagesRequest"

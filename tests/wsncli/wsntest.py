@@ -7,8 +7,6 @@ import json
 import os
 import signal
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,17 +71,3 @@ async def status(broker_url: str) -> dict[str, Any]:
     async with aiohttp.ClientSession() as s, s.get(f"http://{u.netloc}/status.json") as r:
         assert r.status == 200, await r.text()
         return dict(json.loads(await r.text()))
-
-
-async def until(pred: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
-    """Poll the (async or sync) predicate until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if asyncio.iscoroutine(v):
-            v = await v
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
