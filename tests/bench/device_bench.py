@@ -44,6 +44,7 @@ from devtest import (  # noqa: E402
     Consumer,
     DeviceProcess,
     launch,
+    sleepy_cycles,
 )
 
 _IMPORT_PROBE = """
@@ -225,26 +226,14 @@ async def throughput(quick: bool, gc_each: bool = True) -> None:
         await cons.stop()
 
 
-def _cycle_lines(dev: DeviceProcess, start: int = 0) -> list[dict[str, int]]:
-    out = []
-    for line in dev.lines[start:]:
-        if line.startswith("cycle "):
-            parts = line.split()
-            d = {"seq": int(parts[1])}
-            for kv in parts[2:]:
-                k, _, v = kv.partition("=")
-                d[k] = int(v)
-            out.append(d)
-    return out
-
-
 async def sleepy(quick: bool) -> None:
-    from gwproc import GatewayProcess
+    from gwproc import start_gateway_process
 
     cycles = 20 if quick else 60
     started: list[DeviceProcess] = []
     with tempfile.TemporaryDirectory() as tmp:
-        gw = GatewayProcess(Path(tmp) / "gw", ["--backoff-initial", "0.1"])
+        gw = start_gateway_process(Path(tmp) / "gw", ["--backoff-initial", "0.1"],
+                                   ready_timeout=30)
         try:
             kinds: list[tuple[Path, str, str, str | None]] = [
                 (MP_UNIX, "unix port 64-bit, source", "source", None)]
@@ -260,9 +249,9 @@ async def sleepy(quick: bool) -> None:
                              gateway=gw.url, sample_period_s=0.2, gateway_timeout_s=2,
                              state_file=str(Path(tmp) / f"state-{install}.json"),
                              verbose=False)
-                while len(_cycle_lines(dev)) < cycles:
+                while len(sleepy_cycles(dev)) < cycles:
                     await asyncio.sleep(0.2)
-                c = _cycle_lines(dev)[1:cycles]  # the first wake also registers
+                c = sleepy_cycles(dev)[1:cycles]  # the first wake also registers
                 reads = sum(x["readings"] for x in c)
                 reqs = sum(x["requests"] for x in c)
                 awake = sorted(x["awake_ms"] for x in c)
@@ -274,12 +263,12 @@ async def sleepy(quick: bool) -> None:
                       f"max {max(x['mem'] for x in c)} B")
                 gw.stop()
                 mark = len(dev.lines)
-                while len(_cycle_lines(dev, mark)) < 10:
+                while len(sleepy_cycles(dev, mark)) < 10:
                     await asyncio.sleep(0.2)
                 gw.restart()
-                while not [x for x in _cycle_lines(dev, mark) if x["sent"] > 0]:
+                while not [x for x in sleepy_cycles(dev, mark) if x["sent"] > 0]:
                     await asyncio.sleep(0.2)
-                back = next(x for x in _cycle_lines(dev, mark) if x["sent"] > 0)
+                back = next(x for x in sleepy_cycles(dev, mark) if x["sent"] > 0)
                 print(f"   after a gateway outage of 10 wakes: {back['sent']} readings sent in "
                       f"{back['requests']} requests, awake {back['awake_ms']} ms that wake")
                 dev.stop()

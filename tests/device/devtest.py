@@ -126,6 +126,22 @@ class DeviceProcess:
             self.proc.wait(5)
 
 
+
+def sleepy_cycles(dev: DeviceProcess, start: int = 0) -> list[dict[str, int]]:
+    """The sleepy-mode wake reports (device/wsn/sleepy.py prints one ``cycle SEQ k=v ...``
+    line per wake) among the device's stdout lines from index `start`, oldest first, as
+    {"seq": SEQ, k: v, ...}."""
+    out = []
+    for line in dev.lines[start:]:
+        if line.startswith("cycle "):
+            parts = line.split()
+            d = {"seq": int(parts[1])}
+            for kv in parts[2:]:
+                k, _, v = kv.partition("=")
+                d[k] = int(v)
+            out.append(d)
+    return out
+
 def make_config(port: int, **overrides: Any) -> dict[str, Any]:
     conf: dict[str, Any] = {
         "device_id": "dev-test",

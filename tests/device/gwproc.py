@@ -1,8 +1,12 @@
-"""A real gateway (`python -m gateway`) for the device tests that need one (batching, sleepy
-mode): started on 127.0.0.1 with its own data dir, stoppable and restartable on the same port
-(so the registration address the device keeps stays valid), and its landing zone readable.
+"""A real gateway (`python -m gateway`) as a child process, for the tests that need one next
+to a real device (tests/device batching and sleepy mode, tests/integration, the device bench):
+started on 127.0.0.1 with its own data dir, stoppable (SIGTERM: orderly; SIGKILL: crash) and
+restartable on the same port (so every EPR, and the registration address a device keeps, stays
+valid), and its landing zone readable.
 
-The device-side helpers are in devtest.py; this only adds the gateway process."""
+The device-side helpers are in devtest.py; this only adds the gateway process. (The gateway
+tests' own `start_gateway` in tests/gateway/gwtest.py listens on port 0 and cannot come back
+on the same port: a different tool for tests that never restart it.)"""
 
 from __future__ import annotations
 
@@ -11,31 +15,47 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from devtest import ROOT, DeviceProcess, free_port
 
+LISTENING = r"wsn-gateway listening on http://"
+
 
 class GatewayProcess(DeviceProcess):
-    """`python -m gateway` as a child process (the stdout line reader of DeviceProcess)."""
+    """`python -m gateway` as a child process (the stdout line reader of DeviceProcess).
+    Constructing it spawns the process; `wait_ready()` waits for its listening line."""
 
-    def __init__(self, data_dir: Path, extra: list[str] | None = None) -> None:
+    def __init__(self, data_dir: Path, port: int, extra: Sequence[str] = (),
+                 ready_timeout: float = 20.0) -> None:
         self.data_dir = data_dir
-        self.extra = extra or []
-        port = free_port()
+        self.extra = list(extra)
+        self.ready_timeout = ready_timeout
         self.url = f"http://127.0.0.1:{port}/wsn/broker"
         super().__init__(self._spawn(port), port, {})
-        self.wait_line(r"wsn-gateway listening on http://", 30)
 
     def _spawn(self, port: int) -> subprocess.Popen[str]:
-        cmd = [sys.executable, "-m", "gateway", "--host", "127.0.0.1", "--port", str(port),
-               "--data-dir", str(self.data_dir), "--log-level", "INFO", *self.extra]
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, cwd=str(ROOT),
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        cmd = [
+            sys.executable, "-m", "gateway", "--host", "127.0.0.1", "--port", str(port),
+            "--data-dir", str(self.data_dir), "--log-level", "INFO", *self.extra,
+        ]  # fmt: skip
+        return subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=str(ROOT),
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
 
-    def stop(self, sig: int = signal.SIGTERM) -> None:
+    def wait_ready(self, start: int = 0) -> None:
+        """Wait for the listening line printed after stdout line `start`."""
+        self.wait_line(LISTENING, self.ready_timeout, start=start)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:  # type: ignore[override]
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
@@ -46,15 +66,13 @@ class GatewayProcess(DeviceProcess):
         self._reader.join(5)
 
     def restart(self) -> None:
-        """Start again on the same port and data dir (after stop())."""
+        """Start again on the same port and data dir (after stop()), and wait until ready."""
         assert self.proc.poll() is not None, "stop it first"
         mark = len(self.lines)
         self.proc = self._spawn(self.port)
-        import threading
-
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        self.wait_line(r"wsn-gateway listening on http://", 30, start=mark)
+        self.wait_ready(start=mark)
 
     def landing(self) -> list[dict[str, Any]]:
         """Every landing line written so far (complete files and the open .tmp file)."""
@@ -66,3 +84,24 @@ class GatewayProcess(DeviceProcess):
                 if line.strip():
                     out.append(json.loads(line))
         return out
+
+
+def start_gateway_process(data_dir: Path, extra: Sequence[str] = (), ready_timeout: float = 20.0,
+                          started: list[GatewayProcess] | None = None) -> GatewayProcess:
+    """A GatewayProcess on a free port, returned once it listens. A free port can be taken
+    between probe and bind: then it tries another (three attempts). Every process spawned is
+    appended to `started` (for the caller's teardown)."""
+    last = ""
+    for _attempt in range(3):
+        gp = GatewayProcess(data_dir, free_port(), extra, ready_timeout)
+        if started is not None:
+            started.append(gp)
+        try:
+            gp.wait_ready()
+            return gp
+        except AssertionError as e:
+            last = str(e)
+            gp.stop(signal.SIGKILL)
+            if "Address already in use" not in gp.output():
+                break
+    raise AssertionError(f"gateway did not start: {last}")

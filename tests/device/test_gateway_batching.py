@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 import pytest
 from devtest import (
+    sleepy_cycles,
     RD,
     WSA,
     WSNT,
@@ -35,8 +36,10 @@ from devtest import (
     envelope,
     parse,
 )
-from gwproc import GatewayProcess
+from gwproc import GatewayProcess, start_gateway_process
 from lxml import etree
+
+from tests.polling import until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -44,19 +47,6 @@ DEV_NS = "urn:wsn-edge:devices"
 CONCRETE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete"
 HEARTBEAT = [{"topic": "heartbeat", "kind": "heartbeat"}]
 GW_ARGS = ["--backoff-initial", "0.1", "--backoff-max", "1"]
-
-
-async def until(pred: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if asyncio.iscoroutine(got):
-            got = await got
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 async def subscribe_at_gateway(s: aiohttp.ClientSession, gw: GatewayProcess, consumer: str,
@@ -91,7 +81,7 @@ def landed_values(gw: GatewayProcess) -> tuple[list[int], list[str]]:
 
 async def test_readings_buffered_while_the_gateway_is_down_go_in_batches_exactly_once(
         start_device: Callable[..., DeviceProcess], tmp_path: Path) -> None:
-    gw = GatewayProcess(tmp_path / "gw", GW_ARGS)
+    gw = start_gateway_process(tmp_path / "gw", GW_ARGS, ready_timeout=30)
     consumer = await Consumer().start()
     try:
         dev = start_device(gateway=gw.url, gateway_retry_s=0.3, gateway_retry_max_s=0.6,
@@ -106,7 +96,7 @@ async def test_readings_buffered_while_the_gateway_is_down_go_in_batches_exactly
 
             await dev.await_line(r"^registered at ", 20)
             await subscribe_at_gateway(s, gw, consumer.url, "dev:dev-test/heartbeat")
-            await until(resumed, 20, "the gateway's subscription at the device resumed")
+            await until(resumed, "the gateway's subscription at the device resumed", 20)
 
             gw.stop()
             assert await cl.sample("heartbeat", 20) == 20
@@ -118,11 +108,11 @@ async def test_readings_buffered_while_the_gateway_is_down_go_in_batches_exactly
             async def all_sent() -> bool:
                 return (await cl.status())["gateway"]["delivered"] == 20
 
-            await until(all_sent, 30, "20 readings delivered to the gateway")
+            await until(all_sent, "20 readings delivered to the gateway", 30)
             st = (await cl.status())["gateway"]
             # batch_max is 16 by default: 16 + 4, two Notify messages, not twenty
             assert st["batches"] == 2 and st["buffered"] == 0, st
-            await until(lambda: len(delivered_values(consumer)) >= 20, 20, "20 deliveries")
+            await until(lambda: len(delivered_values(consumer)) >= 20, "20 deliveries", 20)
             await asyncio.sleep(0.5)
             assert delivered_values(consumer) == list(range(1, 21))
         gw.stop()  # flushes the landing zone
@@ -134,27 +124,14 @@ async def test_readings_buffered_while_the_gateway_is_down_go_in_batches_exactly
         await consumer.stop()
 
 
-def _cycles(dev: DeviceProcess) -> list[dict[str, int]]:
-    out = []
-    for line in list(dev.lines):
-        if line.startswith("cycle "):
-            parts = line.split()
-            d = {"seq": int(parts[1])}
-            for kv in parts[2:]:
-                k, _, v = kv.partition("=")
-                d[k] = int(v)
-            out.append(d)
-    return out
-
-
 def _last(dev: DeviceProcess) -> dict[str, int]:
-    c = _cycles(dev)
+    c = sleepy_cycles(dev)
     return c[-1] if c else {"seq": 0, "pending": 0, "sent": 0}
 
 
 async def test_sleepy_mode_through_a_real_gateway_down_and_device_restart(
         start_device: Callable[..., DeviceProcess], tmp_path: Path) -> None:
-    gw = GatewayProcess(tmp_path / "gw", GW_ARGS)
+    gw = start_gateway_process(tmp_path / "gw", GW_ARGS, ready_timeout=30)
     consumer = await Consumer().start()
     state = tmp_path / "sleepy-state.json"
     conf: dict[str, Any] = {
@@ -168,13 +145,13 @@ async def test_sleepy_mode_through_a_real_gateway_down_and_device_restart(
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
             await subscribe_at_gateway(s, gw, consumer.url, "dev:dev-test/heartbeat")
         first = _last(dev)["seq"] + 1  # readings from this wake on reach the subscriber
-        await until(lambda: _last(dev)["seq"] >= first + 2, 20, "three more wakes")
-        c = _cycles(dev)
+        await until(lambda: _last(dev)["seq"] >= first + 2, "three more wakes", 20)
+        c = sleepy_cycles(dev)
         # awake, each wake is one Notify: requests per reading 1 (one sensor)
         assert all(x["requests"] == 1 and x["pending"] == 0 for x in c[1:]), c
 
         gw.stop()
-        await until(lambda: _last(dev)["pending"] >= 3, 20, "readings pending while down")
+        await until(lambda: _last(dev)["pending"] >= 3, "readings pending while down", 20)
         # kill -9 in the middle: what was persisted must survive
         dev.proc.send_signal(signal.SIGKILL)
         dev.proc.wait(5)
@@ -183,22 +160,22 @@ async def test_sleepy_mode_through_a_real_gateway_down_and_device_restart(
         seq_at_kill = saved["seq"]
 
         dev2 = start_device(**conf)
-        await until(lambda: _last(dev2)["pending"] >= len(saved["pending"]) + 2, 20,
-                    "the restarted device keeps the pending readings and adds to them")
-        assert _cycles(dev2)[0]["seq"] == seq_at_kill + 1  # no wake number reused
+        await until(lambda: _last(dev2)["pending"] >= len(saved["pending"]) + 2,
+                    "the restarted device keeps the pending readings and adds to them", 20)
+        assert sleepy_cycles(dev2)[0]["seq"] == seq_at_kill + 1  # no wake number reused
         assert "registered at" not in dev2.output()  # the registration survived too
         gw.restart()
-        await until(lambda: _last(dev2)["pending"] == 0 and _last(dev2)["sent"] > 0, 30,
-                    "everything sent after the gateway came back")
+        await until(lambda: _last(dev2)["pending"] == 0 and _last(dev2)["sent"] > 0,
+                    "everything sent after the gateway came back", 30)
         # a batch is at most batch_max readings: pending > 4 needed more than one Notify
-        big = next(x for x in _cycles(dev2) if x["sent"] > 0)
+        big = next(x for x in sleepy_cycles(dev2) if x["sent"] > 0)
         assert big["sent"] > 4 and big["requests"] == (big["sent"] + 3) // 4, big
         dev2.proc.send_signal(signal.SIGKILL)
         dev2.proc.wait(5)
         last_seq = json.loads(state.read_text())["seq"]
 
-        await until(lambda: delivered_values(consumer)[-1:] == [last_seq], 20,
-                    "the last reading delivered")
+        await until(lambda: delivered_values(consumer)[-1:] == [last_seq],
+                    "the last reading delivered", 20)
         await asyncio.sleep(0.5)
         got = delivered_values(consumer)
         # the wake running while we subscribed may have been accepted just before
