@@ -81,6 +81,7 @@ def _not_soap_media_type(request: web.Request) -> web.Response | None:
     if media in SOAP_MEDIA_TYPES:
         return None
     what = f"Content-Type {media!r}" if raw else "no Content-Type"
+    request[REJECTED_KEY] = "media-type"
     return web.Response(
         status=415,
         text=f"{what} is not SOAP: send SOAP 1.2 as application/soap+xml or SOAP 1.1 as text/xml\n",
@@ -95,6 +96,7 @@ async def _read_body(request: web.Request, cfg: Config) -> bytes | web.Response:
         async with asyncio.timeout(cfg.request_timeout):
             return await request.read()
     except web.HTTPRequestEntityTooLarge:
+        request[REJECTED_KEY] = "too-large"
         return web.Response(
             status=413,
             text=f"request body exceeds the limit of {cfg.max_request_bytes} bytes "
@@ -126,6 +128,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if bad_type is not None:
         return bad_type
     if request.content_length is not None and request.content_length > cfg.max_request_bytes:
+        request[REJECTED_KEY] = "too-large"
         return web.Response(
             status=413,
             text=f"request body of {request.content_length} bytes exceeds the limit of "
@@ -135,14 +138,17 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if isinstance(data, web.Response):
         return data
     if not data.strip():
+        request[REJECTED_KEY] = "not-soap"
         return web.Response(
             status=400, text="empty request body: POST a SOAP 1.1 or 1.2 envelope\n"
         )
     try:
         req = soap.parse_request(data, _version_hint(request))
     except soap.NotSoap as e:
+        request[REJECTED_KEY] = "not-soap"
         return web.Response(status=400, text=f"{e}\n")
     except soap.SoapFault as e:
+        request[REJECTED_KEY] = "soap-fault"
         fault_action = ns.WSA_FAULT_ACTION
         body = soap.fault_envelope(e.version, None, e.code, e.reason, fault_action)
         status = soap.http_status_for(e.version, e.code)
@@ -198,6 +204,8 @@ def create_app(broker: NotificationBroker, demand: DemandManager | None = None) 
     app[BROKER_KEY] = broker
     cfg = broker.cfg
     app[LIMITS_KEY] = Limits(cfg.request_timeout, cfg.max_connections, cfg.max_client_connections)
+    # dropped clients (408, 503, gone mid-body) count in wsn_requests_rejected_total too
+    app[LIMITS_KEY].drops.on_drop = broker.metrics.request_rejected
     app.on_response_prepare.append(_identify)
     app.router.add_post("/wsn/broker", handle)
     app.router.add_post(r"/wsn/{kind:subscriptions|pullpoints|registrations}/{rid}", handle)

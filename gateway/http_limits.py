@@ -65,9 +65,13 @@ class DropLog:
         self._last: dict[str, float] = {}
         self._suppressed: dict[str, int] = {}
         self.counts: dict[str, int] = {}
+        #: told each drop's reason (gateway.http: the wsn_requests_rejected_total counter)
+        self.on_drop: Callable[[str], None] | None = None
 
     def drop(self, reason: str, peer: object, detail: str) -> None:
         self.counts[reason] = self.counts.get(reason, 0) + 1
+        if self.on_drop is not None:
+            self.on_drop(reason)
         now = time.monotonic()
         if now - self._last.get(reason, 0.0) < 1.0:
             self._suppressed[reason] = self._suppressed.get(reason, 0) + 1

@@ -26,6 +26,21 @@ from prometheus_client.registry import Collector
 
 #: outcomes of `wsn_deliveries_total` (messages, not requests)
 DELIVERY_OUTCOMES = ("ok", "retried", "failed", "dropped")
+#: reasons of `wsn_requests_rejected_total`: refused before the operation was known, by the
+#: HTTP binding (gateway.http: 415, 413, 400 not SOAP, a SOAP envelope fault) or by the
+#: transport limits (gateway.http_limits: 408 head/body, 503 over the caps, a client gone)
+REQUEST_REJECT_REASONS = (
+    "media-type",
+    "too-large",
+    "not-soap",
+    "soap-fault",
+    "head-timeout",
+    "body-timeout",
+    "busy",
+    "busy-client",
+    "evicted",
+    "disconnected",
+)
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
@@ -43,6 +58,16 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.requests_rejected = Counter(
+            "wsn_requests_rejected",
+            "Requests or connections refused before the operation was known, by reason "
+            "(415 media-type, 413 too-large, 400 not-soap, soap-fault, 408 head-timeout and "
+            "body-timeout, 503 busy, busy-client and evicted, disconnected mid-body)",
+            ["reason"],
+            registry=r,
+        )
+        for reason in REQUEST_REJECT_REASONS:
+            self.requests_rejected.labels(reason)
         self.deliveries = Counter(
             "wsn_deliveries",
             "Messages for push consumers by outcome: ok (consumer answered 2xx), retried "
@@ -73,6 +98,10 @@ class Metrics:
             registry=r,
         )
 
+    def request_rejected(self, reason: str) -> None:
+        """One request refused before its operation was known (REQUEST_REJECT_REASONS)."""
+        self.requests_rejected.labels(reason).inc()
+
     def delivered(self, outcome: str, n: int = 1) -> None:
         if n:
             self.deliveries.labels(outcome).inc(n)
@@ -91,6 +120,7 @@ class StateSample:
     scrape (some of it needs an SQLite query, which a collector must not await)."""
 
     accepted: int = 0
+    inadmissible: int = 0
     subscriptions_active: int = 0
     subscriptions_paused: int = 0
     backlog_total: int = 0
@@ -118,6 +148,12 @@ class StateCollector(Collector):
             "wsn_notifications_accepted",
             "Notifications accepted (committed to SQLite before the answer)",
             value=s.accepted,
+        )
+        yield CounterMetricFamily(
+            "wsn_notifications_inadmissible",
+            "Notifications dropped because their topic's messageTypes or MessagePattern do "
+            "not admit them (WS-Topics 1.3 §6); their Notify was still answered 202",
+            value=s.inadmissible,
         )
         subs = GaugeMetricFamily(
             "wsn_subscriptions", "Subscriptions at the broker by state", labels=["state"]

@@ -290,6 +290,7 @@ class StatusView:
             lag_rows, lag_s = land["lag_rows"], land["lag_s"]
         return StateSample(
             accepted=b.accepted,
+            inadmissible=sum(b.inadmissible.values()),
             subscriptions_active=sum(1 for s in b.subs.values() if not s.paused),
             subscriptions_paused=sum(1 for s in b.subs.values() if s.paused),
             backlog_total=sum(backlogs),
@@ -324,7 +325,8 @@ class StatusView:
 
 STATUS_KEY = web.AppKey("status", StatusView)
 #: set by gateway.http.handle for `timed`: the operation (a name from the broker's fixed
-#: tables, so label values stay bounded) and the fault a request was refused with
+#: tables, so label values stay bounded) and the fault a request was refused with, or,
+#: without an operation, the reason (gateway.metrics.REQUEST_REJECT_REASONS)
 OP_KEY = web.RequestKey("wsn_op", str)
 REJECTED_KEY = web.RequestKey("wsn_rejected", str)
 
@@ -333,8 +335,9 @@ REJECTED_KEY = web.RequestKey("wsn_rejected", str)
 async def timed(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """wsn_request_duration_seconds by operation and wsn_notifications_rejected_total for
-    SOAP POSTs; gateway.http.handle names the operation and the fault in the request."""
+    """wsn_request_duration_seconds by operation, wsn_notifications_rejected_total and
+    wsn_requests_rejected_total (refused before an operation was known) for SOAP POSTs;
+    gateway.http.handle names the operation and the fault or reason in the request."""
     if request.method != "POST":
         return await handler(request)
     t0 = time.perf_counter()
@@ -347,7 +350,9 @@ async def timed(
             op = request.get(OP_KEY, "invalid")
             m.request_latency.labels(op).observe(time.perf_counter() - t0)
             rejected = request.get(REJECTED_KEY)
-            if op == "Notify" and rejected:
+            if rejected and OP_KEY not in request:  # refused before it had an operation
+                m.request_rejected(rejected)
+            elif op == "Notify" and rejected:
                 m.rejected.labels(rejected).inc()
 
 

@@ -3,12 +3,16 @@ counter moves by exactly what the test did."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 from gwtest import (
     CONCRETE,
     FULL,
+    SOAP12,
+    WSTOP,
     Consumer,
     call,
     notify_body,
@@ -19,6 +23,7 @@ from gwtest import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import http
+from gateway.metrics import REQUEST_REJECT_REASONS
 
 A_NOTIFY = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
 A_SUBSCRIBE = "http://docs.oasis-open.org/wsn/bw-2/NotificationProducer/SubscribeRequest"
@@ -110,3 +115,79 @@ async def test_backlog_gauges_and_drops(make_gateway: Any, make_consumer: Any) -
     assert v(after, "wsn_pullpoint_messages") == 5
     assert v(after, "wsn_subscriptions", state="active") == 2
     assert v(after, "wsn_landing_lag_rows") >= 0
+
+
+TYPED_NS = f"""<wstop:TopicNamespace xmlns:wstop="{WSTOP}" name="Typed"
+  targetNamespace="urn:test" xmlns:m="urn:m"><wstop:Topic name="B" messageTypes="m:Good"/>
+</wstop:TopicNamespace>"""
+
+
+async def test_inadmissible_notifications_are_counted(make_gateway: Any, tmp_path: Path) -> None:
+    """WS-Topics 1.3 §6: a message its topic's messageTypes do not admit is dropped from an
+    accepted Notify (202); /metrics counts it apart from the accepted ones."""
+    f = tmp_path / "typed.xml"
+    f.write_text(TYPED_NS)
+    gw = await make_gateway(topic_namespace_files=[f])
+    before = await scrape(gw)
+    bad = '<m:Bad xmlns:m="urn:m"/>'
+    good = '<m:Good xmlns:m="urn:m"/>'
+    r = await notify(gw, ("tns:B", bad), ("tns:B", good), ("tns:B", bad))
+    assert r.status == 202, r.text
+    after = await scrape(gw)
+    assert v(after, "wsn_notifications_inadmissible_total") - v(
+        before, "wsn_notifications_inadmissible_total"
+    ) == 2
+    assert v(after, "wsn_notifications_accepted_total") - v(
+        before, "wsn_notifications_accepted_total"
+    ) == 1
+
+
+async def _raw(port: int, data: bytes) -> bytes:
+    """Send `data` on a fresh connection; the status line of the answer."""
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        w.write(data)
+        await w.drain()
+        return (await asyncio.wait_for(r.read(), 5)).split(b"\r\n", 1)[0]
+    finally:
+        w.close()
+
+
+async def test_requests_refused_before_an_operation_are_counted_by_reason(
+    make_gateway: Any,
+) -> None:
+    """415, 413, 400 (not SOAP), a SOAP envelope fault and 408 (head and body) happen before
+    the broker knows the operation: wsn_requests_rejected_total{reason} counts each."""
+    gw = await make_gateway(max_request_bytes=1000, request_timeout=0.3)
+    before = await scrape(gw)
+    soap12 = {"Content-Type": "application/soap+xml"}
+    async with aiohttp.ClientSession() as s:
+        for data, headers, status in [
+            (b"<x/>", {"Content-Type": "text/plain"}, 415),
+            (b"<x/>" * 300, soap12, 413),
+            (b"hello", soap12, 400),
+            (b"", soap12, 400),
+            (f'<s:Envelope xmlns:s="{SOAP12}"><s:Body/></s:Envelope>'.encode(), soap12, 400),
+        ]:
+            async with s.post(gw.url, data=data, headers=headers) as resp:
+                assert resp.status == status, (data[:40], await resp.text())
+    head = b"POST /wsn/broker HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/xml\r\n"
+    assert await _raw(gw.port, head) == b"HTTP/1.1 408 Request Timeout"
+    body = head + b"Content-Length: 500\r\n\r\n<s:Envelope"
+    assert await _raw(gw.port, body) == b"HTTP/1.1 408 Request Timeout"
+    after = await scrape(gw)
+
+    def d(reason: str) -> float:
+        return v(after, "wsn_requests_rejected_total", reason=reason) - v(
+            before, "wsn_requests_rejected_total", reason=reason
+        )
+
+    got = {r: d(r) for r in REQUEST_REJECT_REASONS if d(r)}
+    assert got == {
+        "media-type": 1,
+        "too-large": 1,
+        "not-soap": 2,
+        "soap-fault": 1,
+        "head-timeout": 1,
+        "body-timeout": 1,
+    }, got
