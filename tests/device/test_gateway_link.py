@@ -25,6 +25,8 @@ from devtest import (
     FakeGateway,
 )
 
+from tests.polling import until
+
 LINK = {"registration_ttl_s": 6, "renew_period_s": 1, "gateway_retry_s": 0.3,
         "gateway_retry_max_s": 0.6}
 
@@ -36,18 +38,10 @@ async def gateway() -> AsyncIterator[FakeGateway]:
     await gw.stop()
 
 
-async def _wait(pred: Callable[[], object], timeout: float = 10.0) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if pred():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
 async def test_register_and_renew(start_device: Callable[..., DeviceProcess],
                                   gateway: FakeGateway) -> None:
     dev = start_device(gateway=gateway.url, **LINK)
-    await _wait(lambda: gateway.register_requests)
+    await until(lambda: gateway.register_requests, "a RegisterPublisher", 10, every=0.05)
     rp = gateway.register_requests[0]
     pub = rp.find(f"{{{BR}}}PublisherReference")
     assert pub is not None
@@ -65,7 +59,7 @@ async def test_register_and_renew(start_device: Callable[..., DeviceProcess],
     itt = datetime.strptime(rp.findtext(f"{{{BR}}}InitialTerminationTime") or "",
                             "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     assert 3 <= (itt - datetime.now(UTC)).total_seconds() <= 8
-    await _wait(lambda: len(gateway.renewals) >= 2, 6)
+    await until(lambda: len(gateway.renewals) >= 2, "two renewals", 6, every=0.05)
     assert gateway.renewals[0][0] == "r1"
     await dev.await_line(r"^status \[gateway registered\]", 5)
     async with aiohttp.ClientSession() as s:
@@ -77,15 +71,16 @@ async def test_register_and_renew(start_device: Callable[..., DeviceProcess],
 async def test_reregisters_when_the_gateway_forgets(start_device: Callable[..., DeviceProcess],
                                                    gateway: FakeGateway) -> None:
     dev = start_device(gateway=gateway.url, **LINK)
-    await _wait(lambda: gateway.register_requests)
+    await until(lambda: gateway.register_requests, "a RegisterPublisher", 10, every=0.05)
     async with aiohttp.ClientSession() as s:
         cl = Client(dev, s)
         # the gateway's subscription for its registration (wrapped, to the registration address)
         old_sub = await cl.subscribe(gateway.reg_url("r1"), topic="dt:heartbeat")
         gateway.forget()  # a restart without state: renewals now get ResourceUnknownFault
-        await _wait(lambda: len(gateway.register_requests) >= 2, 8)
+        await until(lambda: len(gateway.register_requests) >= 2, "a second RegisterPublisher", 8,
+                    every=0.05)
         await dev.await_line(r"registering again", 5)
-        await _wait(lambda: "r2" in gateway.registrations)
+        await until(lambda: "r2" in gateway.registrations, "registration r2", 10, every=0.05)
         for _ in range(100):
             st = await cl.status()
             if st["gateway"]["registration"] == gateway.reg_url("r2"):
@@ -114,7 +109,7 @@ async def _values(gateway: FakeGateway, n: int) -> tuple[list[str | None], int]:
 async def test_pushes_wait_for_the_gateway_in_order(start_device: Callable[..., DeviceProcess],
                                                     gateway: FakeGateway) -> None:
     dev = start_device(gateway=gateway.url, gateway_buffer=10, **LINK)
-    await _wait(lambda: gateway.register_requests)
+    await until(lambda: gateway.register_requests, "a RegisterPublisher", 10, every=0.05)
     async with aiohttp.ClientSession() as s:
         cl = Client(dev, s)
         await cl.subscribe(gateway.reg_url("r1"), topic="dt:heartbeat")
@@ -129,7 +124,8 @@ async def test_pushes_wait_for_the_gateway_in_order(start_device: Callable[..., 
         await gateway.stop()  # outage
         for _ in range(5):
             await cl.sample("heartbeat")
-        await _wait(lambda: "gateway down" in dev.output(), 10)
+        await until(lambda: "gateway down" in dev.output(), "'gateway down' in the output", 10,
+                    every=0.05)
         st = await cl.status()
         assert st["gateway"]["buffered"] == 5 and st["gateway"]["dropped"] == 0
         await gateway.start()  # back, same port, same state
@@ -144,7 +140,7 @@ async def test_buffer_overflow_is_counted_and_reported(
     start_device: Callable[..., DeviceProcess], gateway: FakeGateway
 ) -> None:
     dev = start_device(gateway=gateway.url, gateway_buffer=3, **LINK)
-    await _wait(lambda: gateway.register_requests)
+    await until(lambda: gateway.register_requests, "a RegisterPublisher", 10, every=0.05)
     async with aiohttp.ClientSession() as s:
         cl = Client(dev, s)
         await cl.subscribe(gateway.reg_url("r1"), topic="dt:heartbeat")
@@ -165,7 +161,7 @@ async def test_batch_wait_gathers_readings_into_one_notify_by_choice(
 ) -> None:
     # issue 16.2 "buffered ... by choice": batch_wait_s holds the first reading that long
     dev = start_device(gateway=gateway.url, batch_wait_s=1.5, **LINK)
-    await _wait(lambda: gateway.register_requests)
+    await until(lambda: gateway.register_requests, "a RegisterPublisher", 10, every=0.05)
     async with aiohttp.ClientSession() as s:
         cl = Client(dev, s)
         await cl.subscribe(gateway.reg_url("r1"), topic="dt:heartbeat")

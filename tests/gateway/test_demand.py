@@ -27,6 +27,7 @@ from lxml import etree
 
 from gateway import http
 from gateway.demand import DemandManager
+from tests import polling
 
 S12 = "http://www.w3.org/2003/05/soap-envelope"
 S11 = "http://schemas.xmlsoap.org/soap/envelope/"
@@ -313,11 +314,8 @@ async def producer(make_producer: Callable[..., Awaitable[TestProducer]]) -> Tes
 
 
 async def until(pred: Callable[[], Any], timeout: float = 5.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or pred}")
-        await asyncio.sleep(0.02)
+    """tests/polling.py's until at this file's pace: in-process state, polled every 20 ms."""
+    await polling.until(pred, what or repr(pred), timeout, every=0.02)
 
 
 def register_body(
