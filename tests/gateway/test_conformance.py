@@ -401,14 +401,18 @@ async def test_br_topic_takes_the_2004_lowercase_dialect_like_topic_expression(g
     assert t.get("Dialect") == CONCRETE and t.text == "tns:a/b", r.text
 
 
-@pytest.mark.parametrize("value", ["yes", "TRUE", "", "2"])
-async def test_br_demand_that_is_not_an_xsd_boolean_is_refused(gw, value: str) -> None:
-    r = await call(
-        gw.url,
+def _register_with_demand(value: str) -> str:
+    """A RegisterPublisher whose br:Demand has the literal text `value`."""
+    return (
         "<br:RegisterPublisher><br:PublisherReference><wsa:Address>http://127.0.0.1:9/p"
         f"</wsa:Address></br:PublisherReference><br:Demand>{value}</br:Demand>"
-        "</br:RegisterPublisher>",
+        "</br:RegisterPublisher>"
     )
+
+
+@pytest.mark.parametrize("value", ["yes", "TRUE", "", "2"])
+async def test_br_demand_that_is_not_an_xsd_boolean_is_refused(gw, value: str) -> None:
+    r = await call(gw.url, _register_with_demand(value))
     assert r.fault_name == "PublisherRegistrationRejectedFault", r.text
     assert "xsd:boolean" in r.text
     assert gw.broker.registrations == {}  # nothing registered
@@ -416,12 +420,7 @@ async def test_br_demand_that_is_not_an_xsd_boolean_is_refused(gw, value: str) -
 
 @pytest.mark.parametrize(("value", "demand"), [(" true ", True), ("1", True), ("0", False)])
 async def test_br_demand_lexical_forms(gw, value: str, demand: bool) -> None:
-    r = await call(
-        gw.url,
-        "<br:RegisterPublisher><br:PublisherReference><wsa:Address>http://127.0.0.1:9/p"
-        f"</wsa:Address></br:PublisherReference><br:Demand>{value}</br:Demand>"
-        "</br:RegisterPublisher>",
-    )
+    r = await call(gw.url, _register_with_demand(value))
     assert r.status == 200, r.text
     [reg] = gw.broker.registrations.values()
     assert reg.demand is demand
