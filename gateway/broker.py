@@ -135,6 +135,7 @@ class NotificationBroker:
                     from_epoch(rr.created) or self.clock(),
                     from_epoch(rr.termination),
                     rr.device_id,
+                    restored=True,
                 )
                 publishers.compile_specs(reg)
                 self.registrations[reg.id] = reg

@@ -92,7 +92,9 @@ TABLE: dict[tuple[str, str], Operation] = {
         "SetTerminationTime", lambda b, r, s: manager.set_termination(b, r, s), True
     ),
     (SUBSCRIPTION, _q(RL, "Destroy")): Operation(
-        "Destroy", lambda b, r, s: wsrf.destroy(b, lambda: manager.unsubscribe(b, r, s)), True
+        "Destroy",
+        lambda b, r, s: wsrf.destroy(b, lambda: manager.unsubscribe(b, r, s, "Destroy")),
+        True,
     ),
     (SUBSCRIPTION, _q(RP, "GetResourceProperty")): Operation(
         "GetResourceProperty",

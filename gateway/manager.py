@@ -55,7 +55,11 @@ async def renew(b: NotificationBroker, req: SoapRequest, sub: Subscription) -> R
     return reply_action(req.wsa.action, ns.A_RENEW_RESP), [resp]
 
 
-async def unsubscribe(b: NotificationBroker, req: SoapRequest, sub: Subscription) -> Reply:
+async def unsubscribe(
+    b: NotificationBroker, req: SoapRequest, sub: Subscription, reason: str = "Unsubscribe"
+) -> Reply:
+    """WS-BaseNotification 1.3 §6.1.2 Unsubscribe; also the work of wsrf-rl:Destroy
+    (gateway.wsrf), which passes `reason` "Destroy" for the subscription_ended log line."""
     try:
         await b._destroy_subscriptions([sub.id])
     except StorageError as e:
@@ -63,7 +67,7 @@ async def unsubscribe(b: NotificationBroker, req: SoapRequest, sub: Subscription
             "UnableToDestroySubscriptionFault", f"could not destroy: {e}", RECEIVER
         ) from None
     oplog.event("subscription_ended", "subscription ended", subscription=sub.id,
-                reason="Unsubscribe")  # fmt: skip
+                reason=reason)  # fmt: skip
     return reply_action(req.wsa.action, ns.A_UNSUBSCRIBE_RESP), [
         etree.Element(ns.q(ns.WSNT, "UnsubscribeResponse"), nsmap={"wsnt": ns.WSNT})
     ]

@@ -1,8 +1,9 @@
 """Operator logs: one line per lifecycle event, as text or JSON (`--log-format`).
 
 Events (logger `gateway.events`, level INFO unless noted): `subscription_created`,
-`subscription_ended` (Unsubscribe, pull point destroyed, consumer dead),
-`subscription_expired`, `registration_created`, `registration_ended`,
+`subscription_ended` (Unsubscribe, Destroy, pull point destroyed, consumer dead),
+`subscription_expired`, `registration_created`, `registration_restored` (reloaded at
+start), `registration_ended`,
 `demand_changed` (a registered topic gained or lost its last interested subscriber) and
 `consumer_dead` (WARNING). Each carries its fields as `key=value` in text and as keys of
 the object in JSON, so a log shipper needs no parsing rules. Client mistakes (faults, HTTP
@@ -89,8 +90,8 @@ class RegistrationLog:
 
     def registration_created(self, reg: Registration) -> None:
         event(
-            "registration_created",
-            "publisher registered",
+            "registration_restored" if reg.restored else "registration_created",
+            "publisher registration reloaded" if reg.restored else "publisher registered",
             registration=reg.id,
             device=reg.device_id,
             publisher=reg.publisher.address if reg.publisher else None,

@@ -41,6 +41,9 @@ class Registration:
     named_topics: set[topics.ConcreteTopic] = field(default_factory=set)
     #: when it last sent a Notify to its registration address (gateway.status); not stored
     last_seen: datetime | None = None
+    #: reloaded from storage at start (observers are told of it again; gateway.oplog logs
+    #: it as registration_restored, not as a new registration); not stored
+    restored: bool = False
 
     def topics_json(self) -> str:
         return json.dumps(self.topic_specs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shutil
 from pathlib import Path
 from typing import Any
@@ -29,11 +30,13 @@ from gwtest import (
 
 from gateway import http
 from gateway.status import STATUS_KEY
+from tests.wsdl_actions import action as wsdl_action
 
 A_NOTIFY = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
 A_REG = "http://docs.oasis-open.org/wsn/brw-2/RegisterPublisher/RegisterPublisherRequest"
 DT = 'xmlns:dt="urn:wsn-edge:device-topics"'
 PRODUCER = "http://127.0.0.1:9/wsn/producer"  # never called: Demand=false
+A_DESTROY = wsdl_action("ImmediateResourceTermination", "Destroy")
 
 
 async def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
@@ -230,6 +233,44 @@ async def test_lifecycle_logs_one_json_line_each_and_no_tracebacks(
         ("http://127.0.0.1:9/down", "dev:dk/temperature"), (c.url, "tns:a"), (c.url, "tns:a")
     ]
     assert created[1]["level"] == "INFO" and created[1]["time"].endswith("Z")
+
+
+async def test_restored_registrations_and_destroyed_subscriptions_are_logged_as_such(
+    make_gateway: Any, make_consumer: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A registration reloaded at start is `registration_restored`, not a second
+    `registration_created`; a subscription ended by wsrf-rl:Destroy (WS-ResourceLifetime
+    1.2 §4.1) is `subscription_ended` with reason=Destroy, by Unsubscribe reason=Unsubscribe."""
+    c: Consumer = await make_consumer()
+    data = tmp_path / "gw"
+
+    def events(name: str) -> list[Any]:
+        return [r for r in caplog.records if getattr(r, "wsn_event", None) == name]
+
+    with caplog.at_level(logging.INFO, logger="gateway.events"):
+        gw = await make_gateway(data_dir=data)
+        r = await call(gw.url, register_body("dr", PRODUCER), action=A_REG)
+        assert not r.is_fault, r.text
+        addrs = []
+        for _ in range(2):
+            r = await call(gw.url, subscribe_body(c.url, topic_filter("tns:a")))
+            assert not r.is_fault, r.text
+            addrs.append(r.body.findtext(f".//{{{WSA}}}Address") or "")
+        r = await call(addrs[0], "<wsnt:Unsubscribe/>")
+        assert not r.is_fault, r.text
+        r = await call(addrs[1], "<rl:Destroy/>", action=A_DESTROY)
+        assert not r.is_fault, r.text
+        assert [e.wsn_fields["reason"] for e in events("subscription_ended")] == [
+            "Unsubscribe",
+            "Destroy",
+        ]
+        await gw.stop()
+        gw2 = await make_gateway(data_dir=data)  # reloads the registration
+        assert len(gw2.broker.registrations) == 1
+    created, restored = events("registration_created"), events("registration_restored")
+    assert [e.wsn_fields["device"] for e in created] == ["dr"]
+    assert [e.wsn_fields["device"] for e in restored] == ["dr"]
+    assert restored[0].wsn_fields["registration"] == created[0].wsn_fields["registration"]
 
 
 async def test_status_page_escapes_what_clients_sent(make_gateway: Any) -> None:
