@@ -433,6 +433,10 @@ def http_post(port: int, path: str, body: bytes, ct: str | None, timeout: float 
         c.close()
 
 
+#: spec-defined faults that say a resource limit was reached, not that the server failed
+HONEST_LIMIT_FAULTS = frozenset({"UnableToCreatePullPointFault"})
+
+
 def blames_server(a: Answer) -> str | None:
     """Why a 5xx answer is a server failure, or None if it is the spec's answer to client
     garbage (SOAP 1.1 binds every fault to 500; SOAP 1.2 VersionMismatch/MustUnderstand are
@@ -453,6 +457,10 @@ def blames_server(a: Answer) -> str | None:
     if code.rsplit(":", 1)[-1] not in ("Receiver", "Server"):
         return None
     if "limit" in reason:
+        return None
+    # a full pull-point table is the fault WS-BaseNotification 1.3 §5.2 defines for it
+    # (UnableToCreatePullPoint), a Receiver fault by nature, whatever its wording
+    if any(etree.QName(e).localname in HONEST_LIMIT_FAULTS for e in root.iter(etree.Element)):
         return None
     return f"HTTP {a.status} {code}: {reason[:300]}"
 
