@@ -97,6 +97,7 @@ class NotificationBroker:
         self.records = parts.records
         self.add_observer(self.records)  # it keeps the device ids of the registrations
         self._sweeper: asyncio.Task[None] | None = None
+        self._stopped = False
         self.accepted = 0
         #: notifications dropped because their topic does not admit them (WS-Topics §6)
         self.inadmissible: Counter[str] = Counter()
@@ -116,6 +117,7 @@ class NotificationBroker:
         self.consumer_policy.set_self(port, names)
 
     async def start(self) -> None:
+        self._stopped = False
         self.storage.open()
         snap = self.storage.load()
         for tns, path in snap.grown:
@@ -170,6 +172,11 @@ class NotificationBroker:
         self._recompute_demand()
 
     async def stop(self) -> None:
+        """Stop sweeping, delivery and the landing writers, then close storage. Safe to call
+        again: a second call (a test's own stop, then its fixture's) does nothing."""
+        if self._stopped:
+            return
+        self._stopped = True
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -142,3 +142,16 @@ async def test_stop_during_a_slow_append_writes_each_line_once(make_gateway, tmp
     ids = [r["id"] for r in _lines(d)]
     assert len(ids) == 1, ids
     assert not list(d.glob(".landing-*"))
+
+
+async def test_a_second_stop_is_quiet_and_loses_nothing(make_gateway, tmp_path, caplog):
+    # a test (or an operator's wrapper) that stops the gateway itself, then its fixture
+    # again, used to get "final landing flush failed" from the second flush on a closed store
+    gw = await make_gateway(data_dir=tmp_path / "d")
+    r = await call(gw.url, notify_body(("tns:a", reading(1.0)), producer="http://127.0.0.1:1/p"))
+    assert r.status == 202
+    await gw.stop()
+    with caplog.at_level("ERROR"):
+        await gw.stop()
+    assert [rec.getMessage() for rec in caplog.records if rec.levelname == "ERROR"] == []
+    assert len(_lines(tmp_path / "d" / "landing")) == 1
