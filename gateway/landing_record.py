@@ -77,6 +77,9 @@ class Item:
     topic_path: str | None
     payload: Element
     device_id: str | None = None
+    #: `payload` as etree.tostring(encoding="unicode", with_tail=False) writes it, when the
+    #: caller serialized it already (the broker does, for storage and delivery)
+    payload_xml: str | None = None
 
 
 def _fields(payload: Element, inline: bool) -> tuple[dict[str, str], bool]:
@@ -222,7 +225,9 @@ def _s(v: str | None) -> str:
 
 def _line(item: Item, received_at: str, gateway_id: str | None, inline: bool) -> str:
     fields, truncated = _fields(item.payload, inline)
-    payload: str | None = etree.tostring(item.payload, encoding="unicode", with_tail=False)
+    payload: str | None = item.payload_xml
+    if payload is None:
+        payload = etree.tostring(item.payload, encoding="unicode", with_tail=False)
     assert payload is not None
     payload = minimal_namespaces(payload)
     omitted = 0
@@ -290,17 +295,21 @@ def items_for(
     notifications: Iterable[tuple[Any, Any, Element, Element]],
     devices: RecordBuilder,
     new_id: Callable[[], str],
+    payload_xmls: Sequence[str] | None = None,
 ) -> list[Item]:
     """Items for the broker's parsed notifications (topics.ConcreteTopic | None,
     addressing.Epr | None, payload, NotificationMessage), device ids from the registrations
-    `devices` follows (RecordBuilder.device_id); each gets a new message id."""
+    `devices` follows (RecordBuilder.device_id); each gets a new message id.
+    `payload_xmls`, if given, are the payloads already serialized (Item.payload_xml), in
+    order."""
     out = []
-    for topic, producer, payload, _nm in notifications:
+    for i, (topic, producer, payload, _nm) in enumerate(notifications):
         tns = topic.namespace if topic is not None else None
         path = "/".join(topic.path) if topic is not None else None
         address = producer.address if producer is not None else None
         device = devices.device_id(tns, path, address)
-        out.append(Item(new_id(), address, tns, path, payload, device))
+        xml = payload_xmls[i] if payload_xmls is not None else None
+        out.append(Item(new_id(), address, tns, path, payload, device, xml))
     return out
 
 

@@ -226,13 +226,15 @@ async def publish(b: NotificationBroker, items: list[Item], via: tuple[str, ...]
     accepted)."""
     items = admitted(b, items)
     now = b.clock()
+    # each payload serialized once: stored, delivered and landed from the same text
+    xmls = [etree.tostring(it[2], encoding="unicode", with_tail=False) for it in items]
     landed: list[tuple[str, str]] | None = None
     if b.landing is not None or b.landing_parquet is not None:
         # first, before any state is read: big records are built on another thread
-        its = landing.items_for(items, b.records, new_msg_id)
+        its = landing.items_for(items, b.records, new_msg_id, xmls)
         landed = await b.records.lines(now, its)
     grown, grown_now = grow_topics(b, items)
-    p = plan(b, items, now, landed, via)
+    p = plan(b, items, now, landed, via, xmls)
     p.batch.grown = grown
     await commit(b, p, via)
     if grown_now:
@@ -269,12 +271,18 @@ def plan(
     now: datetime,
     landed: list[tuple[str, str]] | None,
     via: tuple[str, ...] = (),
+    payload_xmls: list[str] | None = None,
 ) -> Plan:
-    """What to store, land and deliver for `items` (pure: reads the broker's state)."""
+    """What to store, land and deliver for `items` (pure: reads the broker's state).
+    `payload_xmls`, if given, are the payloads already serialized, in order."""
     p = Plan(AcceptBatch(pp_limit=b.cfg.pullpoint_max_messages), accepted=len(items))
     batch, current = p.batch, p.current
     for i, (topic, producer, payload, _nm) in enumerate(items):
-        payload_xml = etree.tostring(payload, encoding="unicode", with_tail=False)
+        payload_xml = (
+            payload_xmls[i]
+            if payload_xmls is not None
+            else etree.tostring(payload, encoding="unicode", with_tail=False)
+        )
         msg_id = landed[i][0] if landed is not None else new_msg_id()
         if topic is not None:
             # a notification on an alias topic is published on the topics it resolves

@@ -445,9 +445,11 @@ async def section_multi(scale: float) -> None:
           "no subscriber")  # fmt: skip
     with Gateway() as gw:
         await wrk(gw.url, body, 1)
+        c0 = cpu_seconds(gw.pid)
         r = await wrk(gw.url, body, secs)
-    print(f"  {r.rps:,.0f} Notify/s = {r.rps * 100:,.0f} messages/s accepted{_errs(r)}\n",
-          flush=True)  # fmt: skip
+        cg = r.requests * 100 / (cpu_seconds(gw.pid) - c0)
+    print(f"  {r.rps:,.0f} Notify/s = {r.rps * 100:,.0f} messages/s accepted, "
+          f"{cg:,.0f} messages per CPU-second{_errs(r)}\n", flush=True)  # fmt: skip
 
 
 async def section_consumers(scale: float) -> None:
