@@ -32,9 +32,10 @@ measured and printed too. Sections:
   consumer endpoint into one Notify across subscriptions: messages per request.
 
 Everything shares this machine's two cores: the numbers are a lower bound of what the
-gateway does with cores of its own. So `http` and `fanout` also print work per CPU-second
-of the serving process (gateway, bare handler, Mosquitto broker; user + system time of
-all its threads from /proc): steadier than rates when other work shares the machine.
+gateway does with cores of its own. So `http`, `multi` and `fanout` also print work per
+CPU-second of the serving process (gateway, bare handler, Mosquitto broker; user + system
+time of all its threads from /proc): steadier than rates when other work shares the
+machine.
 """
 
 from __future__ import annotations
