@@ -234,17 +234,12 @@ class _Guard(asyncio.Protocol):
         if self.counted:
             self.limits.active -= 1
             self.counted = False
-        t = self.transport
-        if t is None or t.is_closing():
-            return
-        self.limits.drops.drop(
+        self._refuse(
             "evicted",
-            t.get_extra_info("peername"),
             f"no request head after {self.received} bytes while {self.limits.max_connections} "
             "connections are open (--max-connections); evicted with 503",
+            _answer(_BUSY_503, "server full and your request head is incomplete\n"),
         )
-        t.write(_answer(_BUSY_503, "server full and your request head is incomplete\n"))
-        t.close()
 
     def _head_done(self) -> None:
         if self.timer is not None:
@@ -255,16 +250,20 @@ class _Guard(asyncio.Protocol):
     def _head_timeout(self) -> None:
         self.timer = None
         self.limits.pending.pop(self, None)
+        self._refuse(
+            "head-timeout",
+            f"request head incomplete after {self.limits.request_timeout:g} s "
+            f"({self.received} bytes; --request-timeout); answered 408",
+            _answer(_TIMEOUT_408, "request head not complete in time\n"),
+        )
+
+    def _refuse(self, reason: str, why: str, answer: bytes) -> None:
+        """One log line for a client whose head never came, then its answer, then close."""
         t = self.transport
         if t is None or t.is_closing():
             return
-        self.limits.drops.drop(
-            "head-timeout",
-            t.get_extra_info("peername"),
-            f"request head incomplete after {self.limits.request_timeout:g} s "
-            f"({self.received} bytes; --request-timeout); answered 408",
-        )
-        t.write(_answer(_TIMEOUT_408, "request head not complete in time\n"))
+        self.limits.drops.drop(reason, t.get_extra_info("peername"), why)
+        t.write(answer)
         t.close()
 
     def data_received(self, data: bytes) -> None:
