@@ -37,110 +37,42 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import random
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import aiohttp
 from lxml import etree
 
-from gateway import publishers, topics
+from gateway import demand_messages as messages
+from gateway import topics
 from gateway.broker import NotificationBroker
 from gateway.consumer_policy import connector_kwargs
 from gateway.demand_client import PublisherClient, RemoteFault, Unreachable
+from gateway.demand_messages import DemandTopic, Remote
 from gateway.publishers import Registration
 from gateway.storage import StorageError
 from gateway.storage_demand import DemandRow
 from gateway.wire import ns
-from gateway.wire.addressing import Epr, EprError, parse_epr, resource_epr
+from gateway.wire.addressing import Epr, EprError, resource_epr
 from gateway.wire.xmlutil import (
-    Element,
     XmlRejected,
-    child,
-    is_nil,
-    parse_datetime,
-    text_of,
 )
 
 log = logging.getLogger("gateway.demand")
 
 
 @dataclass
-class _Topic:
-    """One registered topic: its broker-side name and the filter sent to the publisher."""
-
-    broker_topic: topics.ConcreteTopic
-    dialect: str
-    text: str
-    nsmap: dict[str, str]
-
-
-@dataclass
-class Remote:
-    """Our subscription at the publisher for one topic."""
-
-    epr: Epr
-    termination: float | None  # broker-clock epoch seconds; None = none scheduled
-    paused: bool
-    renew_at: float | None = None  # broker-clock epoch seconds
-
-
-@dataclass
 class _Pub:
     reg: Registration
-    wanted: list[_Topic]
+    wanted: list[DemandTopic]
     remote: dict[topics.ConcreteTopic, Remote] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     failures: int = 0
     last_error: str = ""
-
-
-def topics_of(reg: Registration) -> list[_Topic]:
-    """The registered single topics of `reg` (Simple/Concrete expressions), each with the
-    filter to send to the publisher. Wildcard expressions name no topic to subscribe to:
-    such a publisher must push on its own (logged)."""
-    out: list[_Topic] = []
-    seen: set[topics.ConcreteTopic] = set()
-    for dialect, text, nsmap in reg.topic_specs:
-        try:
-            e = topics.compile_expression(dialect, text, {k or None: v for k, v in nsmap.items()})
-        except topics.TopicError:
-            continue
-        one = e.single_topic()
-        if one is None or not one.path:
-            log.info(
-                "registration %s: %r is not one topic; no demand-based subscription for it",
-                reg.id,
-                text,
-            )
-            continue
-        mapped = publishers.map_device_topic(one, reg.device_id)
-        if mapped in seen:
-            continue
-        seen.add(mapped)
-        d, t, m = topics.render_topic(one, topics.SIMPLE)
-        out.append(_Topic(mapped, d, t, {k: v for k, v in m.items() if k}))
-    return out
-
-
-def same_publisher(a: Registration, b: Registration) -> bool:
-    """Same PublisherReference address, or the same device id (design.md: edge:DeviceId,
-    else host-port): a device that rebooted with a new DHCP address is still itself."""
-    if a.device_id is not None and a.device_id == b.device_id:
-        return True
-    return (
-        a.publisher is not None
-        and b.publisher is not None
-        and (a.publisher.address == b.publisher.address)
-    )
-
-
-def _duration(seconds: float) -> str:
-    return f"PT{max(1, math.ceil(seconds))}S"
 
 
 class DemandManager(PublisherClient):
@@ -195,10 +127,10 @@ class DemandManager(PublisherClient):
         # A fresh RegisterPublisher from the same publisher (a rebooted device) supersedes
         # the older registrations: the publisher now sends to the new consumer address and
         # has lost (or dropped) the subscriptions made for the old one.
-        for old in [p for p in self._pubs.values() if same_publisher(p.reg, reg)]:
+        for old in [p for p in self._pubs.values() if messages.same_publisher(p.reg, reg)]:
             log.info("registration %s supersedes %s: subscribing again", reg.id, old.reg.id)
             self._retire(old)
-        pub = _Pub(reg, topics_of(reg))
+        pub = _Pub(reg, messages.topics_of(reg))
         self._pubs[reg.id] = pub
         if self._started:
             self._spawn(pub)
@@ -385,7 +317,7 @@ class DemandManager(PublisherClient):
             return None, False
         return min(due) - time.time(), False
 
-    async def _reconcile(self, pub: _Pub, t: _Topic) -> float | None:
+    async def _reconcile(self, pub: _Pub, t: DemandTopic) -> float | None:
         """One topic: subscribe if needed, pause/resume to match demand, renew when due.
         -> broker-clock time of the next renewal (None: no expiry)."""
         for attempt in range(2):
@@ -431,7 +363,7 @@ class DemandManager(PublisherClient):
             return r.renew_at
         return None  # unreachable: the second attempt returns or raises
 
-    async def _drop(self, pub: _Pub, t: _Topic) -> None:
+    async def _drop(self, pub: _Pub, t: DemandTopic) -> None:
         pub.remote.pop(t.broker_topic, None)
         try:
             await self.broker.storage.demand_delete(
@@ -441,11 +373,11 @@ class DemandManager(PublisherClient):
             log.exception("could not forget a lost demand-based subscription")
 
     @staticmethod
-    def _remotes(pub: _Pub) -> list[tuple[_Topic, Remote]]:
+    def _remotes(pub: _Pub) -> list[tuple[DemandTopic, Remote]]:
         return [(t, pub.remote[t.broker_topic]) for t in pub.wanted if t.broker_topic in pub.remote]
 
     @staticmethod
-    def _row(pub: _Pub, t: _Topic, r: Remote) -> DemandRow:
+    def _row(pub: _Pub, t: DemandTopic, r: Remote) -> DemandRow:
         return DemandRow(
             pub.reg.id,
             t.broker_topic.namespace,
@@ -455,7 +387,7 @@ class DemandManager(PublisherClient):
             r.paused,
         )
 
-    async def _persist(self, pub: _Pub, t: _Topic, r: Remote) -> None:
+    async def _persist(self, pub: _Pub, t: DemandTopic, r: Remote) -> None:
         try:
             await self.broker.storage.demand_put(self._row(pub, t, r))
         except StorageError:
@@ -463,49 +395,17 @@ class DemandManager(PublisherClient):
             # subscribe once more (the old remote subscription then expires on its own)
             log.exception("could not store the demand-based subscription %s", r.epr.address)
 
-    def _termination(self, resp: Element, sent_at: float) -> tuple[float | None, float | None]:
-        """(termination, renew_at) in broker-clock seconds from a SubscribeResponse or
-        RenewResponse: TerminationTime is read relative to the answer's CurrentTime
-        (WS-BaseNotification 1.3 §4.2, §6.1.1) so the publisher's clock may be off."""
-        tt = child(resp, ns.q(ns.WSNT, "TerminationTime"))
-        if tt is None or is_nil(tt) or not text_of(tt):
-            return None, None
-        try:
-            remote_tt = parse_datetime(text_of(tt))
-            ct = child(resp, ns.q(ns.WSNT, "CurrentTime"))
-            remote_now = (
-                parse_datetime(text_of(ct))
-                if ct is not None and text_of(ct)
-                else datetime.fromtimestamp(sent_at, UTC)
-            )
-        except ValueError as e:
-            raise RemoteFault("BadResponse", f"unreadable TerminationTime: {e}", 200) from None
-        left = (remote_tt - remote_now).total_seconds()
-        term = sent_at + left
-        return term, sent_at + left * (1 - self.renew_fraction)
-
-    async def _subscribe(self, pub: _Pub, t: _Topic) -> Remote:
+    async def _subscribe(self, pub: _Pub, t: DemandTopic) -> Remote:
         # WS-BaseNotification 1.3 §4.2: wrapped (no UseRaw policy), one topic, our lifetime
         assert pub.reg.publisher is not None
-        sub = etree.Element(ns.q(ns.WSNT, "Subscribe"), nsmap={"wsnt": ns.WSNT, "wsa": ns.WSA})
         consumer = resource_epr(self.broker.urls("registrations", pub.reg.id), pub.reg.id)
-        sub.append(consumer.to_element(ns.q(ns.WSNT, "ConsumerReference")))
-        f = etree.SubElement(sub, ns.q(ns.WSNT, "Filter"))
-        te = etree.SubElement(f, ns.q(ns.WSNT, "TopicExpression"), nsmap=t.nsmap or None)
-        te.set("Dialect", t.dialect)
-        te.text = t.text
-        itt = etree.SubElement(sub, ns.q(ns.WSNT, "InitialTerminationTime"))
-        itt.text = _duration(self.lifetime.total_seconds())
         sent_at = time.time()
-        resp = await self._call(pub.reg.publisher, ns.A_SUBSCRIBE, sub)
-        ref = child(resp, ns.q(ns.WSNT, "SubscriptionReference"))
-        if resp.tag != ns.q(ns.WSNT, "SubscribeResponse") or ref is None:
-            raise RemoteFault("BadResponse", "no wsnt:SubscriptionReference in the answer", 200)
-        try:
-            epr = parse_epr(ref)
-        except EprError as e:
-            raise RemoteFault("BadResponse", str(e), 200) from None
-        term, renew_at = self._termination(resp, sent_at)
+        resp = await self._call(
+            pub.reg.publisher, ns.A_SUBSCRIBE,
+            messages.subscribe_request(consumer, t, self.lifetime.total_seconds()),
+        )
+        epr = messages.subscription_reference(resp)
+        term, renew_at = messages.termination(resp, sent_at, self.renew_fraction)
         r = Remote(epr, term, False, renew_at)
         pub.remote[t.broker_topic] = r
         self.counters["subscribe"] += 1
@@ -515,14 +415,12 @@ class DemandManager(PublisherClient):
         await self._persist(pub, t, r)
         return r
 
-    async def _renew(self, pub: _Pub, t: _Topic, r: Remote) -> None:
+    async def _renew(self, pub: _Pub, t: DemandTopic, r: Remote) -> None:
         # WS-BaseNotification 1.3 §6.1.1
-        body = etree.Element(ns.q(ns.WSNT, "Renew"), nsmap={"wsnt": ns.WSNT})
-        etree.SubElement(body, ns.q(ns.WSNT, "TerminationTime")).text = _duration(
-            self.lifetime.total_seconds()
-        )
         sent_at = time.time()
-        resp = await self._call(r.epr, ns.A_RENEW, body)
-        r.termination, r.renew_at = self._termination(resp, sent_at)
+        resp = await self._call(
+            r.epr, ns.A_RENEW, messages.renew_request(self.lifetime.total_seconds())
+        )
+        r.termination, r.renew_at = messages.termination(resp, sent_at, self.renew_fraction)
         self.counters["renew"] += 1
         await self._persist(pub, t, r)
