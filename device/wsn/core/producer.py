@@ -10,20 +10,20 @@
 # `now` is int seconds since 2000-01-01 (wsn.core.times); `rand(n)` returns n random bytes.
 # Nothing here blocks, sleeps or touches the network: pushes are queued on the subscription
 # (or in the gateway outbox, or delivered in memory into one of our own pull points) and the
-# I/O layer sends them.
-from micropython import const
+# I/O layer sends them. Subscriptions live in a list of at most max_subscriptions (ids are 64
+# random bits: the id in an address is the capability to manage it, and no counter exists
+# that could wrap and reuse one).
+from binascii import hexlify
 
 from wsn.core import ns
 from wsn.core import xml as X
 from wsn.core.httpmsg import split_url
-from wsn.core.soap import (Fault, NotSoap, dialect_fault, envelope, epr, fault_envelope,
-                           fault_status, parse_request, read_epr, unknown_fault, wrap)
-from wsn.core.subscriptions import Ring, Subscription, SubscriptionTable, new_id
-from wsn.core.times import TimeError, format_datetime, parse_time
+from wsn.core.soap import Fault, NotSoap, envelope, epr, fault_envelope, fault_status, parse_request, read_epr, wrap
+from wsn.core.times import TimeError, format_datetime as fdt, parse_time
 
 # (name, default) pairs: a constant tuple, frozen into flash it costs no heap (a dict would)
 DEFAULTS = (
-    ("max_subscriptions", 8),  # fixed table size
+    ("max_subscriptions", 8),  # table size
     ("max_pullpoints", 2),
     ("pullpoint_size", 32),  # messages per pull point (ring, drops the oldest)
     ("pullpoint_idle_s", 3600),  # a pull point not used for this long may be reclaimed
@@ -36,43 +36,139 @@ DEFAULTS = (
     ("gateway_buffer", 64),  # pushes waiting for the gateway (drops the oldest, counted)
 )
 
-_PATH_SUBS = "/wsn/subscriptions/"
-_PATH_PPS = "/wsn/pullpoints/"
+_SUBS = "/wsn/subscriptions/"
+_PPS = "/wsn/pullpoints/"
 PRODUCER_PATH = "/wsn/producer"
-# const: replaced by the literal (no name stored), so _MANAGER_OPS is a constant in flash
-_WSNT = const("http://docs.oasis-open.org/wsn/b-2")
-_GET_RP = const(
-    "http://docs.oasis-open.org/wsrf/rpw-2/GetResourceProperty/GetResourcePropertyResponse")
+
+# The operations, as data: (Body element as "prefix:local" with the prefixes of ns.DECLS,
+# resource kind: "" producer, "s" subscription, "p" pull point; handler: "_x" a method here,
+# else a function of wsn.core.rare, imported on first use; the WSDL portType whose output
+# action answers it: "http://docs.oasis-open.org/<portType>/<element>Response", the
+# WS-Addressing 1.0 Metadata §4.4.4 default action of bw-2.wsdl (Pause/Resume: the
+# PausableSubscriptionManager portType), rpw-2 and rlw-2).
+# WS-BaseNotification 1.3 §4.2 Subscribe, §4.3 GetCurrentMessage, §5.2 CreatePullPoint, §4.1
+# and §6.4 GetResourceProperty, §6.1 Renew/Unsubscribe, §6.2 Pause/Resume, §6.4 +
+# WS-ResourceLifetime 1.2 §4.1 Destroy (immediate termination), §5.1 the PullPoint's.
+_OPS = (
+    ("wsnt:Subscribe", "", "_subscribe", "wsn/bw-2/NotificationProducer"),
+    ("wsnt:GetCurrentMessage", "", "get_current", "wsn/bw-2/NotificationProducer"),
+    ("wsnt:CreatePullPoint", "", "create_pullpoint", "wsn/bw-2/CreatePullPoint"),
+    ("wsrf-rp:GetResourceProperty", "", "get_rp", "wsrf/rpw-2/GetResourceProperty"),
+    ("wsnt:Renew", "s", "_renew", "wsn/bw-2/SubscriptionManager"),
+    ("wsnt:Unsubscribe", "s", "_state", "wsn/bw-2/SubscriptionManager"),
+    ("wsnt:PauseSubscription", "s", "_state", "wsn/bw-2/PausableSubscriptionManager"),
+    ("wsnt:ResumeSubscription", "s", "_state", "wsn/bw-2/PausableSubscriptionManager"),
+    ("wsrf-rl:Destroy", "s", "_state", "wsrf/rlw-2/ImmediateResourceTermination"),
+    ("wsrf-rp:GetResourceProperty", "s", "get_rp", "wsrf/rpw-2/GetResourceProperty"),
+    ("wsnt:GetMessages", "p", "get_messages", "wsn/bw-2/PullPoint"),
+    ("wsnt:DestroyPullPoint", "p", "destroy_pullpoint", "wsn/bw-2/PullPoint"),
+)
 
 
 class Response:
     # body: bytes, or a list of bytes chunks (large answers, written one after the other)
-    def __init__(self, status, ctype, body, actions=None):
+    def __init__(self, status, ctype, body, actions=()):
         self.status = status
         self.ctype = ctype
         self.body = body
-        self.actions = actions or []
+        self.actions = actions
 
     def data(self):
         # the whole body as one bytes object (tests; small answers)
         return self.body if isinstance(self.body, bytes) else b"".join(self.body)
 
 
-def _text_response(status, msg):
+class Ring:
+    # A fixed-size FIFO that drops the oldest item when full and counts what it dropped: the
+    # pull point (WS-BaseNotification 1.3 §5.1.1 lets a full PullPoint "dispose of previously
+    # accumulated Notification Messages"), a subscription's push queue, the gateway buffer.
+    def __init__(self, size):
+        if size < 1:
+            raise ValueError("ring size must be >= 1")
+        self.slots = [None] * size
+        self.head = self.count = self.dropped = self.total = 0
+
+    def __len__(self):
+        return self.count
+
+    def push(self, item):
+        # -> True if the oldest item had to be dropped to make room
+        n = len(self.slots)
+        self.total += 1
+        full = self.count == n
+        self.slots[(self.head + self.count) % n] = item
+        if full:
+            self.head = (self.head + 1) % n
+            self.dropped += 1
+        else:
+            self.count += 1
+        return full
+
+    def peek(self):
+        return self.slots[self.head] if self.count else None
+
+    def pop(self):
+        item = self.peek()
+        if self.count:
+            self.slots[self.head] = None
+            self.head = (self.head + 1) % len(self.slots)
+            self.count -= 1
+        return item
+
+    def take(self, n=None):
+        # remove and return up to n oldest items (all if n is None), oldest first
+        return [self.pop() for _ in range(self.count if n is None else min(n, self.count))]
+
+    def clear(self):
+        self.take()
+
+
+def new_id(rand, prefix):
+    return prefix + hexlify(rand(8)).decode()
+
+
+class Subscription:
+    def __init__(self, p, consumer, refparams, mask, raw, expires, version, created, qlen):
+        self.id = new_id(p.rand, "s")
+        self.consumer = consumer  # ConsumerReference address
+        self.refparams = refparams  # its reference parameters, as header XML to echo
+        self.mask = mask  # topic bit mask (TopicSet indices); all topics if no filter
+        self.raw = raw  # wsnt:UseRaw
+        self.expires = expires  # int seconds since 2000, or None (no scheduled termination)
+        self.version = version  # SOAP version of the Subscribe: pushes use the same
+        self.created = created
+        self.pullpoint = None  # PullPoint if the consumer is one of ours (in-memory delivery)
+        self.queue = Ring(qlen) if qlen else None  # pending pushes
+        self.paused = self.sending = False  # the I/O layer runs one sender per subscription
+        self.active = True
+        self.delivered = self.failed = 0
+
+
+def _text(status, msg):
     return Response(status, "text/plain; charset=utf-8", msg.encode() + b"\n")
-
-
-def _qn_el(tag, el):
-    # <tag xmlns:q="uri">q:local</tag> naming element el's QName (for UnknownFilter etc.)
-    if el.ns:
-        return '<%s xmlns:q="%s">q:%s</%s>' % (tag, X.escape_attr(el.ns), el.name, tag)
-    return "<%s>%s</%s>" % (tag, el.name, tag)
 
 
 def _rare():
     # the rarely used operations, imported on first use (then cached in sys.modules)
     from wsn.core import rare
     return rare
+
+
+def nil_time(tag, t):
+    # <tag>dateTime</tag>, or xsi:nil for no scheduled termination
+    if t is None:
+        return '<%s xmlns:xsi="%s" xsi:nil="true"/>' % (tag, ns.XSI)
+    return wrap(tag, fdt(t))
+
+
+def _unknown_children(parent, keep, fault, what, tag):
+    # WS-BaseNotification 1.3 §4.2: the fault names every child it did not understand
+    bad = [c for c in parent.children if c.ns != ns.WSNT or c.name != keep]
+    if bad:
+        raise Fault(fault, "only %s, not %s" % (what, bad[0].qname()), extra="".join([
+            '<%s xmlns:q="%s">q:%s</%s>' % (tag, X.escape_attr(c.ns), c.name, tag) if c.ns
+            else wrap(tag, c.name) for c in bad]))
+    return len(parent.children)
 
 
 class Producer:
@@ -88,293 +184,222 @@ class Producer:
         self.base = base_url
         self.addr = base_url + PRODUCER_PATH
         self.rand = rand
-        self.subs = SubscriptionTable(L["max_subscriptions"])
-        self._pps = None  # PullPointTable, made on the first CreatePullPoint (wsn.core.rare)
+        self.subs = []  # at most max_subscriptions
+        self._pps = []  # pull points (wsn.core.rare), at most max_pullpoints
         self.current = [None] * len(topics.names)  # last payload per topic
         self.gateway = None  # the gateway's ConsumerReference address (registration)
         self.gateway_rp = ""  # its reference parameters (header XML)
         self.outbox = Ring(L["gateway_buffer"])
         self.consumer_allow = None  # list of allowed consumer address prefixes, or None
-        self.queue_dropped = 0  # pushes dropped from full per-subscription queues
-        self.push_failed = 0  # pushes given up after the retries (I/O layer counts)
-        self.published = 0
+        self.queue_dropped = self.push_failed = self.published = 0
 
-    def pullpoints(self):
-        # the pull point table, made when first needed
-        if self._pps is None:
-            from wsn.core.rare import PullPointTable
-            self._pps = PullPointTable(self.L["max_pullpoints"], self.L["pullpoint_size"])
-        return self._pps
+    def get(self, rid, kind=None):
+        # the subscription (kind "s") or pull point ("p") of that id, or None; kind defaults
+        # to the id's first letter
+        for x in self.subs if (kind or rid[:1]) == "s" else self._pps:
+            if x.id == rid:
+                return x
 
-    pps = property(pullpoints)
+    def _drop(self, s, actions=None):
+        s.active = False
+        self.subs.remove(s)
+        if actions is not None:
+            actions.append(("unsubscribed", s))
 
     # ------------------------------------------------------------------ HTTP entry point
     def handle(self, method, path, body, now, ctype=""):
-        sub_id = pp_id = None
-        if path.startswith(_PATH_SUBS):
-            sub_id = path[len(_PATH_SUBS):]
-        elif path.startswith(_PATH_PPS):
-            pp_id = path[len(_PATH_PPS):]
+        L = self.L
+        kind = None
+        rid = ""
+        if path.startswith(_SUBS):
+            kind, rid = "s", path[19:]
+        elif path.startswith(_PPS):
+            kind, rid = "p", path[16:]
         elif path != PRODUCER_PATH:
-            return _text_response(404, "no endpoint %s" % path)
+            return _text(404, "no endpoint %s" % path)
         if method != "POST":
-            return _text_response(405, "POST a SOAP envelope")
-        if len(body) > self.L["max_request_bytes"]:
-            return _text_response(413, "body over the %d-byte limit" % self.L["max_request_bytes"])
+            return _text(405, "POST a SOAP envelope")
+        if len(body) > L["max_request_bytes"]:
+            return _text(413, "body over the %d-byte limit" % L["max_request_bytes"])
         version = ns.V12 if "soap+xml" in ctype else ns.V11
-        try:
-            req = parse_request(body, self.L["max_xml_depth"], self.L["max_xml_elements"])
-        except X.XMLError as e:
-            f = Fault("Client", "malformed XML: %s" % e, fns=ns.SOAP11, base=False)
-            return Response(400, ns.content_type(version), fault_envelope(version, f, now).encode())
-        except NotSoap as e:
-            return _text_response(400, str(e))
-        except Fault as f:
-            return Response(fault_status(version, f), ns.content_type(version),
-                            fault_envelope(version, f, now).encode())
-        version = req.version
-        if req.resource_id and path == PRODUCER_PATH:
-            # design.md: an EPR's edge:ResourceId reference parameter also selects the resource
-            if req.resource_id[:1] == "s":
-                sub_id = req.resource_id
-            elif req.resource_id[:1] == "p":
-                pp_id = req.resource_id
         actions = []
+        mid = None
         try:
-            if req.body is None:
-                raise Fault("Client", "empty SOAP Body", fns=ns.SOAP11, base=False)
-            if sub_id is not None:
-                action, out = self._manager(req, sub_id, now, actions)
-            elif pp_id is not None:
-                action, out = _rare().pullpoint(self, req, pp_id, now, actions)
+            try:
+                req = parse_request(body, L["max_xml_depth"], L["max_xml_elements"])
+            except X.XMLError as e:
+                raise Fault("Client", "malformed XML: %s" % e, ns.SOAP11, base=False, status=400)
+            version = req.version
+            mid = req.message_id
+            r = req.resource_id
+            if kind is None:
+                # design.md: an EPR's edge:ResourceId reference parameter also selects it
+                kind = ""
+                if r and r[0] in "sp":
+                    kind, rid = r[0], r
+            el = req.body
+            if el is None:
+                raise Fault("Client", "empty SOAP Body", ns.SOAP11, base=False)
+            key = "%s:%s" % (ns.prefix(el.ns), el.name)
+            for op in _OPS:
+                if op[0] == key and op[1] == kind:
+                    break
             else:
-                action, out = self._producer(req, now, actions)
+                op = None
+            target = None
+            if kind == "s":
+                self.expire(now)
+            if kind == "p" or (op and kind):
+                target = self.get(rid, kind)
+                if target is None:
+                    # WS-Resource 1.2 §4: ended, expired or never made
+                    raise Fault("ResourceUnknownFault", "no resource %s (ended or expired)" % rid,
+                                ns.WSRF_R)
+            if op is None:
+                if kind == "p":  # Notify into a pull point (§5.1.1): HTTP 202, no envelope
+                    _rare().notify_pp(self, req, target)
+                    return Response(202, ns.content_type(version), b"", actions)
+                raise Fault("ActionNotSupported", "no operation {%s}%s here" % (el.ns, el.name),
+                            ns.WSA, base=False, action=ns.WSA_FAULT,
+                            extra="<wsa:ProblemAction><wsa:Action>%s</wsa:Action></wsa:ProblemAction>"
+                            % X.escape(req.action or ""))
+            if kind == "p":
+                target.touched = now
+            h = op[2]
+            if h[0] == "_":
+                out = getattr(self, h)(req, target, now, actions)
+            else:
+                out = getattr(_rare(), h)(self, req, target, now, actions)
+        except NotSoap as e:
+            return _text(400, str(e))
         except Fault as f:
-            return Response(fault_status(version, f), ns.content_type(version),
-                            fault_envelope(version, f, now, req.message_id).encode(), actions)
-        if action is None:  # one-way message (Notify): HTTP 202, no envelope
-            return Response(202, ns.content_type(version), b"", actions)
-        env = envelope(version, action, out, req.message_id)
-        if isinstance(env, list):
-            body = [p.encode() for p in env]
-        else:
-            body = env.encode()
-        return Response(200, ns.content_type(version), body, actions)
+            return Response(f.status or fault_status(version, f), ns.content_type(version),
+                            fault_envelope(version, f, now, mid).encode(), actions)
+        env = envelope(version, "http://docs.oasis-open.org/%s/%sResponse" % (op[3], el.name),
+                       out, mid)
+        return Response(200, ns.content_type(version),
+                        [p.encode() for p in env] if isinstance(env, list) else env.encode(),
+                        actions)
 
-    def _unknown(self, req):
-        el = req.body
-        return Fault("ActionNotSupported",
-                     "no operation {%s}%s here" % (el.ns, el.name), fns=ns.WSA, base=False,
-                     extra="<wsa:ProblemAction><wsa:Action>%s</wsa:Action></wsa:ProblemAction>"
-                     % X.escape(req.action or ""), action=ns.WSA_FAULT)
-
-    # ------------------------------------------------------------------ NotificationProducer
-    def _producer(self, req, now, actions):
-        el = req.body
-        if el.ns == ns.WSNT:
-            if el.name == "Subscribe":
-                return "http://docs.oasis-open.org/wsn/bw-2/NotificationProducer/SubscribeResponse", self._subscribe(
-                    req, now, actions)
-            if el.name == "GetCurrentMessage":
-                return ("http://docs.oasis-open.org/wsn/bw-2/NotificationProducer/GetCurrentMessageResponse",
-                        _rare().get_current(self, el))
-            if el.name == "CreatePullPoint":
-                return ("http://docs.oasis-open.org/wsn/bw-2/CreatePullPoint/CreatePullPointResponse",
-                        _rare().create_pullpoint(self, now, actions))
-        if el.ns == ns.WSRF_RP and el.name == "GetResourceProperty":
-            return _GET_RP, _rare().get_rp(self, el)
-        raise self._unknown(req)
-
-    def _termination(self, el, now, fault):
+    # ------------------------------------------------------------------ operations
+    def _term(self, el, now, fault):
         # InitialTerminationTime / TerminationTime -> absolute int seconds or None (none
         # scheduled). WS-BaseNotification 1.3 §4.2 and §6.1.1.
         L = self.L
-        maxttl = L["max_ttl_s"]
-        hint = wrap("wsnt:MinimumTime", format_datetime(now + 1))
-        if maxttl:
-            hint += wrap("wsnt:MaximumTime", format_datetime(now + maxttl))
+        mx = L["max_ttl_s"]
         if el is None:
             return now + L["default_ttl_s"] if L["default_ttl_s"] else None
+        why = t = None
         if el.get("{%s}nil" % ns.XSI) in ("true", "1"):
-            if maxttl:
-                raise Fault(fault, "nil: at most %d s ahead" % maxttl,
-                            extra=hint)
-            return None
-        try:
-            t = parse_time(el.text, now)
-        except TimeError as e:
-            raise Fault(fault, str(e), extra=hint)
-        if t <= now:
-            raise Fault(fault, "%s is past" % format_datetime(t), extra=hint)
-        if maxttl and t - now > maxttl:
-            raise Fault(fault, "%s is over %d s ahead" % (format_datetime(t), maxttl), extra=hint)
+            if mx:
+                why = "nil: at most %d s ahead" % mx
+        else:
+            try:
+                t = parse_time(el.text, now)
+                if t <= now:
+                    why = "%s is past" % fdt(t)
+                elif mx and t - now > mx:
+                    why = "%s is over %d s ahead" % (fdt(t), mx)
+            except TimeError as e:
+                why = str(e)
+        if why:
+            raise Fault(fault, why, extra=wrap("wsnt:MinimumTime", fdt(now + 1)) + (
+                wrap("wsnt:MaximumTime", fdt(now + mx)) if mx else ""))
         return t
 
-    def _subscribe(self, req, now, actions):
+    def _subscribe(self, req, _, now, actions):
         # WS-BaseNotification 1.3 §4.2
         el = req.body
-        cr = el.find(ns.WSNT, "ConsumerReference")
+        W = ns.WSNT
+        F = "SubscribeCreationFailedFault"
+        cr = el.find(W, "ConsumerReference")
         if cr is None:
-            raise Fault("SubscribeCreationFailedFault", "no ConsumerReference")
+            raise Fault(F, "no ConsumerReference")
         addr, rp = read_epr(cr, req.buf)
         if not addr:
-            raise Fault("SubscribeCreationFailedFault", "no wsa:Address")
-        mask = self.topics.all
-        f = el.find(ns.WSNT, "Filter")
+            raise Fault(F, "no wsa:Address")
+        t = self.topics
+        mask = t.all
+        f = el.find(W, "Filter")
         if f is not None:
-            unknown = [c for c in f.children if not (c.ns == ns.WSNT and c.name == "TopicExpression")]
-            if unknown:
-                # §4.2: "The fault MUST include the filter QNames for the filters it did not
-                # understand"; only TopicExpression (Simple) is supported here.
-                raise Fault("InvalidFilterFault",
-                            "only TopicExpression filters, not %s" % unknown[0].qname(),
-                            extra="".join([_qn_el("wsnt:UnknownFilter", c) for c in unknown]))
-            for te in f.children:
-                dialect = (te.get("Dialect") or "").strip()
-                if dialect != ns.SIMPLE:
-                    raise dialect_fault(dialect)
-                mask &= 1 << self.topics.resolve_simple(te)
-        raw = False
-        pol = el.find(ns.WSNT, "SubscriptionPolicy")
-        if pol is not None:
-            unrec = []
-            for c in pol.children:
-                if c.ns == ns.WSNT and c.name == "UseRaw":
-                    raw = True
-                else:
-                    unrec.append(c)
-            if unrec:
-                raise Fault("UnrecognizedPolicyRequestFault",
-                            "only wsnt:UseRaw, not %s" % unrec[0].qname(),
-                            extra="".join([_qn_el("wsnt:UnrecognizedPolicy", c) for c in unrec]))
-        expires = self._termination(el.find(ns.WSNT, "InitialTerminationTime"), now,
-                                    "UnacceptableInitialTerminationTimeFault")
-        pp = self._own_pullpoint(addr)
+            _unknown_children(f, "TopicExpression", "InvalidFilterFault", "TopicExpression filters",
+                              "wsnt:UnknownFilter")
+            for te in f.children:  # several TopicExpressions must all match
+                mask &= 1 << t.resolve_simple(te, True)
+        pol = el.find(W, "SubscriptionPolicy")
+        raw = pol is not None and _unknown_children(
+            pol, "UseRaw", "UnrecognizedPolicyRequestFault", "wsnt:UseRaw",
+            "wsnt:UnrecognizedPolicy") > 0
+        expires = self._term(el.find(W, "InitialTerminationTime"), now,
+                             "UnacceptableInitialTerminationTimeFault")
+        # a consumer address naming one of our pull points is delivered in memory (no HTTP);
+        # host spellings differ (127.0.0.1, localhost, the advertised name): compare the port
+        # and the path
+        k = addr.find(_PPS)
+        pp = None
+        if k > 0 and addr[:7] == "http://" and \
+                addr[7:k].rpartition(":")[2] == self.base[7:].rpartition(":")[2]:
+            pp = self.get(addr[k + 16:], "p")
         if pp is None:
             try:
                 split_url(addr)
             except ValueError:
-                raise Fault("SubscribeCreationFailedFault", "address not http://host[:port]/path: %s" % addr)
+                raise Fault(F, "address not http://host[:port]/path: %s" % addr)
             allow = self.consumer_allow
             if allow is not None and not [a for a in allow if addr.startswith(a)]:
-                raise Fault("SubscribeCreationFailedFault", "address not allowed (consumer_allow): %s" % addr)
-        sub = Subscription(new_id(self.rand, "s"), addr, rp, mask, raw, expires, req.version, now,
-                           0 if pp is not None else self.L["queue_len"])
-        sub.pullpoint = pp
-        if not self.subs.add(sub, now):
-            raise Fault("SubscribeCreationFailedFault", "table full (%d): unsubscribe one" % len(self.subs.slots),
-                        code="Receiver")
-        actions.append(("subscribed", sub))
-        out = ["<wsnt:SubscribeResponse>",
-               epr(self.base + _PATH_SUBS + sub.id, sub.id, "wsnt:SubscriptionReference"),
-               wrap("wsnt:CurrentTime", format_datetime(now))]
-        if expires is not None:
-            out.append(wrap("wsnt:TerminationTime", format_datetime(expires)))
-        out.append("</wsnt:SubscribeResponse>")
-        return "".join(out)
+                raise Fault(F, "address not allowed (consumer_allow): %s" % addr)
+        mx = self.L["max_subscriptions"]
+        if len(self.subs) >= mx:
+            self.expire(now)  # reclaim the expired first
+            if len(self.subs) >= mx:
+                raise Fault(F, "table full (%d): unsubscribe one" % mx, code="Receiver")
+        s = Subscription(self, addr, rp, mask, raw, expires, req.version, now,
+                         0 if pp else self.L["queue_len"])
+        s.pullpoint = pp
+        self.subs.append(s)
+        actions.append(("subscribed", s))
+        return "<wsnt:SubscribeResponse>%s%s%s</wsnt:SubscribeResponse>" % (
+            epr(self.base + _SUBS + s.id, s.id, "wsnt:SubscriptionReference"),
+            wrap("wsnt:CurrentTime", fdt(now)),
+            "" if expires is None else wrap("wsnt:TerminationTime", fdt(expires)))
 
-    def _own_pullpoint(self, addr):
-        # A consumer address naming one of our pull points is delivered in memory (no HTTP).
-        # Host spellings differ (127.0.0.1, localhost, the advertised name), so compare the
-        # port and the path.
-        k = addr.find(_PATH_PPS)
-        if k < 0 or addr[:7] != "http://":
-            return None
-        port_a = addr[7:k].rpartition(":")[2]
-        port_b = self.base[7:].rpartition(":")[2]
-        if port_a != port_b:
-            return None
-        return self._pps.get(addr[k + len(_PATH_PPS):]) if self._pps is not None else None
-
-    # ------------------------------------------------------------------ SubscriptionManager
-    # The operations a subscription answers: (namespace, Body element) -> (handler name,
-    # response action). WS-BaseNotification 1.3 §6.1 (Renew, Unsubscribe), §6.2 (Pause/Resume),
-    # §6.4 + WS-ResourceLifetime 1.2 §4.1 (Destroy: a subscription exposed as a WS-Resource
-    # MUST support immediate termination), WS-ResourceProperties 1.2 (GetResourceProperty).
-    # The response actions are those of bw-2.wsdl (Pause/Resume: the
-    # PausableSubscriptionManager portType, WS-Addressing 1.0 Metadata §4.4.4), rlw-2 and rpw-2.
-    # A tuple of literals: a constant, frozen into flash it costs no heap.
-    _MANAGER_OPS = (
-        (_WSNT, "Renew", "_renew",
-         "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/RenewResponse"),
-        (_WSNT, "Unsubscribe", "_unsubscribe",
-         "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/UnsubscribeResponse"),
-        (_WSNT, "PauseSubscription", "_pause",
-         "http://docs.oasis-open.org/wsn/bw-2/PausableSubscriptionManager/PauseSubscriptionResponse"),
-        (_WSNT, "ResumeSubscription", "_resume",
-         "http://docs.oasis-open.org/wsn/bw-2/PausableSubscriptionManager/ResumeSubscriptionResponse"),
-        ("http://docs.oasis-open.org/wsrf/rl-2", "Destroy", "_destroy",
-         "http://docs.oasis-open.org/wsrf/rlw-2/ImmediateResourceTermination/DestroyResponse"),
-        ("http://docs.oasis-open.org/wsrf/rp-2", "GetResourceProperty", None, _GET_RP),
-    )
-
-    def _manager(self, req, sid, now, actions):
-        self.expire(now)
-        el = req.body
-        for op in self._MANAGER_OPS:
-            if op[1] == el.name and op[0] == el.ns:
-                break
-        else:
-            raise self._unknown(req)
-        sub = self.subs.get(sid)
-        if sub is None:
-            raise unknown_fault(sid)
-        if op[2] is None:  # GetResourceProperty: wsn.core.rare.sub_rp
-            return op[3], _rare().sub_rp(self, el, sub, now, actions)
-        return op[3], getattr(self, op[2])(el, sub, now, actions)
-
-    def _renew(self, el, sub, now, actions):
-        tt = el.find(ns.WSNT, "TerminationTime")
+    def _renew(self, req, s, now, actions):
+        tt = req.body.find(ns.WSNT, "TerminationTime")
+        F = "UnacceptableTerminationTimeFault"
         if tt is None:
-            raise Fault("UnacceptableTerminationTimeFault", "no TerminationTime",
-                        extra=wrap("wsnt:MinimumTime", format_datetime(now + 1)))
-        sub.expires = self._termination(tt, now, "UnacceptableTerminationTimeFault")
-        if sub.expires is None:
-            term = '<wsnt:TerminationTime xmlns:xsi="%s" xsi:nil="true"/>' % ns.XSI
+            raise Fault(F, "no TerminationTime", extra=wrap("wsnt:MinimumTime", fdt(now + 1)))
+        s.expires = self._term(tt, now, F)
+        return wrap("wsnt:RenewResponse", nil_time("wsnt:TerminationTime", s.expires) +
+                    wrap("wsnt:CurrentTime", fdt(now)))
+
+    def _state(self, req, s, now, actions):
+        # Unsubscribe and wsrf-rl:Destroy (WS-ResourceLifetime 1.2 §4.1: gone once answered);
+        # Pause/Resume (§6.2.1: while paused nothing is produced for it; on resume only new
+        # readings, option 3; pushes already queued stay queued)
+        n = req.body.name
+        if n[0] in "UD":
+            self._drop(s, actions)
         else:
-            term = wrap("wsnt:TerminationTime", format_datetime(sub.expires))
-        return wrap("wsnt:RenewResponse", term + wrap("wsnt:CurrentTime", format_datetime(now)))
+            s.paused = n[0] == "P"
+            actions.append(("paused" if s.paused else "resumed", s))
+        return "<%s:%sResponse/>" % (ns.prefix(req.body.ns), n)
 
-    def _unsubscribe(self, el, sub, now, actions):
-        self.subs.remove(sub.id)
-        actions.append(("unsubscribed", sub))
-        return "<wsnt:UnsubscribeResponse/>"
-
-    def _destroy(self, el, sub, now, actions):
-        # WS-ResourceLifetime 1.2 §4.1: the resource is gone once DestroyResponse is sent
-        self.subs.remove(sub.id)
-        actions.append(("unsubscribed", sub))
-        return "<wsrf-rl:DestroyResponse/>"
-
-    def _pause(self, el, sub, now, actions):
-        # §6.2.1: while paused nothing is produced for it; on resume only new readings
-        # (option 3); pushes already queued stay queued.
-        sub.paused = True
-        actions.append(("paused", sub))
-        return "<wsnt:PauseSubscriptionResponse/>"
-
-    def _resume(self, el, sub, now, actions):
-        sub.paused = False
-        actions.append(("resumed", sub))
-        return "<wsnt:ResumeSubscriptionResponse/>"
-
-    # ------------------------------------------------------------------ PullPoint
     # ------------------------------------------------------------------ publishing
     def publish(self, ti, payload, now):
         # A new reading on topic index ti. -> (subscriptions whose queue got a push: the I/O
         # layer starts their sender; True if the gateway outbox got one).
         self.current[ti] = payload
         self.published += 1
-        bit = 1 << ti
         kick = []
         gw = False
         for s in self.subs:
-            if s.paused or not (s.mask & bit) or (s.expires is not None and s.expires <= now):
+            if s.paused or not (s.mask >> ti) & 1 or (s.expires is not None and s.expires <= now):
                 continue
             item = (s, ti, payload, now)
-            if s.pullpoint is not None:
-                if s.pullpoint.active:
-                    s.pullpoint.ring.push(item)
+            pp = s.pullpoint
+            if pp is not None:
+                if pp.active:
+                    pp.ring.push(item)
                     s.delivered += 1
             elif self.gateway is not None and s.consumer == self.gateway:
                 self.outbox.push(item)
@@ -385,16 +410,16 @@ class Producer:
                 kick.append(s)
         return kick, gw
 
-    def _nm_content(self, item):
+    def nm_content(self, item):
         # content of a wsnt:NotificationMessage (WS-BaseNotification 1.3 §3.2). s is None for
         # a reading published without a subscription (sleepy mode: straight to the gateway):
         # no SubscriptionReference then (it is optional, §3.2).
         s, ti, payload, _ = item
         if s is not None and s.raw:
             return wrap("wsnt:Message", payload)
-        ref = epr(self.base + _PATH_SUBS + s.id, s.id, "wsnt:SubscriptionReference") if s else ""
-        return "%s<wsnt:Topic Dialect=\"%s\">%s</wsnt:Topic>%s<wsnt:Message>%s</wsnt:Message>" % (
-            ref, ns.SIMPLE, self.topics.qname(ti), epr(self.addr, None, "wsnt:ProducerReference"),
+        return '%s<wsnt:Topic Dialect="%s">%s</wsnt:Topic>%s<wsnt:Message>%s</wsnt:Message>' % (
+            epr(self.base + _SUBS + s.id, s.id, "wsnt:SubscriptionReference") if s else "",
+            ns.SIMPLE, self.topics.qname(ti), epr(self.addr, None, "wsnt:ProducerReference"),
             payload)
 
     def render(self, item, gateway=False):
@@ -403,15 +428,9 @@ class Producer:
         # Gateway pushes go to the current gateway consumer address (it may have changed since
         # the reading was buffered: re-registration).
         s = item[0]
-        if s.raw:
-            body = item[2]
-        else:
-            body = wrap("wsnt:Notify", wrap("wsnt:NotificationMessage", self._nm_content(item)))
-        if gateway:
-            url, hdr = self.gateway, self.gateway_rp
-        else:
-            url, hdr = s.consumer, s.refparams
-        env = envelope(s.version, ns.NOTIFY, body, None, url, hdr)
+        url, hdr = (self.gateway, self.gateway_rp) if gateway else (s.consumer, s.refparams)
+        env = envelope(s.version, ns.NOTIFY, item[2] if s.raw else wrap(
+            "wsnt:Notify", wrap("wsnt:NotificationMessage", self.nm_content(item))), None, url, hdr)
         return url, env.encode(), ns.content_type(s.version)
 
     def gateway_batch(self, batch_max, version):
@@ -444,7 +463,7 @@ class Producer:
             # each piece is encoded as it is made: one message's str at a time, not the batch's
             out.append(b"<wsnt:Notify>")
             for it in items:
-                out.append(wrap("wsnt:NotificationMessage", self._nm_content(it)).encode())
+                out.append(wrap("wsnt:NotificationMessage", self.nm_content(it)).encode())
             out.append(b"</wsnt:Notify>")
         out.append(tail.encode())
         return items, self.gateway, out, ns.content_type(version)
@@ -462,32 +481,31 @@ class Producer:
         old = self.gateway
         self.gateway = consumer
         self.gateway_rp = refparams or ""
-        gone = []
-        if old and consumer != old:
-            for s in list(self.subs):
-                if s.consumer == old:
-                    self.subs.remove(s.id)
-                    gone.append(s)
+        gone = [s for s in self.subs if old and consumer != old and s.consumer == old]
+        for s in gone:
+            self._drop(s)
         return gone
 
     def expire(self, now):
         # Scheduled termination (WS-BaseNotification 1.3 §6.4 / WS-ResourceLifetime): expired
-        # subscriptions are destroyed; idle pull points reclaimed. -> list of what went.
-        gone = self.subs.expire(now)
+        # subscriptions are destroyed; idle pull points reclaimed, with the subscriptions
+        # delivering into them. -> list of the subscriptions that went.
+        gone = [s for s in self.subs if s.expires is not None and s.expires <= now]
         idle = self.L["pullpoint_idle_s"]
-        if idle:
-            for pp in (self._pps.expire_idle(now, idle) if self._pps is not None else ()):
-                for s in list(self.subs):
-                    if s.pullpoint is pp:
-                        self.subs.remove(s.id)
-                        gone.append(s)
+        for pp in self._pps[:]:
+            if idle and now - pp.touched >= idle:
+                pp.active = False
+                self._pps.remove(pp)
+                gone += [s for s in self.subs if s.pullpoint is pp and s not in gone]
+        for s in gone:
+            self._drop(s)
         return gone
 
     def counters(self):
         pd = 0
-        for p in self._pps or ():
-            pd += p.ring.dropped
-        return [("subscriptions", len(self.subs)), ("pullpoints", len(self._pps or ())),
+        for pp in self._pps:
+            pd += pp.ring.dropped
+        return [("subscriptions", len(self.subs)), ("pullpoints", len(self._pps)),
                 ("published", self.published), ("queueDropped", self.queue_dropped),
                 ("pushFailed", self.push_failed), ("pullpointDropped", pd),
                 ("gatewayBuffered", len(self.outbox)), ("gatewayDropped", self.outbox.dropped)]

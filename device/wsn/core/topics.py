@@ -4,52 +4,50 @@
 # The device publishes only root topics of one namespace (design.md: urn:wsn-edge:device-
 # topics), so a topic is identified by its index in TopicSet.names; a set of topics is an
 # int bit mask (at most 30 topics keep it a small int on 32-bit boards).
-from micropython import const
-
 from wsn.core import ns
 from wsn.core import xml as X
 from wsn.core.soap import Fault
 
-_MAX_TOPICS = const(30)
-_ITE = "InvalidTopicExpressionFault"
-
 
 class TopicSet:
     def __init__(self, namespace, names):
-        if len(names) > _MAX_TOPICS:
-            raise ValueError("at most %d topics" % _MAX_TOPICS)
+        if len(names) > 30:
+            raise ValueError("at most 30 topics")
         self.ns = namespace
         self.names = list(names)
         self.all = (1 << len(self.names)) - 1
 
     def index(self, name):
-        try:
-            return self.names.index(name)
-        except ValueError:
-            return -1
+        return self.names.index(name) if name in self.names else -1
 
     def qname(self, i):
         # as written in documents the device produces (dt: is declared on every Envelope)
         return "dt:" + self.names[i] if self.ns == ns.DT else self.names[i]
 
-    def resolve_simple(self, el, text=None):
-        # Resolve a Simple TopicExpression held by element el (its text, or `text`), using the
-        # namespace declarations in scope at el. -> topic index. Faults:
+    def resolve_simple(self, el, dialect=False):
+        # Resolve the Simple TopicExpression held by element el, using the namespace
+        # declarations in scope at el. -> topic index. Faults: with dialect, el's Dialect
+        # attribute must be Simple (else TopicExpressionDialectUnknownFault);
         # InvalidTopicExpressionFault (not a QName, undeclared prefix) and
         # TopicNotSupportedFault (another namespace, or not one of our root topics).
         # An unprefixed name is in no namespace, whatever default namespace is in scope:
         # WS-Topics 1.3 §10, the ad-hoc Topic Namespace "is accessed by using
         # TopicExpressions which are unqualified". So `temperature` is one of our topics only
         # if our topic namespace is the ad-hoc one ("").
-        expr = (el.text if text is None else text).strip()
-        if not expr:
-            raise Fault(_ITE, "empty TopicExpression")
+        if dialect:
+            d = (el.get("Dialect") or "").strip()
+            if d != ns.SIMPLE:
+                raise Fault("TopicExpressionDialectUnknownFault", "dialect %s: use %s" % (d, ns.SIMPLE))
+        expr = el.text.strip()
         p, _, local = expr.rpartition(":")
-        if not X._is_name(local) or (p and not X._is_name(p)):
-            raise Fault(_ITE, "%s: Simple names one root topic by QName" % expr)
+        F = "InvalidTopicExpressionFault"
+        if not expr:
+            raise Fault(F, "empty TopicExpression")
+        if not X.is_name(local) or (p and not X.is_name(p)):
+            raise Fault(F, "%s: Simple names one root topic by QName" % expr)
         uri = el.scope.get(p) if p else ""
         if uri is None:
-            raise Fault(_ITE, "prefix %s undeclared" % p)
+            raise Fault(F, "prefix %s undeclared" % p)
         if uri != self.ns:
             raise Fault("TopicNotSupportedFault", "namespace '%s': prefix it to %s" % (uri, self.ns))
         i = self.index(local)
@@ -59,11 +57,7 @@ class TopicSet:
         return i
 
     def mask_names(self, mask):
-        return [self.names[i] for i in range(len(self.names)) if mask & (1 << i)]
-
-    def namespace_xml(self):
-        # the wstop:TopicNamespace document content (also the wstop:TopicSet property)
-        return "".join(['<wstop:Topic name="%s"/>' % n for n in self.names])
+        return [n for i, n in enumerate(self.names) if mask >> i & 1]
 
     def topic_set_xml(self):
         # WS-Topics 1.3 §7: a TopicSet lists topics as elements in their namespace
@@ -84,11 +78,9 @@ def load_namespace(buf):
     names = []
     for t in root.findall(ns.WSTOP, "Topic"):
         n = t.get("name")
-        if not n or not X._is_name(n) or ":" in n:
-            raise ValueError("bad topic name %r" % n)
+        if not n or not X.is_name(n) or ":" in n or n in names:
+            raise ValueError("bad or duplicate topic name %r" % n)
         if t.find(ns.WSTOP, "Topic") is not None:
             raise ValueError("topic %s: child topics unsupported" % n)
-        if n in names:
-            raise ValueError("duplicate topic '%s'" % n)
         names.append(n)
     return tns, names

@@ -37,7 +37,7 @@ def _ws(c):
     return c == 32 or c == 10 or c == 13 or c == 9
 
 
-def _is_name(s):
+def is_name(s):
     # XML 1.0 NameChar, restricted to what matters here: no markup, quotes or spaces.
     if not s:
         return False
@@ -289,7 +289,7 @@ _BASE_SCOPE = {"xml": XML_NS}
 
 def _split(qname, scope, attr):
     p, _, local = qname.rpartition(":")
-    if not _is_name(local) or (p and not _is_name(p)):
+    if not is_name(local) or (p and not is_name(p)):
         raise XMLError("bad name %s" % qname)
     if not p:
         return ("" if attr else scope.get("", "")), local, ""

@@ -1,5 +1,5 @@
 
-from wsn.core.subscriptions import Ring
+from wsn.core.producer import Ring
 
 
 def test_fifo_and_drop_oldest():
