@@ -92,7 +92,10 @@ async def test_hostile_input_in_64k_does_not_kill_the_device(
                                            return_exceptions=True)
             for res in results:
                 assert not isinstance(res, BaseException), res
-                assert res[0] in (200, 400, 503), res
+                # a third CreatePullPoint that gets through (enough heap for it) meets the full
+                # table (max_pullpoints 2): the spec's answer, a Receiver fault
+                assert res[0] in (200, 400, 503) or (
+                    res[0] == 500 and b"UnableToCreatePullPointFault" in res[1]), res
         # still serving, still pushing
         await cl.sample("temperature")
         await c.next(10)

@@ -6,19 +6,15 @@ SOAP11 = "http://schemas.xmlsoap.org/soap/envelope/"
 SOAP12 = "http://www.w3.org/2003/05/soap-envelope"
 WSA = "http://www.w3.org/2005/08/addressing"
 WSA_2004 = "http://schemas.xmlsoap.org/ws/2004/08/addressing"
-WSA_ANON = "http://www.w3.org/2005/08/addressing/anonymous"
 WSNT = "http://docs.oasis-open.org/wsn/b-2"
 WSTOP = "http://docs.oasis-open.org/wsn/t-1"
 BR = "http://docs.oasis-open.org/wsn/br-2"
-BF = "http://docs.oasis-open.org/wsrf/bf-2"
 WSRF_R = "http://docs.oasis-open.org/wsrf/r-2"
 WSRF_RP = "http://docs.oasis-open.org/wsrf/rp-2"
 WSRF_RL = "http://docs.oasis-open.org/wsrf/rl-2"
 XSI = "http://www.w3.org/2001/XMLSchema-instance"
-XML = "http://www.w3.org/XML/1998/namespace"
 EDGE = "urn:wsn-edge"
 DT = "urn:wsn-edge:device-topics"
-RD = "urn:wsn-edge:reading"
 
 SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
 
@@ -57,10 +53,6 @@ def prefix(uri):
     # the prefix DECLS binds to uri, or None
     k = DECLS.find('="%s"' % uri)
     return DECLS[DECLS.rfind(":", 0, k) + 1:k] if k > 0 else None
-
-
-def soap_ns(version):
-    return SOAP12 if version == V12 else SOAP11
 
 
 def content_type(version):
