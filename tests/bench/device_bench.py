@@ -63,7 +63,7 @@ print("total", prev - base)
 
 # the order the device imports its modules in (awake mode, then the gateway link, sleepy mode and
 # the operations imported on first use); modules not named here come last
-_ORDER = ("wsn", "wsn.core", "wsn.core.ns", "wsn.core.xml", "wsn.core.times", "wsn.core.soap",
+_ORDER = ("wsn", "wsn.core", "wsn.core.ns", "wsn.core.xml", "wsn.core.soap",
           "wsn.core.httpmsg", "wsn.core.topics",
           "wsn.core.reading", "wsn.core.producer", "wsn.sensors", "wsn.http",
           "wsn.device", "wsn.core.registration", "wsn.gateway", "wsn.sleepy",

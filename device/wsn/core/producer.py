@@ -7,7 +7,7 @@
 #   url, body, ctype = p.render(item, gateway)            # one push, rendered when sent
 #   gone = p.expire(now)                                  # scheduled termination
 #
-# `now` is int seconds since 2000-01-01 (wsn.core.times); `rand(n)` returns n random bytes.
+# `now` is int seconds since 2000-01-01 (wsn.core.xml, format_datetime); `rand(n)` returns n random bytes.
 # Nothing here blocks, sleeps or touches the network: pushes are queued on the subscription
 # (or in the gateway outbox, or delivered in memory into one of our own pull points) and the
 # I/O layer sends them. Subscriptions live in a list of at most max_subscriptions (ids are 64
@@ -19,7 +19,6 @@ from wsn.core import ns
 from wsn.core import xml as X
 from wsn.core.httpmsg import split_url
 from wsn.core.soap import Fault, NotSoap, envelope, epr, fault_envelope, fault_status, parse_request, read_epr, wrap
-from wsn.core.times import TimeError, format_datetime as fdt, parse_time
 
 # (name, default) pairs: a constant tuple, frozen into flash it costs no heap (a dict would)
 DEFAULTS = (
@@ -117,7 +116,10 @@ class Ring:
 
     def take(self, n=None):
         # remove and return up to n oldest items (all if n is None), oldest first
-        return [self.pop() for _ in range(self.count if n is None else min(n, self.count))]
+        out = []
+        while self.count and (n is None or len(out) < n):
+            out.append(self.pop())
+        return out
 
     def clear(self):
         self.take()
@@ -158,16 +160,20 @@ def nil_time(tag, t):
     # <tag>dateTime</tag>, or xsi:nil for no scheduled termination
     if t is None:
         return '<%s xmlns:xsi="%s" xsi:nil="true"/>' % (tag, ns.XSI)
-    return wrap(tag, fdt(t))
+    return wrap(tag, X.format_datetime(t))
 
 
 def _unknown_children(parent, keep, fault, what, tag):
     # WS-BaseNotification 1.3 §4.2: the fault names every child it did not understand
-    bad = [c for c in parent.children if c.ns != ns.WSNT or c.name != keep]
-    if bad:
-        raise Fault(fault, "only %s, not %s" % (what, bad[0].qname()), extra="".join([
-            '<%s xmlns:q="%s">q:%s</%s>' % (tag, X.escape_attr(c.ns), c.name, tag) if c.ns
-            else wrap(tag, c.name) for c in bad]))
+    bad = ""
+    first = None
+    for c in parent.children:
+        if c.ns != ns.WSNT or c.name != keep:
+            first = first or c
+            bad += '<%s xmlns:q="%s">q:%s</%s>' % (tag, X.escape_attr(c.ns), c.name, tag) if c.ns \
+                else wrap(tag, c.name)
+    if first:
+        raise Fault(fault, "only %s, not %s" % (what, first.qname()), extra=bad)
     return len(parent.children)
 
 
@@ -295,16 +301,16 @@ class Producer:
                 why = "nil: at most %d s ahead" % mx
         else:
             try:
-                t = parse_time(el.text, now)
+                t = X.parse_time(el.text, now)
                 if t <= now:
-                    why = "%s is past" % fdt(t)
+                    why = "%s is past" % X.format_datetime(t)
                 elif mx and t - now > mx:
-                    why = "%s is over %d s ahead" % (fdt(t), mx)
-            except TimeError as e:
+                    why = "%s is over %d s ahead" % (X.format_datetime(t), mx)
+            except X.TimeError as e:
                 why = str(e)
         if why:
-            raise Fault(fault, why, extra=wrap("wsnt:MinimumTime", fdt(now + 1)) + (
-                wrap("wsnt:MaximumTime", fdt(now + mx)) if mx else ""))
+            raise Fault(fault, why, extra=wrap("wsnt:MinimumTime", X.format_datetime(now + 1)) + (
+                wrap("wsnt:MaximumTime", X.format_datetime(now + mx)) if mx else ""))
         return t
 
     def _subscribe(self, req, _, now, actions):
@@ -345,9 +351,12 @@ class Producer:
                 split_url(addr)
             except ValueError:
                 raise Fault(F, "address not http://host[:port]/path: %s" % addr)
-            allow = self.consumer_allow
-            if allow is not None and not [a for a in allow if addr.startswith(a)]:
-                raise Fault(F, "address not allowed (consumer_allow): %s" % addr)
+            for a in self.consumer_allow or ():
+                if addr.startswith(a):
+                    break
+            else:
+                if self.consumer_allow is not None:
+                    raise Fault(F, "address not allowed (consumer_allow): %s" % addr)
         mx = self.L["max_subscriptions"]
         if len(self.subs) >= mx:
             self.expire(now)  # reclaim the expired first
@@ -360,17 +369,17 @@ class Producer:
         actions.append(("subscribed", s))
         return "<wsnt:SubscribeResponse>%s%s%s</wsnt:SubscribeResponse>" % (
             epr(self.base + _SUBS + s.id, s.id, "wsnt:SubscriptionReference"),
-            wrap("wsnt:CurrentTime", fdt(now)),
-            "" if expires is None else wrap("wsnt:TerminationTime", fdt(expires)))
+            wrap("wsnt:CurrentTime", X.format_datetime(now)),
+            "" if expires is None else wrap("wsnt:TerminationTime", X.format_datetime(expires)))
 
     def _renew(self, req, s, now, actions):
         tt = req.body.find(ns.WSNT, "TerminationTime")
         F = "UnacceptableTerminationTimeFault"
         if tt is None:
-            raise Fault(F, "no TerminationTime", extra=wrap("wsnt:MinimumTime", fdt(now + 1)))
+            raise Fault(F, "no TerminationTime", extra=wrap("wsnt:MinimumTime", X.format_datetime(now + 1)))
         s.expires = self._term(tt, now, F)
         return wrap("wsnt:RenewResponse", nil_time("wsnt:TerminationTime", s.expires) +
-                    wrap("wsnt:CurrentTime", fdt(now)))
+                    wrap("wsnt:CurrentTime", X.format_datetime(now)))
 
     def _state(self, req, s, now, actions):
         # Unsubscribe and wsrf-rl:Destroy (WS-ResourceLifetime 1.2 §4.1: gone once answered);
@@ -481,24 +490,27 @@ class Producer:
         old = self.gateway
         self.gateway = consumer
         self.gateway_rp = refparams or ""
-        gone = [s for s in self.subs if old and consumer != old and s.consumer == old]
-        for s in gone:
-            self._drop(s)
+        gone = []
+        for s in self.subs[:]:
+            if old and consumer != old and s.consumer == old:
+                self._drop(s)
+                gone.append(s)
         return gone
 
     def expire(self, now):
         # Scheduled termination (WS-BaseNotification 1.3 §6.4 / WS-ResourceLifetime): expired
         # subscriptions are destroyed; idle pull points reclaimed, with the subscriptions
         # delivering into them. -> list of the subscriptions that went.
-        gone = [s for s in self.subs if s.expires is not None and s.expires <= now]
         idle = self.L["pullpoint_idle_s"]
         for pp in self._pps[:]:
             if idle and now - pp.touched >= idle:
                 pp.active = False
                 self._pps.remove(pp)
-                gone += [s for s in self.subs if s.pullpoint is pp and s not in gone]
-        for s in gone:
-            self._drop(s)
+        gone = []
+        for s in self.subs[:]:
+            if (s.expires is not None and s.expires <= now) or (s.pullpoint and not s.pullpoint.active):
+                self._drop(s)
+                gone.append(s)
         return gone
 
     def counters(self):

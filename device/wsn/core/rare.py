@@ -14,7 +14,6 @@ from wsn.core import ns
 from wsn.core import xml as X
 from wsn.core.producer import Ring, new_id, nil_time
 from wsn.core.soap import Fault, epr, wrap
-from wsn.core.times import format_datetime as fdt
 
 
 class PullPoint:
@@ -88,9 +87,9 @@ def get_rp(p, req, s, now, actions):
     elif k == "wsnt:SubscriptionPolicy":
         out = wrap(k, "<wsnt:UseRaw/>" if s.raw else "")
     elif k == "wsnt:CreationTime":
-        out = wrap(k, fdt(s.created))
+        out = wrap(k, X.format_datetime(s.created))
     elif k == "wsrf-rl:CurrentTime":
-        out = wrap(k, fdt(now))
+        out = wrap(k, X.format_datetime(now))
     elif k == "wsrf-rl:TerminationTime":
         out = nil_time(k, s.expires)
     if out is None:

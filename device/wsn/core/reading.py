@@ -2,7 +2,6 @@
 # <rd:Reading xmlns:rd="urn:wsn-edge:reading" device="ID"><rd:value>21.5</rd:value>
 #   <rd:unit>Cel</rd:unit><rd:time>2026-11-21T05:00:00Z</rd:time></rd:Reading>
 from wsn.core import xml as X
-from wsn.core.times import format_datetime
 
 
 def format_value(v, decimals=2):
@@ -19,4 +18,4 @@ def reading(device_id, value, unit, t, decimals=2):
     return '<rd:Reading xmlns:rd="urn:wsn-edge:reading" device="%s"><rd:value>%s</rd:value>' \
            '<rd:unit>%s</rd:unit><rd:time>%s</rd:time></rd:Reading>' % (
                X.escape_attr(device_id), format_value(value, decimals), X.escape(unit),
-               format_datetime(t))
+               X.format_datetime(t))

@@ -7,7 +7,6 @@
 # Writing: envelope() and fault_envelope() build strings; the caller encodes.
 from wsn.core import ns
 from wsn.core import xml as X
-from wsn.core.times import format_datetime
 
 
 class Fault(Exception):
@@ -105,7 +104,7 @@ def fault_envelope(version, f, now, relates_to=None):
     if f.base:
         detail = "<%s%s><wsrf-bf:Timestamp>%s</wsrf-bf:Timestamp>" \
                  "<wsrf-bf:Description>%s</wsrf-bf:Description>%s</%s>" % (
-                     fq, decl, format_datetime(now), reason, f.extra, fq)
+                     fq, decl, X.format_datetime(now), reason, f.extra, fq)
     code = f.code
     if version == ns.V12:
         if code in ("Sender", "Receiver", "MustUnderstand", "VersionMismatch"):

@@ -15,7 +15,7 @@ from test_support import (
 )
 from wsn.core import ns
 from wsn.core import xml as X
-from wsn.core.times import format_datetime, parse_datetime
+from wsn.core.xml import format_datetime, parse_datetime
 
 P = "/wsn/producer"
 PAYLOAD = '<rd:Reading xmlns:rd="urn:wsn-edge:reading" device="dev-1"><rd:value>1</rd:value></rd:Reading>'

@@ -1,6 +1,6 @@
 from wsn.core import xml as X
 from wsn.core.reading import format_value, reading
-from wsn.core.times import parse_datetime
+from wsn.core.xml import parse_datetime
 
 
 def test_format_value_fixed_decimals():

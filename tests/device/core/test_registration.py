@@ -3,7 +3,7 @@ from test_support import BASE, NOW, topicset
 from wsn.core import ns
 from wsn.core import registration as R
 from wsn.core import soap as S
-from wsn.core.times import format_datetime
+from wsn.core.xml import format_datetime
 
 
 def test_register_publisher_message():

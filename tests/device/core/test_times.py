@@ -1,5 +1,5 @@
 # ruff: noqa: UP031, E501 - MicroPython-compatible test code (%-formatting runs on every port)
-from wsn.core import times as T
+from wsn.core import xml as T
 
 
 def _bad(fn, s):
