@@ -21,7 +21,7 @@ import ipaddress
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -324,36 +324,29 @@ class StatusView:
 
 
 STATUS_KEY = web.AppKey("status", StatusView)
-#: set by gateway.http.handle for `timed`: the operation (a name from the broker's fixed
+#: set by gateway.http.handle for `observe`: the operation (a name from the broker's fixed
 #: tables, so label values stay bounded) and the fault a request was refused with, or,
 #: without an operation, the reason (gateway.metrics.REQUEST_REJECT_REASONS)
 OP_KEY = web.RequestKey("wsn_op", str)
 REJECTED_KEY = web.RequestKey("wsn_rejected", str)
 
 
-@web.middleware
-async def timed(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
+def observe(request: web.Request, seconds: float) -> None:
     """wsn_request_duration_seconds by operation, wsn_notifications_rejected_total and
-    wsn_requests_rejected_total (refused before an operation was known) for SOAP POSTs;
-    gateway.http.handle names the operation and the fault or reason in the request."""
-    if request.method != "POST":
-        return await handler(request)
-    t0 = time.perf_counter()
-    try:
-        return await handler(request)
-    finally:
-        view = request.app.get(STATUS_KEY)
-        if view is not None:
-            m = view.broker.metrics
-            op = request.get(OP_KEY, "invalid")
-            m.request_latency.labels(op).observe(time.perf_counter() - t0)
-            rejected = request.get(REJECTED_KEY)
-            if rejected and OP_KEY not in request:  # refused before it had an operation
-                m.request_rejected(rejected)
-            elif op == "Notify" and rejected:
-                m.rejected.labels(rejected).inc()
+    wsn_requests_rejected_total (refused before an operation was known) for a SOAP POST
+    answered in `seconds`; gateway.http.handle names the operation and the fault or reason
+    in the request."""
+    view = request.app.get(STATUS_KEY)
+    if view is None:
+        return
+    m = view.broker.metrics
+    op = request.get(OP_KEY, "invalid")
+    m.request_latency.labels(op).observe(seconds)
+    rejected = request.get(REJECTED_KEY)
+    if rejected and OP_KEY not in request:  # refused before it had an operation
+        m.request_rejected(rejected)
+    elif op == "Notify" and rejected:
+        m.rejected.labels(rejected).inc()
 
 
 def setup(

@@ -104,33 +104,49 @@ class Addressing:
         return bool(self.action or self.message_id or self.to)
 
 
+#: the text-valued message addressing properties (WS-Addressing 1.0 SOAP Binding §2.1),
+#: by header tag, in both the 1.0 and the 2004/08 namespace (older stacks: same meaning)
+_TEXT_PROPS = {
+    ns.q(wsa, local): attr
+    for wsa in (ns.WSA, ns.WSA2004)
+    for local, attr in (
+        ("Action", "action"),
+        ("To", "to"),
+        ("MessageID", "message_id"),
+        ("RelatesTo", "relates_to"),
+    )
+}
+_EPR_PROPS = {
+    ns.q(wsa, local): attr
+    for wsa in (ns.WSA, ns.WSA2004)
+    for local, attr in (("ReplyTo", "reply_to"), ("FaultTo", "fault_to"))
+}
+_RESOURCE_ID = ns.q(ns.EDGE, "ResourceId")
+
+
 def parse_headers(header: Element | None) -> Addressing:
+    """The addressing properties of a SOAP Header; the first of a repeated one counts.
+    Runs once per request: tags are looked up in tables made once, not compared one by
+    one against names formatted per header."""
     a = Addressing()
     if header is None:
         return a
     for h in header:
-        if not isinstance(h.tag, str):
-            continue
         tag = h.tag
-        if tag.startswith("{" + ns.WSA2004 + "}"):  # older stacks: same meaning
-            tag = ns.q(ns.WSA, tag.split("}", 1)[1])
-        if tag == ns.q(ns.WSA, "Action"):
-            a.action = a.action or text_of(h)
-        elif tag == ns.q(ns.WSA, "To"):
-            a.to = a.to or text_of(h)
-        elif tag == ns.q(ns.WSA, "MessageID"):
-            a.message_id = a.message_id or text_of(h)
-        elif tag == ns.q(ns.WSA, "RelatesTo"):
-            a.relates_to = a.relates_to or text_of(h)
-        elif tag == ns.q(ns.WSA, "ReplyTo"):
-            if a.reply_to is None:
+        if not isinstance(tag, str):
+            continue
+        attr = _TEXT_PROPS.get(tag)
+        if attr is not None:
+            if not getattr(a, attr):
+                setattr(a, attr, text_of(h))
+            continue
+        attr = _EPR_PROPS.get(tag)
+        if attr is not None:
+            if getattr(a, attr) is None:
                 with contextlib.suppress(EprError):
-                    a.reply_to = parse_epr(h)
-        elif tag == ns.q(ns.WSA, "FaultTo"):
-            if a.fault_to is None:
-                with contextlib.suppress(EprError):
-                    a.fault_to = parse_epr(h)
-        elif h.get(_RP_ATTR) in ("true", "1") or tag == ns.q(ns.EDGE, "ResourceId"):
+                    setattr(a, attr, parse_epr(h))
+            continue
+        if tag == _RESOURCE_ID or h.get(_RP_ATTR) in ("true", "1"):
             a.reference_parameters.append(h)
     return a
 

@@ -127,8 +127,12 @@ def parse_time_spec(text: str, now: datetime) -> datetime:
 
 
 def text_of(el: Element | None) -> str:
+    """The element's text content (its descendants' text too), stripped; "" for None."""
     if el is None:
         return ""
+    if len(el) == 0:  # no children (the common case): its own text is all of it
+        t = el.text
+        return t.strip() if t else ""
     return "".join(str(t) for t in el.itertext()).strip()
 
 
