@@ -1,5 +1,7 @@
-# The device application: config -> producer core + HTTP server + samplers + push senders +
-# gateway link. Everything protocol-related is in wsn.core; this is the asyncio glue.
+# The device application, all of the asyncio layer in one module (one module, one set of names:
+# issue 16): config -> producer core, sensors, the HTTP/1.1 server and client, push senders,
+# housekeeping, Wi-Fi. The protocol is in wsn.core; the gateway link (awake and sleepy) is in
+# wsn.gateway, imported only when a gateway is configured.
 #
 #   micropython device/main.py CONFIG.json        (unix port)
 #   main.py on a board reads /config.json
@@ -8,48 +10,151 @@
 import asyncio
 import gc
 import json
+import math
 import os
 import sys
 import time
 
-from wsn import http, sensors
-from wsn.core import httpmsg
+from micropython import const
+
+from wsn.core import httpmsg as H
 from wsn.core import ns as NS
 from wsn.core.producer import PRODUCER_PATH, Producer
 from wsn.core.reading import reading
 from wsn.core.topics import TopicSet, load_namespace
-
-DEFAULT_TOPICS = ("temperature", "humidity", "light", "heartbeat")
 
 # The clock: integer seconds since 2000-01-01T00:00:00Z for the core (wsn.core.times), ticks for
 # intervals. Ports differ in their epoch (unix: 1970, most boards: 2000; time.gmtime(0) tells)
 # and in time.time()'s type (float on the 64-bit unix port, int on boards); both are normalised
 # here. Unix time (~1.76e9) is not a small int on 32-bit ports, seconds since 2000 (~8.5e8) are.
 _OFFSET = 946684800 if time.gmtime(0)[0] == 1970 else 0
+_MAX_HEAD = const(4096)
+_DRAIN = const(65536)  # an oversized body up to this size is read and dropped before the 413
+_T = "text/plain"
+_J = "application/json"
+# the default topics and their units (a constant tuple: in flash when frozen)
+_UNITS = ("temperature", "Cel", "humidity", "%RH", "light", "lx", "heartbeat", "1")
+_KINDS = ("sim", "heartbeat", "internal_temp", "adc")
 
 
 def now():
     return int(time.time()) - _OFFSET
 
 
-def elapsed_ms(since):
-    return time.ticks_diff(time.ticks_ms(), since)
+def ms_since(t):
+    return time.ticks_diff(time.ticks_ms(), t)
+
+
+# ------------------------------------------------------------------------------- sensors
+# A sensor is a list [topic index, kind, spec, reads so far, hardware, unit]. The unix port and
+# the QEMU board have no `machine` (or one without ADC): a board-only kind falls back to "sim"
+# (and says so), so one config runs everywhere.
+def sensor(ti, spec, name):
+    k = spec.get("kind", "sim")
+    if k not in _KINDS:
+        raise ValueError("sensor kind %s: one of %s" % (k, " ".join(_KINDS)))
+    hw = None
+    try:
+        if k == "adc":
+            import machine
+            hw = machine.ADC(machine.Pin(spec["pin"]))
+        elif k == "internal_temp":
+            try:
+                import esp32 as hw
+            except ImportError:
+                import machine
+                hw = machine.ADC(4)
+    except (ImportError, AttributeError):
+        print("sensor %s: no %s hardware here, simulating" % (name, k))
+        k = "sim"
+    u = spec.get("unit") or (_UNITS[_UNITS.index(name) + 1] if name in _UNITS else "")
+    return [ti, k, spec, 0, hw, u]
+
+
+def read(s):
+    k, sp, hw = s[1], s[2], s[4]
+    s[3] += 1
+    if k == "heartbeat":  # a counter: proves the device is alive
+        return s[3]
+    if k == "adc":  # value = read_u16() * scale + offset
+        return hw.read_u16() * sp.get("scale", 1.0) + sp.get("offset", 0.0)
+    if k == "internal_temp":
+        # RP2040: ADC 4, 27 degC at 0.706 V, -1.721 mV/K (datasheet §4.9.5); ESP32:
+        # esp32.mcu_temperature() (degC) or raw_temperature() (degF)
+        if hasattr(hw, "read_u16"):
+            return 27 - (hw.read_u16() * 3.3 / 65535 - 0.706) / 0.001721
+        if hasattr(hw, "mcu_temperature"):
+            return hw.mcu_temperature()
+        return (hw.raw_temperature() - 32) / 1.8
+    # sim: a slow sine around base, deterministic (tests can predict the range)
+    return sp.get("base", 21.0) + sp.get("amplitude", 2.0) * math.sin(s[3] * 0.1)
+
+
+# ------------------------------------------------------------------------------- HTTP
+# One request per connection (Connection: close), Content-Length bodies only, every read under
+# a timeout, sizes bounded: a slow, truncated or oversized request gets 408/400/413 and never
+# holds the device. Message parsing is in wsn.core.httpmsg.
+async def _close(w):
+    try:
+        w.close()
+        await w.wait_closed()
+    except Exception:  # noqa: BLE001 - already reset by the peer: closed either way
+        pass
+
+
+async def _discard(r, left, wait):
+    # read and drop up to `left` bytes, each read within `wait` seconds (None: no limit)
+    try:
+        while left > 0:
+            c = await asyncio.wait_for(r.read(min(512, left)), wait)
+            if not c:
+                break
+            left -= len(c)
+    except Exception:  # noqa: BLE001 - timeout or reset: done either way
+        pass
+
+
+async def post(url, body, ctype, timeout_s=5, extra="", max_resp=16384):
+    # POST body (bytes, or a list of bytes chunks: a batch written in pieces, no big contiguous
+    # block) to url -> (status, response body). Raises OSError / asyncio.TimeoutError when the
+    # peer is unreachable or slow, ValueError (H.HTTPError) for a malformed answer.
+    host, port, path = H.split_url(url)
+    if not isinstance(body, list):
+        body = (body,)
+    head = H.request_head("POST", host, port, path, ctype, sum([len(c) for c in body]), extra)
+    return H.parse_response(await asyncio.wait_for(_exchange(host, port, head, body, max_resp),
+                                                   timeout_s))
+
+
+async def _exchange(host, port, head, body, max_resp):
+    r, w = await asyncio.open_connection(host, port)
+    try:
+        w.write(head)
+        for c in body:
+            w.write(c)
+            await w.drain()
+        buf = b""
+        while True:
+            c = await r.read(512)  # answers to pushes are small: small reads, small heap
+            if not c:
+                return buf
+            buf += c
+            if len(buf) > max_resp:
+                raise H.HTTPError(502, "response over %d bytes" % max_resp)
+    finally:
+        await _close(w)
 
 
 def _find_topics_file(conf):
-    cands = []
-    if conf.get("topics_file"):
-        cands.append(conf["topics_file"])
-    main = sys.argv[0] if sys.argv and sys.argv[0] else ""
-    d = main.rpartition("/")[0]
-    cands += [(d + "/topics.xml") if d else "topics.xml", "/topics.xml", "/lib/topics.xml"]
-    for c in cands:
+    d = sys.argv[0].rpartition("/")[0] if sys.argv and sys.argv[0] else ""
+    for c in (conf.get("topics_file"), d + "/topics.xml" if d else "topics.xml", "/topics.xml",
+              "/lib/topics.xml"):
         try:
             with open(c, "rb") as f:
-                return c, f.read()
-        except OSError:
+                return f.read()
+        except (OSError, TypeError):
             pass
-    return None, None
+    return None
 
 
 def load_config(path):
@@ -63,22 +168,51 @@ def load_config(path):
     return conf
 
 
+def wifi(conf, timeout_s=30):
+    # Wi-Fi join on boards (ESP32, Pico W) and NTP, so the dateTimes are real. conf: {"ssid",
+    # "password", "hostname", "ntp": true} -> the IP address; None without `network` (unix).
+    try:
+        import network
+    except ImportError:
+        return None
+    if not conf.get("ssid"):
+        return None
+    wlan = network.WLAN(network.STA_IF)
+    wlan.active(True)
+    try:
+        network.hostname(conf["hostname"])
+    except (KeyError, AttributeError, ValueError):
+        pass
+    if not wlan.isconnected():
+        wlan.connect(conf["ssid"], conf.get("password", ""))
+        t0 = time.ticks_ms()
+        while not wlan.isconnected():
+            if ms_since(t0) > timeout_s * 1000:
+                raise OSError("Wi-Fi: could not join '%s' in %d s" % (conf["ssid"], timeout_s))
+            time.sleep_ms(200)
+    if conf.get("ntp", True):
+        try:
+            import ntptime
+            ntptime.settime()
+        except Exception as e:  # noqa: BLE001 - no NTP: times are wrong, the device still works
+            print("ntp failed:", repr(e))
+    return wlan.ifconfig()[0]
+
+
 class Device:
     def __init__(self, conf):
+        g = conf.get
         self.conf = conf
         self.device_id = str(conf["device_id"])
-        self.verbose = conf.get("verbose", True)
+        self.verbose = g("verbose", True)
         # conf["limits"] itself: the Producer completes it with its DEFAULTS (no second dict)
-        lim = conf.get("limits") or {}
-        conf["limits"] = lim
+        lim = conf["limits"] = g("limits") or {}
         if "gateway_buffer" in conf:
             lim["gateway_buffer"] = int(conf["gateway_buffer"])
         self.limits = lim
-        self.push_timeout = float(lim.get("push_timeout_s", 5))
-        self.push_retries = int(lim.get("push_retries", 3))
-        self.backoff_ms = int(lim.get("retry_backoff_ms", 500))
-        self.limiter = http.Limiter(int(lim.get("push_concurrency", 2)))
-        self.gc_each = bool(lim.get("gc_collect_each", True))
+        # pushes in flight at once (bounds the heap); waiters wait on self.ev
+        self.slots = int(lim.get("push_concurrency", 2))
+        self.ev = asyncio.Event()
         # Collect after every gc_threshold bytes allocated (not only when the heap is full):
         # garbage between collections is what the peak is made of, and collecting a small heap
         # takes about a millisecond. Default: 2048 on heaps up to 256 KB (boards without
@@ -88,43 +222,33 @@ class Device:
             th = 2048 if gc.mem_free() + gc.mem_alloc() <= 262144 else 0
         if int(th) > 0 and hasattr(gc, "threshold"):
             gc.threshold(int(th))
-        self.read_timeout = float(lim.get("read_timeout_s", 10))
-        src, data = _find_topics_file(conf)
-        if data is not None:
+        data = _find_topics_file(conf)
+        if data:
             tns, names = load_namespace(data)
         else:
-            tns, names = NS.DT, list(DEFAULT_TOPICS)
+            tns, names = NS.DT, ["temperature", "humidity", "light", "heartbeat"]
         self.topicset = TopicSet(tns, names)
-        self.sensors = []  # (topic index, sensor, spec)
+        self.sensors = []
         reg = []
-        for spec in conf.get("sensors") or [{"topic": "temperature"}]:
-            ti = self.topicset.index(spec.get("topic", ""))
+        for spec in g("sensors") or [{"topic": "temperature"}]:
+            t = spec.get("topic", "")
+            ti = self.topicset.index(t)
             if ti < 0:
-                raise ValueError("sensor topic %s not in topics.xml" % spec.get("topic"))
-            self.sensors.append((ti, sensors.make(spec), spec))
-            if ti not in reg:
-                reg.append(ti)
-        self.registered_topics = TopicSet(tns, [names[i] for i in reg])
-        self.host = conf.get("http_host", "0.0.0.0")
-        self.port = int(conf["http_port"])
-        self.adv_host = conf.get("advertise_host")
-        self.secret = conf.get("secret") or None
-        self.sample_period = float(conf.get("sample_period_s", 10))
-        # "awake" (default): serves Subscribe, pushes each reading; "sleepy": wsn/sleepy.py
-        self.mode = conf.get("mode", "awake")
-        if self.mode not in ("awake", "sleepy"):
+                raise ValueError("sensor topic %s not in topics.xml" % t)
+            self.sensors.append(sensor(ti, spec, t))
+            if t not in reg:
+                reg.append(t)
+        self.registered_topics = TopicSet(tns, reg)
+        # "awake" (default): serves Subscribe, pushes each reading; "sleepy": wsn.gateway
+        mode = g("mode", "awake")
+        if mode not in ("awake", "sleepy"):
             raise ValueError("config: mode 'awake' or 'sleepy'")
-        if self.mode == "sleepy" and not conf.get("gateway"):
+        if mode == "sleepy" and not g("gateway"):
             raise ValueError("config: sleepy mode needs 'gateway'")
-        self.producer = None
-        self.link = None
+        self.producer = self.link = self.last_status = None
         self.started = time.ticks_ms()  # ticks wrap (~12 days on boards): uptime is summed
-        self.uptime_ms = 0
-        self.mem_peak = 0
-        self.requests = 0
-        self.last_status = None
+        self.uptime_ms = self.mem_peak = self.requests = 0
 
-    # ---------------------------------------------------------------- helpers
     def now(self):
         return now()
 
@@ -132,112 +256,177 @@ class Device:
         if self.verbose:
             print(msg)
 
-    def status_line(self, why=""):
-        p = self.producer
-        link = self.link
-        st = "status %s gateway=%s buffered=%d dropped=%d subs=%d pullpoint_dropped=%d " \
-             "push_failed=%d" % (why and ("[" + why + "]"), link.state if link else "none",
-                                 len(p.outbox), p.outbox.dropped, len(p.subs),
-                                 dict(p.counters())["pullpointDropped"], p.push_failed)
-        print(st)
-
-    def _sample_mem(self):
+    def mem(self):
         a = gc.mem_alloc()
         if a > self.mem_peak:
             self.mem_peak = a
 
-    def status(self):
-        self._sample_mem()
-        peak = self.mem_peak
-        gc.collect()
-        d = {"device_id": self.device_id, "producer": self.producer.addr,
-             "uptime_s": (self.uptime_ms + elapsed_ms(self.started)) // 1000,
-             "time": self.now(),
-             "requests": self.requests, "mem_alloc": gc.mem_alloc(), "mem_free": gc.mem_free(),
-             "mem_peak": peak, "gateway": self.link.status() if self.link else None}
-        for k, v in self.producer.counters():
-            d[k] = v
-        d["subscription_list"] = [
-            {"id": s.id, "consumer": s.consumer, "paused": s.paused, "raw": s.raw,
-             "topics": self.topicset.mask_names(s.mask), "expires": s.expires,
-             "delivered": s.delivered, "failed": s.failed,
-             "queued": len(s.queue) if s.queue else 0} for s in self.producer.subs]
-        d["pullpoint_list"] = [{"id": p.id, "queued": len(p.ring), "dropped": p.ring.dropped}
-                               for p in self.producer._pps or ()]
-        return d
+    def counters(self):
+        p = self.producer
+        c = dict(p.counters())
+        return c, (p.outbox.dropped, c["pullpointDropped"], p.push_failed)
 
-    # ---------------------------------------------------------------- HTTP
-    async def handle(self, method, path, query, headers, body):
-        self.requests += 1
+    def status_line(self, why=""):
+        p = self.producer
+        print("status %s gateway=%s buffered=%d dropped=%d subs=%d pullpoint_dropped=%d "
+              "push_failed=%d" % (why and "[" + why + "]", self.link.state if self.link else "none",
+                                  len(p.outbox), p.outbox.dropped, len(p.subs),
+                                  self.counters()[0]["pullpointDropped"], p.push_failed))
+
+    # ------------------------------------------------------------------ HTTP server
+    async def _conn(self, r, w):
+        st = 500
+        rt = float(self.limits.get("read_timeout_s", 10))
         try:
-            admin = (path == "/status" and method == "GET") or (
-                path == "/admin/sample" and method == "POST")
-            if admin and not httpmsg.check_auth(headers.get("authorization"), self.secret):
-                return 401, "text/plain", b"management secret required (Bearer or Basic)\n"
-            if path == "/status" and admin:
-                if "reset_peak" in query:
-                    gc.collect()
-                    self.mem_peak = 0
-                return 200, "application/json", json.dumps(self.status()).encode()
-            if admin:
-                topic = ""
-                count = 1
-                for kv in query.split("&"):
-                    k, _, v = kv.partition("=")
-                    if k == "topic":
-                        topic = v
-                    elif k == "count" and v.isdigit():
-                        count = min(int(v), 1000)
-                n = 0
-                for _ in range(count):
-                    for ti, sensor, spec in self.sensors:
-                        if not topic or self.topicset.names[ti] == topic:
-                            self.sample(ti, sensor, spec)
-                            n += 1
-                return 200, "application/json", json.dumps({"published": n}).encode()
-            if path == "/" and method == "GET":
-                return 200, "text/plain", ("wsn-edge device %s: WS-Notification producer at %s\n"
-                                           % (self.device_id, self.producer.addr)).encode()
-            r = self.producer.handle(method, path, body, self.now(), headers.get("content-type", ""))
-            for act, obj in r.actions:
-                if act == "resumed" and obj.queue is not None:
-                    self._kick(obj)
-                if act in ("subscribed", "unsubscribed", "paused", "resumed"):
-                    self.log("%s %s -> %s" % (act, obj.id, obj.consumer))
-            self._sample_mem()
-            return r.status, r.ctype, r.body
+            try:
+                st, ct, b = self.handle(*(await asyncio.wait_for(self._request(r, w), rt)))
+            except asyncio.TimeoutError:
+                st, ct, b = 408, _T, b"request too slow\n"
+            except H.HTTPError as e:
+                st, ct, b = e.args[0], _T, (e.args[1] + "\n").encode()
+            except MemoryError:
+                st, ct, b = 503, _T, b"out of memory: retry\n"
+            if not isinstance(b, list):  # chunks of a large answer: no big contiguous block
+                b = (b,)
+            w.write(H.response_head(st, ct, sum([len(c) for c in b])))
+            for c in b:
+                w.write(c)
+                await asyncio.wait_for(w.drain(), rt)
+            b = None
+            if st >= 400:
+                # "lingering close" (RFC 9112 §9.6): read and discard what the client still
+                # sends for a moment, so closing does not reset the connection before the
+                # client has read the answer
+                await _discard(r, _DRAIN, 0.2)
+        except Exception as e:  # noqa: BLE001 - a broken connection must not stop the server
+            print("http: connection error:", repr(e))
         finally:
-            self._sample_mem()
+            await _close(w)
+            self.after()
 
-    def _after(self, status=None):
+    async def _request(self, r, w):
+        buf = b""
+        while True:
+            k = buf.find(b"\r\n\r\n")
+            if 0 <= k <= _MAX_HEAD:
+                break
+            if len(buf) > _MAX_HEAD:
+                raise H.HTTPError(431, "head over %d bytes" % _MAX_HEAD)
+            c = await r.read(512)
+            if not c:
+                raise H.HTTPError(400, "truncated head")
+            buf += c
+        method, path, query, hd = H.parse_head(buf[:k])
+        body = buf[k + 4:]
+        buf = None
+        try:
+            n = H.body_length(method, hd, self.limits["max_request_bytes"])
+        except H.HTTPError as e:
+            cl = hd.get("content-length", "")
+            if e.args[0] == 413 and cl.isdigit() and int(cl) <= _DRAIN:
+                # read and discard it, so the client is reading when the 413 comes
+                await _discard(r, int(cl) - len(body), None)
+            raise
+        if n > len(body):
+            if not body and hd.get("expect", "").lower() == "100-continue":
+                # RFC 9110 §10.1.1: curl and .NET clients wait for this before the body
+                w.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                await w.drain()
+            try:
+                body += await r.readexactly(n - len(body))
+            except EOFError:
+                raise H.HTTPError(400, "truncated body (of %d bytes)" % n)
+        return method, path, query, hd, body[:n]
+
+    def handle(self, method, path, query, hd, body):
+        # -> (status, content type, body bytes or list of chunks)
+        self.requests += 1
+        self.mem()
+        admin = (path, method) in (("/status", "GET"), ("/admin/sample", "POST"))
+        if admin and not H.check_auth(hd.get("authorization"), self.conf.get("secret")):
+            return 401, _T, b"management secret required (Bearer or Basic)\n"
+        if path == "/status" and admin:
+            if "reset_peak" in query:
+                gc.collect()
+                self.mem_peak = 0
+            return 200, _J, json.dumps(self.status()).encode()
+        if admin:
+            topic = ""
+            count = 1
+            for kv in query.split("&"):
+                k, _, v = kv.partition("=")
+                if k == "topic":
+                    topic = v
+                elif k == "count" and v.isdigit():
+                    count = min(int(v), 1000)
+            n = 0
+            for _ in range(count):
+                for s in self.sensors:
+                    if not topic or self.topicset.names[s[0]] == topic:
+                        self.sample(s)
+                        n += 1
+            return 200, _J, ('{"published": %d}' % n).encode()
+        p = self.producer
+        if path == "/" and method == "GET":
+            return 200, _T, ("wsn-edge device %s: WS-Notification producer at %s\n"
+                             % (self.device_id, p.addr)).encode()
+        r = p.handle(method, path, body, now(), hd.get("content-type", ""))
+        for act, obj in r.actions:
+            if act == "resumed":
+                self.kick(obj)
+            if act in ("subscribed", "unsubscribed", "paused", "resumed"):
+                self.log("%s %s -> %s" % (act, obj.id, obj.consumer))
+        self.mem()
+        return r.status, r.ctype, r.body
+
+    def after(self):
         # collect after every request and push: a small heap stays unfragmented, so the next
         # envelope finds a contiguous block (cheap at 64 KiB, ~1 ms at 2 MB)
-        self._sample_mem()
-        if self.gc_each:
+        self.mem()
+        if self.limits.get("gc_collect_each", True):
             gc.collect()
 
-    # ---------------------------------------------------------------- publishing
-    def reading_for(self, ti, sensor, spec, now):
-        # one reading of a sensor as the payload XML, or None if the sensor failed
+    def status(self):
+        self.mem()
+        peak = self.mem_peak
+        gc.collect()
+        p = self.producer
+        d = self.counters()[0]
+        d.update({"device_id": self.device_id, "producer": p.addr,
+                  "uptime_s": (self.uptime_ms + ms_since(self.started)) // 1000, "time": now(),
+                  "requests": self.requests, "mem_alloc": gc.mem_alloc(),
+                  "mem_free": gc.mem_free(), "mem_peak": peak,
+                  "gateway": self.link.status() if self.link else None,
+                  "subscription_list": [
+                      {"id": s.id, "consumer": s.consumer, "paused": s.paused, "raw": s.raw,
+                       "topics": self.topicset.mask_names(s.mask), "expires": s.expires,
+                       "delivered": s.delivered, "failed": s.failed,
+                       "queued": len(s.queue) if s.queue else 0} for s in p.subs],
+                  "pullpoint_list": [{"id": q.id, "queued": len(q.ring), "dropped": q.ring.dropped}
+                                     for q in p._pps or ()]})
+        return d
+
+    # ------------------------------------------------------------------ publishing
+    def reading(self, s, t):
+        # one reading of sensor s as the payload XML, or None if the sensor failed
         try:
-            value = sensor.read()
+            v = read(s)
         except Exception as e:  # noqa: BLE001 - a flaky sensor must not stop the device
-            self.log("sensor %s: %r" % (self.topicset.names[ti], e))
+            self.log("sensor %s: %r" % (self.topicset.names[s[0]], e))
             return None
-        unit = spec.get("unit") or sensors.unit(self.topicset.names[ti])
-        return reading(self.device_id, value, unit, now, spec.get("decimals", 2))
+        return reading(self.device_id, v, s[5], t, s[2].get("decimals", 2))
 
-    def sample(self, ti, sensor, spec):
-        payload = self.reading_for(ti, sensor, spec, self.now())
-        if payload is None:
-            return
-        kick, gw = self.producer.publish(ti, payload, self.now())
-        for s in kick:
-            self._kick(s)
-        if gw and self.link is not None:
-            self.link.out.set()
+    def sample(self, s):
+        t = now()
+        payload = self.reading(s, t)
+        if payload is not None:
+            kick, gw = self.producer.publish(s[0], payload, t)
+            for q in kick:
+                self.kick(q)
+            if gw and self.link:
+                self.link.out.set()
 
-    def _kick(self, s):
+    def kick(self, s):
         if not s.sending and s.queue is not None and len(s.queue):
             s.sending = True
             asyncio.create_task(self._sender(s))
@@ -246,28 +435,32 @@ class Device:
         # drains one subscription's queue in order; each push is tried 1 + push_retries times
         # with exponential backoff, then given up (counted). At most push_concurrency pushes
         # are in flight device-wide.
+        lim = self.limits
+        tries = int(lim.get("push_retries", 3))
         try:
             while s.active and not s.paused and len(s.queue):
                 item = s.queue.peek()
                 ok = False
                 err = ""
                 url = s.consumer
-                await self.limiter.acquire()
+                while self.slots <= 0:
+                    self.ev.clear()
+                    await self.ev.wait()
+                self.slots -= 1
                 try:
                     url, body, ctype = self.producer.render(item)
-                    self._sample_mem()
-                    delay = self.backoff_ms
-                    for attempt in range(self.push_retries + 1):
+                    self.mem()
+                    delay = int(lim.get("retry_backoff_ms", 500))
+                    for i in range(tries + 1):
                         try:
-                            status, _ = await http.post(url, body, ctype, self.push_timeout)
-                            ok = 200 <= status < 300
-                            err = "HTTP %d" % status
-                        except MemoryError as e:
-                            err = repr(e)
-                            gc.collect()
+                            st = (await post(url, body, ctype,
+                                             float(lim.get("push_timeout_s", 5))))[0]
+                            ok = 200 <= st < 300
+                            err = "HTTP %d" % st
                         except Exception as e:  # noqa: BLE001 - unreachable consumer: retry
                             err = repr(e)
-                        if ok or not s.active or attempt == self.push_retries:
+                            gc.collect()
+                        if ok or not s.active or i == tries:
                             break
                         await asyncio.sleep_ms(delay)
                         delay *= 2
@@ -275,8 +468,9 @@ class Device:
                 except MemoryError as e:
                     err = repr(e)
                 finally:
-                    self.limiter.release()
-                self._after()
+                    self.slots += 1
+                    self.ev.set()
+                self.after()
                 if s.queue.peek() is item:
                     s.queue.pop()
                 if ok:
@@ -288,79 +482,67 @@ class Device:
         finally:
             s.sending = False
 
-    async def _sampler(self, ti, sensor, spec):
-        period = float(spec.get("period_s", self.sample_period))
-        if period <= 0:
-            return
+    async def _sampler(self, s, period):
         while True:
             try:
-                self.sample(ti, sensor, spec)
+                self.sample(s)
             except MemoryError:
                 gc.collect()
-                self.log("sample %s: out of memory" % self.topicset.names[ti])
+                self.log("sample %s: out of memory" % self.topicset.names[s[0]])
             await asyncio.sleep_ms(int(period * 1000))
 
-    async def _housekeeping(self):
-        period = float(self.conf.get("status_period_s", 60))
+    # ------------------------------------------------------------------ main
+    async def run(self):
+        g = self.conf.get
+        host = g("http_host", "0.0.0.0")
+        port = int(g("http_port"))
+        adv = g("advertise_host") or (g("wifi") and wifi(g("wifi"))) or (
+            host if host not in ("0.0.0.0", "") else "127.0.0.1")
+        base = "http://%s:%d" % (adv, port)
+        p = self.producer = Producer(self.device_id, self.topicset, base, os.urandom, self.limits)
+        if g("gateway"):
+            from wsn import gateway
+            self.link = gateway.Link(self)
+            if g("mode") == "sleepy":
+                await self.link.sleepy()
+                return
+        if g("consumer_allow") is not None:
+            p.consumer_allow = list(g("consumer_allow"))
+        await asyncio.start_server(self._conn, host, port, 8)
+        print("producer %s%s" % (base, PRODUCER_PATH))
+        if self.link:
+            asyncio.create_task(self.link.run())
+        for s in self.sensors:
+            period = float(s[2].get("period_s", g("sample_period_s", 10)))
+            if period > 0:
+                asyncio.create_task(self._sampler(s, period))
+        # housekeeping: expiry (WS-BaseNotification 1.3 §6.4 scheduled termination) every
+        # 0.5 s, and the status line, printed when a drop counter moves and every
+        # status_period_s
+        period = float(g("status_period_s", 60))
         last = time.ticks_ms()
+        self.last_status = (0, 0, 0)
         while True:
             await asyncio.sleep_ms(500)
             try:
-                last = self._housekeeping_step(period, last)
+                t = time.ticks_ms()
+                self.uptime_ms += time.ticks_diff(t, self.started)
+                self.started = t
+                for s in p.expire(now()):
+                    self.log("expired %s" % s.id)
+                self.mem()
+                key = self.counters()[1]
+                if key != self.last_status:
+                    self.status_line("drops")
+                    last = time.ticks_ms()
+                elif period > 0 and ms_since(last) >= period * 1000:
+                    self.status_line()
+                    last = time.ticks_ms()
+                self.last_status = key
             except Exception as e:  # noqa: BLE001 - housekeeping must outlive any error
                 gc.collect()
                 self.log("housekeeping: %r" % e)
 
-    def _housekeeping_step(self, period, last):
-        # expiry (WS-BaseNotification 1.3 §6.4 scheduled termination) and the status line,
-        # printed when a drop counter moves and every status_period_s
-        t = time.ticks_ms()
-        self.uptime_ms += elapsed_ms(self.started)
-        self.started = t
-        for s in self.producer.expire(self.now()):
-            self.log("expired %s" % s.id)
-        self._sample_mem()
-        p = self.producer
-        key = (p.outbox.dropped, dict(p.counters())["pullpointDropped"], p.push_failed)
-        if key != self.last_status:
-            self.status_line("drops")
-            last = time.ticks_ms()
-        elif period > 0 and elapsed_ms(last) >= period * 1000:
-            self.status_line()
-            last = time.ticks_ms()
-        self.last_status = key
-        return last
-
-    # ---------------------------------------------------------------- main
-    async def run(self):
-        ip = None
-        if self.conf.get("wifi"):
-            from wsn import wifi
-            ip = wifi.connect(self.conf["wifi"])
-        host = self.adv_host or ip or (self.host if self.host not in ("0.0.0.0", "") else "127.0.0.1")
-        base = "http://%s:%d" % (host, self.port)
-        self.producer = Producer(self.device_id, self.topicset, base, os.urandom, self.limits)
-        if self.mode == "sleepy":
-            from wsn.sleepy import Sleepy  # imported only in this mode
-            await Sleepy(self).run()
-            return
-        if self.conf.get("consumer_allow") is not None:
-            self.producer.consumer_allow = list(self.conf["consumer_allow"])
-        srv = http.Server(self.handle, self.host, self.port, self.limits["max_request_bytes"],
-                          self.read_timeout, self._after)
-        await srv.start()
-        print("producer %s%s" % (base, PRODUCER_PATH))
-        if self.conf.get("gateway"):
-            from wsn.gateway import GatewayLink
-            self.link = GatewayLink(self, self.conf)
-            asyncio.create_task(self.link.run())
-        for ti, sensor, spec in self.sensors:
-            asyncio.create_task(self._sampler(ti, sensor, spec))
-        self.last_status = (0, 0, 0)
-        await self._housekeeping()
-
 
 def main(path):
-    conf = load_config(path)
-    dev = Device(conf)
-    asyncio.run(dev.run())
+    asyncio.run(Device(load_config(path)).run())

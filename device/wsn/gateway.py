@@ -1,94 +1,76 @@
-# The link to the gateway (design.md "Device <-> gateway", demand-based publishing):
+# The link to the gateway (design.md "Device <-> gateway"), imported only when one is configured.
+# Both modes share the registration, the renewal and the batched Notify; the readings for the
+# gateway wait in the producer's outbox (bounded, oldest dropped and counted) until it answers 2xx.
+#
+# Awake (run): demand-based publishing.
 # - register: br:RegisterPublisher (Demand=true, PublisherReference = our producer address with
 #   edge:DeviceId, one br:Topic per sensor, InitialTerminationTime) until it succeeds;
 # - renew: wsrf-rl:SetTerminationTime on the registration address every renew_period_s;
-#   a ResourceUnknownFault (registration forgotten, e.g. a gateway restart without state)
-#   means register again; so does a push answered with ResourceUnknownFault;
+#   a ResourceUnknownFault or 404 (registration forgotten, e.g. a gateway restart without
+#   state) means register again; so does a push answered that way;
 # - after the gateway was unreachable, the first success triggers an immediate renew (which
 #   detects a restarted gateway);
-# - the sender drains the producer's gateway outbox in order, up to batch_max readings per
-#   Notify (one NotificationMessage each); while the gateway is unreachable the readings wait
-#   there (bounded, oldest dropped and counted), retried every retry_s.
+# - the sender drains the outbox in order, up to batch_max readings per Notify (one
+#   NotificationMessage each), retried every retry_s (doubling) while the gateway is unreachable.
+#
+# Sleepy (sleepy; config "mode": "sleepy"): each cycle the device wakes, samples every sensor
+# once, sends the readings gathered since the last accepted send in batched Notifys, and sleeps
+# sample_period_s: machine.deepsleep or lightsleep on a board ("sleep": "deep" | "light"),
+# time.sleep on the unix port. It registers with Demand=false (WS-BrokeredNotification: the
+# publisher just publishes, the broker does all subscription work), serves no Subscribe and
+# opens no HTTP server. What must survive deep sleep is a small JSON file (state_file):
+# registration and consumer addresses with their reference parameters, termination time, the
+# readings not yet accepted, the wake counter, drops. It is written to FILE.tmp and renamed over
+# FILE (atomic on LittleFS, the ESP32/Pico W default): a power cut mid-write leaves the previous
+# state, so it loses at most the readings of that wake.
 import asyncio
 import binascii
+import gc
+import json
+import os
+import time
 
-from wsn import http
 from wsn.core import ns
 from wsn.core.registration import read_registration, register_publisher, set_termination_time
 from wsn.core.soap import fault_name
-
-
-def auth_header(conf):
-    # Credentials for a gateway that protects its management operations (RegisterPublisher,
-    # SetTerminationTime on the registration): `gateway_token` -> Bearer, else
-    # `gateway_user` + `gateway_password` -> HTTP Basic; "" when none is configured. Sent on
-    # every request to the gateway (Notify is open there, so it costs nothing).
-    tok = conf.get("gateway_token")
-    if tok:
-        return "Authorization: Bearer %s\r\n" % tok
-    user = conf.get("gateway_user")
-    if user:
-        raw = ("%s:%s" % (user, conf.get("gateway_password") or "")).encode()
-        return "Authorization: Basic %s\r\n" % binascii.b2a_base64(raw).decode().strip()
-    return ""
-
-
-def forgotten(status, body):
-    # -> (fault name, reason, True if the gateway no longer knows the registration: a
-    # ResourceUnknownFault or a 404 means register again)
-    name, reason = fault_name(body)
-    return name, reason, name == "ResourceUnknownFault" or status == 404
+from wsn.device import now, post
 
 
 class Link:
-    # what awake (GatewayLink) and sleepy mode (wsn.sleepy) share: the link's settings and
-    # the registration messages
-    def __init__(self, dev, conf):
+    def __init__(self, dev):
+        c = dev.conf.get
         self.dev = dev
         self.p = dev.producer
-        self.url = conf["gateway"]
-        self.version = ns.V11 if str(conf.get("gateway_soap", "1.2")) == "1.1" else ns.V12
-        self.ttl = int(conf.get("registration_ttl_s", 600))
-        self.timeout = float(conf.get("gateway_timeout_s", 5))
-        self.auth = auth_header(conf)
-        # batching (issue 16): up to batch_max buffered readings go out as one Notify
-        self.batch_max = max(1, int(conf.get("batch_max", 16)))
-
-    def register_env(self, now, demand=True):
-        return register_publisher(self.version, self.url, self.p.addr, self.p.device_id,
-                                  self.dev.registered_topics, now + self.ttl, demand)
-
-    def renew_env(self, reg, reg_rp, now):
-        return set_termination_time(self.version, reg, reg_rp, now + self.ttl)
-
-
-class GatewayLink(Link):
-    def __init__(self, dev, conf):
-        super().__init__(dev, conf)
-        self.renew_s = int(conf.get("renew_period_s") or max(1, self.ttl // 2))
-        self.retry_s = float(conf.get("gateway_retry_s", 2))
-        self.retry_max_s = float(conf.get("gateway_retry_max_s", 30))
-        # batch_wait_s > 0 buffers by choice (that long after the first reading waits)
-        self.batch_wait_s = float(conf.get("batch_wait_s", 0))
-        self.batches = 0
-        self.reg = None  # registration address
+        self.url = c("gateway")
+        self.version = ns.V11 if str(c("gateway_soap", "1.2")) == "1.1" else ns.V12
+        self.ttl = int(c("registration_ttl_s", 600))
+        # Credentials for a gateway that protects its management operations (RegisterPublisher,
+        # SetTerminationTime): gateway_token -> Bearer, else gateway_user + gateway_password ->
+        # HTTP Basic. Sent on every request to the gateway (Notify is open there: no cost).
+        a = c("gateway_token")
+        if a:
+            a = "Bearer " + a
+        elif c("gateway_user"):
+            a = "Basic " + binascii.b2a_base64(("%s:%s" % (
+                c("gateway_user"), c("gateway_password") or "")).encode()).decode().strip()
+        self.auth = "Authorization: %s\r\n" % a if a else ""
+        self.batch_max = max(1, int(c("batch_max", 16)))
+        self.reg = None  # registration address (None: register first)
         self.reg_rp = ""
+        self.expires = self.seq = self.requests = 0
+        self.registrations = self.renewals = self.delivered = self.batches = 0
+        self.rejected = 0  # readings the gateway refused with a fault (not retried)
         self.state = "unregistered"  # unregistered | registered | down
-        self.registrations = 0
-        self.renewals = 0
-        self.delivered = 0
-        self.rejected = 0  # pushes the gateway refused with a fault (not retried)
         self.last_error = ""
         self.wake = asyncio.Event()  # main loop: register/renew now
         self.out = asyncio.Event()  # sender: something to send
 
     def status(self):
+        ob = self.p.outbox
         return {"state": self.state, "registration": self.reg, "consumer": self.p.gateway,
                 "registrations": self.registrations, "renewals": self.renewals,
-                "delivered": self.delivered, "batches": self.batches,
-                "rejected": self.rejected,
-                "buffered": len(self.p.outbox), "dropped": self.p.outbox.dropped,
-                "last_error": self.last_error}
+                "delivered": self.delivered, "batches": self.batches, "rejected": self.rejected,
+                "buffered": len(ob), "dropped": ob.dropped, "last_error": self.last_error}
 
     def _set_state(self, st):
         if st != self.state:
@@ -97,58 +79,72 @@ class GatewayLink(Link):
             if st == "registered":
                 self.out.set()  # reachable again: the sender retries now, not after its backoff
 
-    def _down(self, err):
-        self.last_error = err
-        if self.state != "down":
-            self._set_state("down")
+    async def _post(self, url, body, ctype=None):
+        self.requests += 1
+        return await post(url, body, ctype or ns.content_type(self.version),
+                          float(self.dev.conf.get("gateway_timeout_s", 5)), self.auth)
 
-    async def _post(self, url, env):
-        return await http.post(url, env.encode() if isinstance(env, str) else env,
-                               ns.content_type(self.version), self.timeout, self.auth)
-
-    async def register(self):
-        env = self.register_env(self.dev.now())
-        try:
-            status, body = await self._post(self.url, env)
-        except Exception as e:  # noqa: BLE001 - unreachable: retry later
-            self._down("register: %r" % e)
-            return False
-        try:
-            reg, reg_rp, con, con_rp = read_registration(body)
-        except Exception as e:  # noqa: BLE001
-            self.last_error = "register: HTTP %d %s" % (status, e)
-            self.dev.status_line("gateway refused registration: " + self.last_error)
-            self._set_state("unregistered")
-            return False
-        self.reg, self.reg_rp = reg, reg_rp
-        gone = self.p.set_gateway(con, con_rp)
-        for s in gone:
-            self.dev.log("removed %s (old registration)" % s.id)
-        self.registrations += 1
-        self._set_state("registered")
-        self.dev.log("registered at %s (consumer %s)" % (reg, con))
-        self.out.set()
-        return True
-
-    async def renew(self):
-        env = self.renew_env(self.reg, self.reg_rp, self.dev.now())
-        try:
-            status, body = await self._post(self.reg, env)
-        except Exception as e:  # noqa: BLE001
-            self._down("renew: %r" % e)
-            return
-        if 200 <= status < 300:
-            self.renewals += 1
-            self._set_state("registered")
-            return
-        name, reason, gone = forgotten(status, body)
-        self.last_error = "renew: HTTP %d %s %s" % (status, name, reason)
-        if gone:
+    def _forgotten(self, what, st, resp):
+        # a refusal: ResourceUnknownFault or 404 -> the registration is forgotten (-> True)
+        name, reason = fault_name(resp)
+        self.last_error = "%s: HTTP %d %s %s" % (what, st, name, reason)
+        if name == "ResourceUnknownFault" or st == 404:
             self.dev.log("registration %s forgotten: registering again" % self.reg)
             self.reg = None
-            self._set_state("unregistered")
+            return True
+        self.dev.log(self.last_error)
+        return False
+
+    async def _register(self, demand):
+        # -> None when registered, else why the gateway refused; raises when unreachable
+        st, body = await self._post(self.url, register_publisher(
+            self.version, self.url, self.p.addr, self.p.device_id, self.dev.registered_topics,
+            now() + self.ttl, demand).encode())
+        try:
+            self.reg, self.reg_rp, con, con_rp = read_registration(body)
+        except Exception as e:  # noqa: BLE001 - a fault or garbage: refused
+            return "register: HTTP %d %s" % (st, e)
+        for s in self.p.set_gateway(con, con_rp):
+            self.dev.log("removed %s (old registration)" % s.id)
+        self.expires = now() + self.ttl
+        self.registrations += 1
+        self.dev.log("registered at %s (Demand=%s) consumer %s" % (
+            self.reg, "true" if demand else "false", con))
+
+    async def _renew(self):
+        # WS-ResourceLifetime SetTerminationTime on the registration -> True if accepted
+        st, body = await self._post(self.reg, set_termination_time(
+            self.version, self.reg, self.reg_rp, now() + self.ttl).encode())
+        if 200 <= st < 300:
+            self.expires = now() + self.ttl
+            self.renewals += 1
+            return True
+        self._forgotten("renew", st, body)
+        return False
+
+    async def _send(self):
+        # One batched Notify: up to batch_max readings of the outbox, oldest first -> readings
+        # the gateway accepted, -1 if it forgot the registration. A refusal for what the
+        # messages are would be answered forever: they are dropped (counted). Raises when the
+        # gateway is unreachable (they stay).
+        items, url, body, ctype = self.p.gateway_batch(self.batch_max, self.version)
+        st, resp = await self._post(url, body, ctype)
+        body = None
+        if 200 <= st < 300:
+            n = len(items)
+            self.delivered += n
+            self.batches += 1
+        elif self._forgotten("push", st, resp):
+            return -1
         else:
-            self.dev.log(self.last_error)
+            n = 0
+            self.rejected += len(items)
+            self.p.push_failed += len(items)
+        ob = self.p.outbox
+        for it in items:  # the full buffer may have dropped some meanwhile: those are gone
+            if ob.peek() is it:
+                ob.pop()
+        return n
 
     async def _sleep(self, ev, seconds):
         try:
@@ -157,72 +153,154 @@ class GatewayLink(Link):
             pass
         ev.clear()
 
+    def _down(self, err):
+        self.last_error = err
+        self._set_state("down")
+
+    # ------------------------------------------------------------------ awake
     async def run(self):
-        asyncio.create_task(self._sender())
-        delay = self.retry_s
+        c = self.dev.conf.get
+        renew_s = int(c("renew_period_s") or max(1, self.ttl // 2))
+        retry_s = float(c("gateway_retry_s", 2))
+        retry_max = max(retry_s, float(c("gateway_retry_max_s", 30)))
+        asyncio.create_task(self._sender(retry_s, retry_max))
+        delay = retry_s
         while True:
             if self.reg is None:
-                if not await self.register():
-                    # refused or unreachable: try again, less and less often
+                try:
+                    err = await self._register(True)
+                except Exception as e:  # noqa: BLE001 - unreachable: retry later
+                    err = "register: %r" % e
+                    self._down(err)
+                else:
+                    if err:
+                        self.last_error = err
+                        self.dev.status_line("gateway refused registration: " + err)
+                        self._set_state("unregistered")
+                if err:  # refused or unreachable: try again, less and less often
                     await self._sleep(self.wake, delay)
-                    delay = min(delay * 2, max(self.retry_s, self.retry_max_s))
+                    delay = min(delay * 2, retry_max)
                     continue
-                delay = self.retry_s
-                await self._sleep(self.wake, self.renew_s)
+                delay = retry_s
+                self._set_state("registered")
+                await self._sleep(self.wake, renew_s)
             else:
-                await self._sleep(self.wake, self.renew_s if self.state == "registered"
-                                  else self.retry_s)
+                await self._sleep(self.wake, renew_s if self.state == "registered" else retry_s)
             if self.reg is not None:
-                await self.renew()
+                try:
+                    if await self._renew():
+                        self._set_state("registered")
+                    elif self.reg is None:
+                        self._set_state("unregistered")
+                except Exception as e:  # noqa: BLE001
+                    self._down("renew: %r" % e)
 
-    async def _sender(self):
+    async def _sender(self, retry_s, retry_max_s):
         ob = self.p.outbox
-        delay = self.retry_s
+        wait = float(self.dev.conf.get("batch_wait_s", 0))
+        delay = retry_s
         while True:
-            if not ob.count or self.reg is None or self.p.gateway is None:
+            if not len(ob) or self.reg is None or self.p.gateway is None:
                 await self._sleep(self.out, 1)
                 continue
-            if self.batch_wait_s and ob.count < self.batch_max:
-                # buffering by choice: let readings gather into one Notify (or the buffer fill)
-                await asyncio.sleep_ms(int(self.batch_wait_s * 1000))
-            items, url, body, ctype = self.p.gateway_batch(self.batch_max, self.version)
+            if wait and len(ob) < self.batch_max:
+                # buffering by choice (batch_wait_s): let readings gather into one Notify
+                await asyncio.sleep_ms(int(wait * 1000))
             try:
-                status, resp = await http.post(url, body, ctype, self.timeout, self.auth)
+                n = await self._send()
             except Exception as e:  # noqa: BLE001 - unreachable: keep them, retry with backoff
                 self._down("push: %r" % e)
-                body = None
                 await self._sleep(self.out, delay)
-                delay = min(delay * 2, max(self.retry_s, self.retry_max_s))
+                delay = min(delay * 2, retry_max_s)
                 continue
-            body = None
-            delay = self.retry_s
-            was_down = self.state == "down"
-            if 200 <= status < 300:
-                self._pop(items)
-                self.delivered += len(items)
-                self.batches += 1
-                if was_down:
-                    self._set_state("registered")
-                    self.wake.set()  # back after an outage: renew now (restart check)
-                continue
-            name, reason, gone = forgotten(status, resp)
-            if gone:
-                # the gateway forgot the registration: register again, keep the buffer
-                self.last_error = "push: %s %s" % (name, reason)
-                self.reg = None
+            delay = retry_s
+            if n < 0:
                 self._set_state("unregistered")
                 self.wake.set()
-                continue
-            # any other refusal is about these messages: drop them (counted), go on
-            self.rejected += len(items)
-            self.p.push_failed += len(items)
-            self.last_error = "push: HTTP %d %s %s" % (status, name, reason)
-            self.dev.log(self.last_error)
-            self._pop(items)
+            elif n and self.state == "down":
+                self._set_state("registered")
+                self.wake.set()  # back after an outage: renew now (restart check)
 
-    def _pop(self, items):
-        # remove the sent items; any the full buffer dropped meanwhile are already gone
-        ob = self.p.outbox
-        for it in items:
-            if ob.peek() is it:
-                ob.pop()
+    # ------------------------------------------------------------------ sleepy
+    def _save(self):
+        p = self.p
+        ob = p.outbox
+        pend = []
+        for _ in range(len(ob)):  # a full turn of the ring: same order afterwards
+            it = ob.pop()
+            pend.append(it[1:])
+            ob.push(it)
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"reg": self.reg, "reg_rp": self.reg_rp, "con": p.gateway,
+                       "con_rp": p.gateway_rp, "expires": self.expires, "seq": self.seq,
+                       "pending": pend, "dropped": ob.dropped}, f)
+        if hasattr(os, "sync"):
+            os.sync()
+        os.rename(tmp, self.path)
+
+    async def sleepy(self):
+        c = self.dev.conf.get
+        period = float(c("sample_period_s", 10))
+        self.path = c("state_file", "wsn_state.json")
+        p = self.p
+        ob = p.outbox
+        # the file, or its .tmp if a rename over it was cut short (FAT renames in two steps)
+        for fn in (self.path, self.path + ".tmp"):
+            try:
+                with open(fn) as f:
+                    d = json.load(f)
+            except (OSError, ValueError):
+                continue
+            self.reg, self.reg_rp, self.expires, self.seq = d["reg"], d["reg_rp"], d["expires"], \
+                d["seq"]
+            p.set_gateway(d["con"], d["con_rp"])
+            for ti, payload, t in d["pending"]:
+                ob.push((None, ti, payload, t))
+            ob.dropped = d["dropped"]
+            break
+        print("sleepy %s gateway %s period %s s" % (p.device_id, self.url, period))
+        how = c("sleep", "deep")
+        while True:
+            t0 = time.ticks_ms()
+            self.requests = sent = 0
+            t = now()
+            self.seq += 1
+            for s in self.dev.sensors:
+                if s[1] == "heartbeat":
+                    s[3] = self.seq - 1  # the heartbeat counts wakes across deep sleeps
+                payload = self.dev.reading(s, t)
+                if payload is not None:
+                    p.buffer_for_gateway(s[0], payload, t)
+            self._save()
+            try:
+                # renew when the registration would lapse before the wake after next
+                if self.reg is not None and self.expires - t < 2 * period + 5:
+                    await self._renew()
+                while len(ob):
+                    if self.reg is None or self.expires <= t:
+                        # (again after a ResourceUnknownFault: expired, gateway reset)
+                        err = await self._register(False)
+                        if err:
+                            raise ValueError(err)
+                        self._save()
+                    n = await self._send()
+                    if n >= 0:
+                        sent += n
+                        self._save()
+            except Exception as e:  # noqa: BLE001 - unreachable or refused: keep them, next wake
+                self.dev.log("gateway: %r" % e)
+            print("cycle %d awake_ms=%d readings=%d sent=%d pending=%d dropped=%d requests=%d "
+                  "mem=%d" % (self.seq, time.ticks_diff(time.ticks_ms(), t0),
+                              len(self.dev.sensors), sent, len(ob), ob.dropped, self.requests,
+                              gc.mem_alloc()))
+            gc.collect()  # lightsleep and the unix port keep the heap: start each wake clean
+            try:
+                import machine
+                f = getattr(machine, how + "sleep")
+            except (ImportError, AttributeError):  # the unix port's machine has no sleeps
+                f = None
+            if f and how in ("deep", "light"):
+                f(int(period * 1000))  # deepsleep is a reset: main.py runs again, loads the file
+            else:
+                time.sleep(period)

@@ -64,10 +64,8 @@ print("total", prev - base)
 # the order the device imports its modules in (awake mode, then the gateway link, sleepy mode and
 # the operations imported on first use); modules not named here come last
 _ORDER = ("wsn", "wsn.core", "wsn.core.ns", "wsn.core.xml", "wsn.core.soap",
-          "wsn.core.httpmsg", "wsn.core.topics",
-          "wsn.core.reading", "wsn.core.producer", "wsn.sensors", "wsn.http",
-          "wsn.device", "wsn.core.registration", "wsn.gateway", "wsn.sleepy",
-          "wsn.core.rare")
+          "wsn.core.httpmsg", "wsn.core.topics", "wsn.core.reading", "wsn.core.producer",
+          "wsn.device", "wsn.core.registration", "wsn.gateway", "wsn.core.rare")
 
 
 def import_heap(binary: Path, mods: list[str], path: str | None) -> dict[str, int]:
@@ -108,7 +106,7 @@ def mpy_sizes() -> None:
         # dependency order: each module's figure is what it adds beyond those before it
         names = [r[:-3].replace("/", ".").removesuffix(".__init__") for r, _ in rows]
         mods = ["asyncio"] + [m for m in _ORDER if m in names] + [
-            m for m in names if m not in _ORDER and m != "wsn.wifi"]
+            m for m in names if m not in _ORDER]
         frozen: dict[str, int] = {}
         try:
             frozen = import_heap(fwbuild.device_firmware(), mods, None)

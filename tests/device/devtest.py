@@ -128,7 +128,7 @@ class DeviceProcess:
 
 
 def sleepy_cycles(dev: DeviceProcess, start: int = 0) -> list[dict[str, int]]:
-    """The sleepy-mode wake reports (device/wsn/sleepy.py prints one ``cycle SEQ k=v ...``
+    """The sleepy-mode wake reports (device/wsn/gateway.py prints one ``cycle SEQ k=v ...``
     line per wake) among the device's stdout lines from index `start`, oldest first, as
     {"seq": SEQ, k: v, ...}."""
     out = []
@@ -187,7 +187,7 @@ def launch(interpreter: Path, tmp_path: Path, started: list[DeviceProcess],
     deployed with mip/mpremote), "frozen" (the interpreter has the device frozen in: only
     main.py and topics.xml are on the "filesystem")."""
     last_error = ""
-    # a sleepy device (wsn/sleepy.py) serves no HTTP: it announces itself differently
+    # a sleepy device (wsn/gateway.py) serves no HTTP: it announces itself differently
     ready = (r"^sleepy " if overrides.get("mode") == "sleepy"
              else r"^producer http://127\.0\.0\.1:\d+/wsn/producer$")
     for _attempt in range(3):  # a free port can be taken between probe and bind

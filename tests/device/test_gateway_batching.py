@@ -8,7 +8,7 @@ and the real device on MicroPython, on 127.0.0.1.
   file; readings taken while the gateway is down arrive after it returns, each exactly once,
   in order, also across a kill -9 and restart of the device.
 
-Readings are identified by the heartbeat sensor's counter (device/wsn/sensors.py Heartbeat):
+Readings are identified by the heartbeat sensor's counter (device/wsn/device.py, kind heartbeat):
 1, 2, 3, ... per sample (in sleepy mode: per wake, persisted across restarts)."""
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,6 @@ from typing import Any
 import aiohttp
 import pytest
 from devtest import (
-    sleepy_cycles,
     RD,
     WSA,
     WSNT,
@@ -35,6 +33,7 @@ from devtest import (
     ctype,
     envelope,
     parse,
+    sleepy_cycles,
 )
 from gwproc import GatewayProcess, start_gateway_process
 from lxml import etree

@@ -9,7 +9,7 @@ produced while the gateway was stopped (orderly or killed) arrive after it retur
 lost, none twice, in order.
 
 Readings are identified by their sequence number: the device's simulated temperature sensor
-reads 21 + 2 sin(0.1 n) at its n-th sample (device/wsn/sensors.py Sim), so the value of
+reads 21 + 2 sin(0.1 n) at its n-th sample (device/wsn/device.py, kind sim), so the value of
 every reading says which sample it was.
 """
 

@@ -6,7 +6,7 @@ def _status(fn, *a):
     try:
         fn(*a)
     except H.HTTPError as e:
-        return e.status
+        return e.args[0]
     return None
 
 
@@ -50,14 +50,17 @@ def test_heads_are_well_formed():
     assert r.startswith(b"HTTP/1.1 413 ") and b"Content-Length: 3\r\n" in r and r.endswith(b"\r\n\r\n")
     q = H.request_head("POST", "h", 1, "/p", "text/xml", 7)
     assert q.startswith(b"POST /p HTTP/1.1\r\nHost: h:1\r\n")
-    st, hd = H.parse_status(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0")
-    assert st == 202 and hd["content-length"] == "0"
+    st, body = H.parse_response(b"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\n\r\nok")
+    assert st == 202 and body == b"ok"
+    for bad in (b"HTTP/1.1 202 Accepted", b"garbage\r\n\r\n"):
+        assert _status(H.parse_response, bad) == 502
 
 
 def test_dechunk():
-    assert H.dechunk(b"3\r\nabc\r\n2;x=1\r\nde\r\n0\r\n\r\n") == b"abcde"
+    head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: Chunked\r\n\r\n"
+    assert H.parse_response(head + b"3\r\nabc\r\n2;x=1\r\nde\r\n0\r\n\r\n") == (200, b"abcde")
     try:
-        H.dechunk(b"5\r\nab")
+        H.parse_response(head + b"5\r\nab")
         raise AssertionError("truncated accepted")
     except ValueError:
         pass
