@@ -81,18 +81,24 @@ class Ring:
     # A fixed-size FIFO that drops the oldest item when full and counts what it dropped: the
     # pull point (WS-BaseNotification 1.3 §5.1.1 lets a full PullPoint "dispose of previously
     # accumulated Notification Messages"), a subscription's push queue, the gateway buffer.
+    # counters start as class attributes: an instance stores only those that moved; the
+    # slots are allocated by the first push (a gateway buffer nobody uses costs no heap)
+    head = count = dropped = total = 0
+    slots = ()
+
     def __init__(self, size):
         if size < 1:
             raise ValueError("ring size must be >= 1")
-        self.slots = [None] * size
-        self.head = self.count = self.dropped = self.total = 0
+        self.size = size
 
     def __len__(self):
         return self.count
 
     def push(self, item):
         # -> True if the oldest item had to be dropped to make room
-        n = len(self.slots)
+        n = self.size
+        if not self.slots:
+            self.slots = [None] * n
         self.total += 1
         full = self.count == n
         self.slots[(self.head + self.count) % n] = item
@@ -110,7 +116,7 @@ class Ring:
         item = self.peek()
         if self.count:
             self.slots[self.head] = None
-            self.head = (self.head + 1) % len(self.slots)
+            self.head = (self.head + 1) % self.size
             self.count -= 1
         return item
 
@@ -130,6 +136,13 @@ def new_id(rand, prefix):
 
 
 class Subscription:
+    # defaults as class attributes: each subscription's own dict holds only what differs
+    # from them (a smaller dict per subscription on a small heap)
+    pullpoint = None  # PullPoint if the consumer is one of ours (in-memory delivery)
+    paused = sending = False  # the I/O layer runs one sender per subscription
+    active = True
+    delivered = failed = 0
+
     def __init__(self, p, consumer, refparams, mask, raw, expires, version, created, qlen):
         self.id = new_id(p.rand, "s")
         self.consumer = consumer  # ConsumerReference address
@@ -139,11 +152,7 @@ class Subscription:
         self.expires = expires  # int seconds since 2000, or None (no scheduled termination)
         self.version = version  # SOAP version of the Subscribe: pushes use the same
         self.created = created
-        self.pullpoint = None  # PullPoint if the consumer is one of ours (in-memory delivery)
         self.queue = Ring(qlen) if qlen else None  # pending pushes
-        self.paused = self.sending = False  # the I/O layer runs one sender per subscription
-        self.active = True
-        self.delivered = self.failed = 0
 
 
 def _text(status, msg):
@@ -364,7 +373,8 @@ class Producer:
                 raise Fault(F, "table full (%d): unsubscribe one" % mx, code="Receiver")
         s = Subscription(self, addr, rp, mask, raw, expires, req.version, now,
                          0 if pp else self.L["queue_len"])
-        s.pullpoint = pp
+        if pp:
+            s.pullpoint = pp
         self.subs.append(s)
         actions.append(("subscribed", s))
         return "<wsnt:SubscribeResponse>%s%s%s</wsnt:SubscribeResponse>" % (
@@ -451,7 +461,7 @@ class Producer:
         ob = self.outbox
         items = []
         for i in range(min(len(ob), batch_max)):
-            it = ob.slots[(ob.head + i) % len(ob.slots)]
+            it = ob.slots[(ob.head + i) % ob.size]
             raw = it[0] is not None and it[0].raw
             if raw and items:
                 break
