@@ -442,9 +442,14 @@ class Storage(DemandTables):
         return await self._run(fn)
 
     async def landing_done(self, up_to_seq: int) -> None:
-        await self._run(
-            lambda c: c.execute("DELETE FROM landing_outbox WHERE seq<=?", (up_to_seq,))
-        )
+        """Delete the outbox rows up to `up_to_seq` (written to a landing file). Joins the
+        group commit (`_grouped`): the landing writer runs about once per group of
+        Notify, and a transaction of its own would cost a second fsync each time."""
+
+        def fn(c: sqlite3.Connection) -> None:
+            c.execute("DELETE FROM landing_outbox WHERE seq<=?", (up_to_seq,))
+
+        await self._grouped(fn)
 
     async def landing_forget_ids(self, ids: Sequence[str]) -> None:
         def fn(c: sqlite3.Connection) -> None:
