@@ -66,7 +66,7 @@ _OPS = (
 
 class Response:
     # body: bytes, or a list of bytes chunks (large answers, written one after the other)
-    def __init__(self, status, ctype, body, actions=()):
+    def __init__(self, status, ctype, body, actions):
         self.status = status
         self.ctype = ctype
         self.body = body
@@ -120,7 +120,7 @@ class Ring:
             self.count -= 1
         return item
 
-    def take(self, n=None):
+    def take(self, n):
         # remove and return up to n oldest items (all if n is None), oldest first
         out = []
         while self.count and (n is None or len(out) < n):
@@ -128,7 +128,7 @@ class Ring:
         return out
 
     def clear(self):
-        self.take()
+        self.take(None)
 
 
 def new_id(rand, prefix):
@@ -156,7 +156,7 @@ class Subscription:
 
 
 def _text(status, msg):
-    return Response(status, "text/plain; charset=utf-8", msg.encode() + b"\n")
+    return Response(status, "text/plain; charset=utf-8", msg.encode() + b"\n", ())
 
 
 def _rare():
@@ -179,7 +179,7 @@ def _unknown_children(parent, keep, fault, what, tag):
     for c in parent.children:
         if c.ns != ns.WSNT or c.name != keep:
             first = first or c
-            bad += '<%s xmlns:q="%s">q:%s</%s>' % (tag, X.escape_attr(c.ns), c.name, tag) if c.ns \
+            bad += '<%s xmlns:q="%s">q:%s</%s>' % (tag, X.escape(c.ns), c.name, tag) if c.ns \
                 else wrap(tag, c.name)
     if first:
         raise Fault(fault, "only %s, not %s" % (what, first.qname()), extra=bad)
@@ -187,7 +187,7 @@ def _unknown_children(parent, keep, fault, what, tag):
 
 
 class Producer:
-    def __init__(self, device_id, topics, base_url, rand, limits=None):
+    def __init__(self, device_id, topics, base_url, rand, limits):
         # the caller's dict, completed with the defaults (one dict on the heap, not a copy)
         L = limits if limits is not None else {}
         for k, v in DEFAULTS:
@@ -208,21 +208,20 @@ class Producer:
         self.consumer_allow = None  # list of allowed consumer address prefixes, or None
         self.queue_dropped = self.push_failed = self.published = 0
 
-    def get(self, rid, kind=None):
-        # the subscription (kind "s") or pull point ("p") of that id, or None; kind defaults
-        # to the id's first letter
-        for x in self.subs if (kind or rid[:1]) == "s" else self._pps:
+    def get(self, rid, kind):
+        # the subscription (kind "s") or pull point ("p") of that id, or None
+        for x in self.subs if kind == "s" else self._pps:
             if x.id == rid:
                 return x
 
-    def _drop(self, s, actions=None):
+    def _drop(self, s, actions):
         s.active = False
         self.subs.remove(s)
         if actions is not None:
             actions.append(("unsubscribed", s))
 
     # ------------------------------------------------------------------ HTTP entry point
-    def handle(self, method, path, body, now, ctype=""):
+    def handle(self, method, path, body, now, ctype):
         L = self.L
         kind = None
         rid = ""
@@ -315,7 +314,7 @@ class Producer:
                     why = "%s is past" % X.format_datetime(t)
                 elif mx and t - now > mx:
                     why = "%s is over %d s ahead" % (X.format_datetime(t), mx)
-            except X.TimeError as e:
+            except X.XMLError as e:
                 why = str(e)
         if why:
             raise Fault(fault, why, extra=wrap("wsnt:MinimumTime", X.format_datetime(now + 1)) + (
@@ -503,7 +502,7 @@ class Producer:
         gone = []
         for s in self.subs[:]:
             if old and consumer != old and s.consumer == old:
-                self._drop(s)
+                self._drop(s, None)
                 gone.append(s)
         return gone
 
@@ -519,7 +518,7 @@ class Producer:
         gone = []
         for s in self.subs[:]:
             if (s.expires is not None and s.expires <= now) or (s.pullpoint and not s.pullpoint.active):
-                self._drop(s)
+                self._drop(s, None)
                 gone.append(s)
         return gone
 

@@ -131,6 +131,11 @@ def notify_pp(p, req, pp):
     el = req.body
     if el.ns == ns.WSNT and el.name == "Notify":
         for nm in el.findall(ns.WSNT, "NotificationMessage"):
-            pp.ring.push(X.inner_xml(nm, req.buf))
+            # the content as received, with the declarations it inherits added to each child;
+            # text is re-escaped
+            m = X.escape(nm.text.strip())
+            for c in nm.children:
+                m += X.outer_xml(c, req.buf)
+            pp.ring.push(m)
     else:
         pp.ring.push(wrap("wsnt:Message", X.outer_xml(el, req.buf)))

@@ -17,5 +17,5 @@ def format_value(v, decimals=2):
 def reading(device_id, value, unit, t, decimals=2):
     return '<rd:Reading xmlns:rd="urn:wsn-edge:reading" device="%s"><rd:value>%s</rd:value>' \
            '<rd:unit>%s</rd:unit><rd:time>%s</rd:time></rd:Reading>' % (
-               X.escape_attr(device_id), format_value(value, decimals), X.escape(unit),
+               X.escape(device_id), format_value(value, decimals), X.escape(unit),
                X.format_datetime(t))

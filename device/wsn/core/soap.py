@@ -98,7 +98,7 @@ def fault_envelope(version, f, now, relates_to=None):
     # (WS-BaseFaults 1.2: Timestamp, Description), in an envelope.
     reason = X.escape(f.reason)
     p = ns.prefix(f.fns)
-    decl = "" if p else ' xmlns:f="%s"' % X.escape_attr(f.fns)
+    decl = "" if p else ' xmlns:f="%s"' % X.escape(f.fns)
     fq = "%s:%s" % (p or "f", f.name)
     detail = f.extra
     if f.base:
@@ -129,12 +129,12 @@ def fault_status(version, f):
     return 400 if version == ns.V12 and f.code == "Sender" else 500
 
 
-def epr(address, resource_id=None, tag="wsa:EndpointReference", extra=""):
+def epr(address, resource_id, tag):
     # An EndpointReference element; the resource id also travels as a reference parameter
     # (design.md: every EPR carries <edge:ResourceId>).
-    return "<%s><wsa:Address>%s</wsa:Address>%s%s</%s>" % (
+    return "<%s><wsa:Address>%s</wsa:Address>%s</%s>" % (
         tag, X.escape(address), "<wsa:ReferenceParameters><edge:ResourceId>%s</edge:ResourceId>"
-        "</wsa:ReferenceParameters>" % resource_id if resource_id else "", extra, tag)
+        "</wsa:ReferenceParameters>" % resource_id if resource_id else "", tag)
 
 
 def read_epr(el, buf):

@@ -72,7 +72,7 @@ def _dec(b):
         raise XMLError("not UTF-8")
 
 
-def tokens(b, max_attrs=16):
+def tokens(b, max_attrs):
     # The events of buffer b, one at a time:
     #   (START, qname, attrs: list of (qname, value) or None, empty, offset of '<', offset after '>')
     #   (END, qname, offset of '<', offset after '>')
@@ -183,8 +183,9 @@ class Element:
         self.text = ""
         self.start = self.end = start
 
-    def get(self, key, default=None):
-        return default if self.attrs is None else self.attrs.get(key, default)
+    def get(self, key):
+        # the attribute's value ('{ns}local' or 'local'), or None
+        return self.attrs.get(key) if self.attrs else None
 
     def find(self, ns, name):
         for c in self.children:
@@ -210,7 +211,7 @@ class Element:
 _BASE_SCOPE = {"xml": "http://www.w3.org/XML/1998/namespace"}
 
 
-def _split(qname, scope, attr, check=True):
+def _split(qname, scope, attr, check):
     # -> (namespace, local, prefix) of a QName in scope; unprefixed attributes are in no
     # namespace, unprefixed elements in the default one
     p, _, local = qname.rpartition(":")
@@ -269,14 +270,14 @@ def parse(buf, max_depth=16, max_elements=256, max_attrs=16):
                     decl.append(p)
             for an, v in t[2] or ():
                 if an != "xmlns" and an[:6] != "xmlns:":
-                    uri, local, _ = _split(an, scope, True)
+                    uri, local, _ = _split(an, scope, True, True)
                     key = "{%s}%s" % (uri, local) if uri else local
                     if attrs is None:
                         attrs = {}
                     elif key in attrs:
                         raise XMLError("duplicate attribute %s" % an)
                     attrs[key] = v
-            uri, local, p = _split(t[1], scope, False)
+            uri, local, p = _split(t[1], scope, False, True)
             el = Element(uri, local, p, attrs, scope, decl, t[4])
             if top:
                 top.children.append(el)
@@ -301,28 +302,19 @@ def outer_xml(el, buf):
     own = el.decl or ()
     for p in el.scope:
         if p != "xml" and p not in own:
-            extra.append(' xmlns%s%s="%s"' % (":" if p else "", p, escape_attr(el.scope[p])))
+            extra.append(' xmlns%s%s="%s"' % (":" if p else "", p, escape(el.scope[p])))
     if not extra:
         return src
     k = 1 + len(el.prefix) + (1 if el.prefix else 0) + len(el.name)
     return src[:k] + "".join(extra) + src[k:]
 
 
-def inner_xml(el, buf):
-    # The element's children (and text between them) with inherited declarations added to
-    # each child; text is re-escaped.
-    out = [escape(el.text.strip())]
-    for c in el.children:
-        out.append(outer_xml(c, buf))
-    return "".join(out)
-
-
 def escape(s):
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    # for text and attribute values alike (a '"' in text may be written as &quot; too)
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
-def escape_attr(s):
-    return escape(s).replace('"', "&quot;")
+escape_attr = escape
 
 
 # ---------------------------------------------------------------- XML Schema datatypes
@@ -337,8 +329,8 @@ UNIX_2000 = const(946684800)  # Unix time of 2000-01-01T00:00:00Z
 _DAYS = const(730425)  # days from 0000-03-01 to 2000-01-01
 
 
-class TimeError(ValueError):
-    pass
+# a value that is no xsd:dateTime or xsd:duration
+TimeError = XMLError
 
 
 def format_datetime(t):

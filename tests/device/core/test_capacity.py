@@ -29,7 +29,7 @@ def test_eight_subscriptions_and_a_32_slot_pullpoint():
                 url, body, ctype = p.render(s.queue.peek())
                 assert url.startswith("http://127.0.0.1:9/c")
                 s.queue.pop()
-        pp = p.get(path.rpartition("/")[2])
+        pp = p.get(path.rpartition("/")[2], "p")
         assert len(pp.ring) == 32 and pp.ring.dropped == 8 * (rnd + 1)
         got = 0
         req = env("<wsnt:GetMessages><wsnt:MaximumNumber>8</wsnt:MaximumNumber></wsnt:GetMessages>")

@@ -214,7 +214,7 @@ def test_resource_id_header_routes_to_subscription():
     sid = path.rpartition("/")[2]
     h = '<edge:ResourceId xmlns:edge="urn:wsn-edge">%s</edge:ResourceId>' % sid
     st, root, _ = call(p, P, env("<wsnt:PauseSubscription/>", 12, None, h))
-    assert st == 200 and p.get(sid).paused
+    assert st == 200 and p.get(sid, "s").paused
 
 
 def test_get_current_message():
@@ -271,7 +271,7 @@ def test_pullpoint_lifecycle_and_ring_overflow():
     for i in range(6):
         kick, _gw = p.publish(i % 3, PAYLOAD.replace(">1<", ">%d<" % i), NOW)
         assert kick == []
-    pp = p.get(path.rpartition("/")[2])
+    pp = p.get(path.rpartition("/")[2], "p")
     assert len(pp.ring) == 4 and pp.ring.dropped == 2
     st, root, _ = call(p, path, "<wsnt:GetMessages><wsnt:MaximumNumber>3</wsnt:MaximumNumber></wsnt:GetMessages>")
     msgs = body_of(root).findall(WSNT, "NotificationMessage")

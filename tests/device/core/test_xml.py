@@ -86,7 +86,7 @@ def test_outer_xml_carries_inherited_namespaces():
 
 
 def test_tokenizer_streams_events():
-    evs = [t[0] for t in X.tokens(b"<a x='1'><b/>hi</a>")]
+    evs = [t[0] for t in X.tokens(b"<a x='1'><b/>hi</a>", 16)]
     assert evs == [X.START, X.START, X.TEXT, X.END]
 
 
