@@ -38,12 +38,17 @@ from gateway.wire.xmlutil import Element, children, elements
 
 if TYPE_CHECKING:
     from gateway.broker import NotificationBroker, Reply
+    from gateway.subscriptions import Subscription
 
 log = logging.getLogger("gateway.broker")
 
 #: one notification of a Notify: (topic in the broker's namespace, producer, payload,
 #: the NotificationMessage as received)
 Item = tuple[topics.ConcreteTopic | None, Epr | None, Element, Element]
+
+#: what a wsnt:Topic means depends on: Dialect (1.3 and 2004 spellings), text, in-scope
+#: namespace declarations
+_TopicKey = tuple[str | None, str | None, str | None, tuple[tuple[str | None, str], ...]]
 
 _T_MESSAGE = ns.q(ns.WSNT, "Message")
 _T_TOPIC = ns.q(ns.WSNT, "Topic")
@@ -73,6 +78,8 @@ def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | No
     if payload.tag != ns.q(ns.WSNT, "Notify"):
         raise faults.wsnt("InvalidMessageContentExpressionFault", "not a Notify")
     out = []
+    # the wsnt:Topic elements of one Notify: read once per distinct one (_topic_of)
+    seen: dict[_TopicKey, topics.ConcreteTopic] = {}
     msgs = children(payload, ns.q(ns.WSNT, "NotificationMessage"))
     if not msgs:
         raise WsnFault(ns.BF, "BaseFault", "Notify has no wsnt:NotificationMessage", SENDER)
@@ -95,18 +102,7 @@ def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | No
                 "each wsnt:NotificationMessage needs a wsnt:Message with exactly one element",
                 SENDER,
             )
-        topic: topics.ConcreteTopic | None = None
-        if tel is not None:
-            try:
-                expr = topics.parse_topic_expression_element(tel)
-            except topics.TopicError as e:
-                raise faults.from_topic_error(e) from None
-            topic = expr.single_topic()
-            if topic is None:
-                raise faults.wsnt(
-                    "InvalidTopicExpressionFault",
-                    f"the wsnt:Topic of a Notify must name one concrete topic, not {expr.text!r}",
-                )
+        topic = _topic_of(tel, seen) if tel is not None else None
         producer: Epr | None = None
         if pel is not None:
             with contextlib.suppress(ValueError):
@@ -139,6 +135,36 @@ def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | No
                 )
         out.append((topic, producer, kids[0], nm))
     return out
+
+
+def _topic_of(
+    tel: Element, seen: dict[_TopicKey, topics.ConcreteTopic]
+) -> topics.ConcreteTopic:
+    """The one concrete topic a Notify's wsnt:Topic names (WS-BaseNotification 1.3 §3.2),
+    else the fault. `seen` holds the topics of the Notify's earlier wsnt:Topic elements by
+    what their meaning depends on (dialect, text, in-scope namespaces, WS-Topics 1.3 §8):
+    the messages of one Notify mostly repeat one topic, and this is then read, not
+    compiled again (an element with child nodes is always compiled: its text is more
+    than `.text`)."""
+    key: _TopicKey | None = None
+    if len(tel) == 0:
+        key = (tel.get("Dialect"), tel.get("dialect"), tel.text, tuple(tel.nsmap.items()))
+        hit = seen.get(key)
+        if hit is not None:
+            return hit
+    try:
+        expr = topics.parse_topic_expression_element(tel)
+    except topics.TopicError as e:
+        raise faults.from_topic_error(e) from None
+    topic = expr.single_topic()
+    if topic is None:
+        raise faults.wsnt(
+            "InvalidTopicExpressionFault",
+            f"the wsnt:Topic of a Notify must name one concrete topic, not {expr.text!r}",
+        )
+    if key is not None:
+        seen[key] = topic
+    return topic
 
 
 def registration_for(b: NotificationBroker, producer: Epr | None) -> Registration | None:
@@ -182,9 +208,22 @@ def admitted(b: NotificationBroker, items: list[Item]) -> list[Item]:
     (bw-2.wsdl declares no fault for it) and the admitted messages of the same Notify
     are still accepted (docs/gateway.md)."""
     out = []
+    # per distinct topic of the Notify: its definition, if it constrains messages at all
+    # (a topic without messageTypes and MessagePattern admits every message: not asked
+    # per message)
+    constraining: dict[topics.ConcreteTopic, topics.Topic | None] = {}
     for item in items:
         topic = item[0]
-        d = b.ts.get(topic) if topic is not None else None
+        if topic is None:
+            out.append(item)
+            continue
+        if topic in constraining:
+            d = constraining[topic]
+        else:
+            d = b.ts.get(topic)
+            if d is not None and not d.message_types and d.message_pattern is None:
+                d = None
+            constraining[topic] = d
         why = topics.inadmissible(d, str(topic), item[2]) if d is not None else None
         if why is None:
             if (
@@ -277,6 +316,8 @@ def plan(
     `payload_xmls`, if given, are the payloads already serialized, in order."""
     p = Plan(AcceptBatch(pp_limit=b.cfg.pullpoint_max_messages), accepted=len(items))
     batch, current = p.batch, p.current
+    # who wants a topic depends on the topic and `now` only: asked once per topic
+    wanting: dict[topics.ConcreteTopic | None, list[Subscription]] = {}
     for i, (topic, producer, payload, _nm) in enumerate(items):
         payload_xml = (
             payload_xmls[i]
@@ -302,7 +343,10 @@ def plan(
         # the part of a wrapped message after its SubscriptionReference depends only on
         # the subscriber's dialect: rendered once per dialect, not once per subscriber
         rendered: dict[str, str] = {}
-        for sub in b.wanting(topic, now):
+        subs = wanting.get(topic)
+        if subs is None:
+            subs = wanting[topic] = b.wanting(topic, now)
+        for sub in subs:
             if via and b.delivery.peer(sub.id) in via:  # never back where it came from
                 continue
             if sub.content:

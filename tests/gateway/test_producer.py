@@ -54,6 +54,31 @@ async def test_get_current_message(gw):
     assert r.body.findtext(".//{urn:wsn-edge:reading}value") == "3"
 
 
+async def test_one_notify_reads_each_wsnt_topic_in_its_own_namespace_context(gw):
+    # WS-Topics 1.3 §8: the prefix of a wsnt:Topic resolves through that element's
+    # in-scope declarations, so one text in one Notify may name different topics (the
+    # broker reads a repeated wsnt:Topic once per Notify: this is what that must keep)
+    body = (
+        "<wsnt:Notify>"
+        + "".join(
+            f"<wsnt:NotificationMessage>"
+            f'<wsnt:Topic Dialect="{CONCRETE}" xmlns:tns="{uri}">tns:a</wsnt:Topic>'
+            f"<wsnt:Message>{reading(v)}</wsnt:Message></wsnt:NotificationMessage>"
+            for uri, v in (("urn:one", 1), ("urn:two", 2), ("urn:one", 3), ("urn:two", 4))
+        )
+        + "</wsnt:Notify>"
+    )
+    assert (await call(gw.url, body)).status == 202
+    for uri, last in (("urn:one", "3"), ("urn:two", "4")):
+        gcm = (
+            f'<wsnt:GetCurrentMessage><wsnt:Topic Dialect="{CONCRETE}" xmlns:tns="{uri}">'
+            "tns:a</wsnt:Topic></wsnt:GetCurrentMessage>"
+        )
+        r = await call(gw.url, gcm)
+        assert r.status == 200, r.text
+        assert r.body.findtext(".//{urn:wsn-edge:reading}value") == last
+
+
 async def test_get_current_message_faults(make_gateway, tmp_path: Path):
     f = tmp_path / "ns.xml"
     f.write_bytes(NS_DOC)
