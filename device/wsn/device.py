@@ -1,7 +1,7 @@
-# The device application, all of the asyncio layer in one module (one module, one set of names:
-# issue 16): config -> producer core, sensors, the HTTP/1.1 server and client, push senders,
-# housekeeping, Wi-Fi. The protocol is in wsn.core; the gateway link (awake and sleepy) is in
-# wsn.gateway, imported only when a gateway is configured.
+# The device application, all of the asyncio layer in one module (one set of names: issue 16):
+# config -> producer core, sensors, the HTTP/1.1 server and client, push senders, housekeeping,
+# Wi-Fi. The protocol is in wsn.core; the gateway link (awake and sleepy) is in wsn.gateway,
+# imported only when a gateway is configured.
 #
 #   micropython device/main.py CONFIG.json        (unix port)
 #   main.py on a board reads /config.json
@@ -15,8 +15,6 @@ import os
 import sys
 import time
 
-from micropython import const
-
 from wsn.core import httpmsg as H
 from wsn.core import ns as NS
 from wsn.core.producer import PRODUCER_PATH, Producer
@@ -28,13 +26,6 @@ from wsn.core.topics import TopicSet, load_namespace
 # and in time.time()'s type (float on the 64-bit unix port, int on boards); both are normalised
 # here. Unix time (~1.76e9) is not a small int on 32-bit ports, seconds since 2000 (~8.5e8) are.
 _OFFSET = 946684800 if time.gmtime(0)[0] == 1970 else 0
-_MAX_HEAD = const(4096)
-_DRAIN = const(65536)  # an oversized body up to this size is read and dropped before the 413
-_T = "text/plain"
-_J = "application/json"
-# the default topics and their units (a constant tuple: in flash when frozen)
-_UNITS = ("temperature", "Cel", "humidity", "%RH", "light", "lx", "heartbeat", "1")
-_KINDS = ("sim", "heartbeat", "internal_temp", "adc")
 
 
 def now():
@@ -49,28 +40,6 @@ def ms_since(t):
 # A sensor is a list [topic index, kind, spec, reads so far, hardware, unit]. The unix port and
 # the QEMU board have no `machine` (or one without ADC): a board-only kind falls back to "sim"
 # (and says so), so one config runs everywhere.
-def sensor(ti, spec, name):
-    k = spec.get("kind", "sim")
-    if k not in _KINDS:
-        raise ValueError("sensor kind %s: one of %s" % (k, " ".join(_KINDS)))
-    hw = None
-    try:
-        if k == "adc":
-            import machine
-            hw = machine.ADC(machine.Pin(spec["pin"]))
-        elif k == "internal_temp":
-            try:
-                import esp32 as hw
-            except ImportError:
-                import machine
-                hw = machine.ADC(4)
-    except (ImportError, AttributeError):
-        print("sensor %s: no %s hardware here, simulating" % (name, k))
-        k = "sim"
-    u = spec.get("unit") or (_UNITS[_UNITS.index(name) + 1] if name in _UNITS else "")
-    return [ti, k, spec, 0, hw, u]
-
-
 def read(s):
     k, sp, hw = s[1], s[2], s[4]
     s[3] += 1
@@ -106,7 +75,7 @@ async def _discard(r, left, wait):
     # read and drop up to `left` bytes, each read within `wait` seconds (None: no limit)
     try:
         while left > 0:
-            c = await asyncio.wait_for(r.read(min(512, left)), wait)
+            c = await asyncio.wait_for(r.read(512), wait)
             if not c:
                 break
             left -= len(c)
@@ -114,22 +83,22 @@ async def _discard(r, left, wait):
         pass
 
 
-async def post(url, body, ctype, timeout_s=5, extra="", max_resp=16384):
+async def post(url, body, ctype, timeout_s=5, extra=""):
     # POST body (bytes, or a list of bytes chunks: a batch written in pieces, no big contiguous
     # block) to url -> (status, response body). Raises OSError / asyncio.TimeoutError when the
-    # peer is unreachable or slow, ValueError (H.HTTPError) for a malformed answer.
-    host, port, path = H.split_url(url)
-    if not isinstance(body, list):
-        body = (body,)
-    head = H.request_head("POST", host, port, path, ctype, sum([len(c) for c in body]), extra)
-    return H.parse_response(await asyncio.wait_for(_exchange(host, port, head, body, max_resp),
+    # peer is unreachable or slow, ValueError for a bad URL or a malformed answer.
+    return H.parse_response(await asyncio.wait_for(_exchange(url, body, ctype, extra),
                                                    timeout_s))
 
 
-async def _exchange(host, port, head, body, max_resp):
+async def _exchange(url, body, ctype, extra):
+    host, port, path = H.split_url(url)
+    if not isinstance(body, list):
+        body = (body,)
     r, w = await asyncio.open_connection(host, port)
     try:
-        w.write(head)
+        w.write(H.request_head("POST", host, port, path, ctype, sum([len(c) for c in body]),
+                               extra))
         for c in body:
             w.write(c)
             await w.drain()
@@ -139,72 +108,21 @@ async def _exchange(host, port, head, body, max_resp):
             if not c:
                 return buf
             buf += c
-            if len(buf) > max_resp:
-                raise H.HTTPError(502, "response over %d bytes" % max_resp)
+            if len(buf) > 16384:
+                raise ValueError("response over 16384 bytes")
     finally:
         await _close(w)
 
 
-def _find_topics_file(conf):
-    d = sys.argv[0].rpartition("/")[0] if sys.argv and sys.argv[0] else ""
-    for c in (conf.get("topics_file"), d + "/topics.xml" if d else "topics.xml", "/topics.xml",
-              "/lib/topics.xml"):
-        try:
-            with open(c, "rb") as f:
-                return f.read()
-        except (OSError, TypeError):
-            pass
-    return None
-
-
-def load_config(path):
-    with open(path) as f:
-        conf = json.load(f)
-    if not isinstance(conf, dict):
-        raise ValueError("config: not a JSON object")
-    for k in ("device_id", "http_port"):
-        if k not in conf:
-            raise ValueError("config: %s required" % k)
-    return conf
-
-
-def wifi(conf, timeout_s=30):
-    # Wi-Fi join on boards (ESP32, Pico W) and NTP, so the dateTimes are real. conf: {"ssid",
-    # "password", "hostname", "ntp": true} -> the IP address; None without `network` (unix).
-    try:
-        import network
-    except ImportError:
-        return None
-    if not conf.get("ssid"):
-        return None
-    wlan = network.WLAN(network.STA_IF)
-    wlan.active(True)
-    try:
-        network.hostname(conf["hostname"])
-    except (KeyError, AttributeError, ValueError):
-        pass
-    if not wlan.isconnected():
-        wlan.connect(conf["ssid"], conf.get("password", ""))
-        t0 = time.ticks_ms()
-        while not wlan.isconnected():
-            if ms_since(t0) > timeout_s * 1000:
-                raise OSError("Wi-Fi: could not join '%s' in %d s" % (conf["ssid"], timeout_s))
-            time.sleep_ms(200)
-    if conf.get("ntp", True):
-        try:
-            import ntptime
-            ntptime.settime()
-        except Exception as e:  # noqa: BLE001 - no NTP: times are wrong, the device still works
-            print("ntp failed:", repr(e))
-    return wlan.ifconfig()[0]
-
-
 class Device:
-    def __init__(self, conf):
-        g = conf.get
+    def __init__(self, path):
+        with open(path) as f:
+            conf = json.load(f)
+        if not isinstance(conf, dict) or "device_id" not in conf or "http_port" not in conf:
+            raise ValueError("config: a JSON object with device_id and http_port")
         self.conf = conf
+        g = conf.get
         self.device_id = str(conf["device_id"])
-        self.verbose = g("verbose", True)
         # conf["limits"] itself: the Producer completes it with its DEFAULTS (no second dict)
         lim = conf["limits"] = g("limits") or {}
         if "gateway_buffer" in conf:
@@ -220,40 +138,60 @@ class Device:
         th = lim.get("gc_threshold")
         if th is None:
             th = 2048 if gc.mem_free() + gc.mem_alloc() <= 262144 else 0
-        if int(th) > 0 and hasattr(gc, "threshold"):
+        if th and hasattr(gc, "threshold"):
             gc.threshold(int(th))
-        data = _find_topics_file(conf)
-        if data:
-            tns, names = load_namespace(data)
-        else:
-            tns, names = NS.DT, ["temperature", "humidity", "light", "heartbeat"]
+        # the topic namespace document: topics_file, else next to main.py, /topics.xml,
+        # /lib/topics.xml, else the default topics
+        tns, names = NS.DT, ["temperature", "humidity", "light", "heartbeat"]
+        d = sys.argv[0].rpartition("/")[0] if sys.argv and sys.argv[0] else "."
+        for fn in (g("topics_file"), d + "/topics.xml", "/topics.xml", "/lib/topics.xml"):
+            try:
+                with open(fn, "rb") as f:
+                    tns, names = load_namespace(f.read())
+                break
+            except (OSError, TypeError):
+                pass
         self.topicset = TopicSet(tns, names)
         self.sensors = []
         reg = []
-        for spec in g("sensors") or [{"topic": "temperature"}]:
-            t = spec.get("topic", "")
+        for sp in g("sensors") or [{"topic": "temperature"}]:
+            t = sp.get("topic", "")
             ti = self.topicset.index(t)
             if ti < 0:
                 raise ValueError("sensor topic %s not in topics.xml" % t)
-            self.sensors.append(sensor(ti, spec, t))
+            k = sp.get("kind", "sim")
+            hw = None
+            try:
+                if k == "adc":
+                    import machine
+                    hw = machine.ADC(machine.Pin(sp["pin"]))
+                elif k == "internal_temp":
+                    try:
+                        import esp32 as hw
+                    except ImportError:
+                        import machine
+                        hw = machine.ADC(4)
+                elif k not in ("sim", "heartbeat"):
+                    raise ValueError("sensor kind %s: one of sim heartbeat internal_temp adc" % k)
+            except (ImportError, AttributeError):
+                print("sensor %s: no %s hardware here, simulating" % (t, k))
+                k = "sim"
+            u = ("temperature", "Cel", "humidity", "%RH", "light", "lx", "heartbeat", "1")
+            self.sensors.append([ti, k, sp, 0, hw, sp.get("unit") or (
+                u[u.index(t) + 1] if t in u else "")])
             if t not in reg:
                 reg.append(t)
         self.registered_topics = TopicSet(tns, reg)
         # "awake" (default): serves Subscribe, pushes each reading; "sleepy": wsn.gateway
-        mode = g("mode", "awake")
-        if mode not in ("awake", "sleepy"):
-            raise ValueError("config: mode 'awake' or 'sleepy'")
-        if mode == "sleepy" and not g("gateway"):
-            raise ValueError("config: sleepy mode needs 'gateway'")
-        self.producer = self.link = self.last_status = None
+        if g("mode", "awake") not in ("awake", "sleepy") or g("mode") == "sleepy" and not g(
+                "gateway"):
+            raise ValueError("config: mode 'awake', or 'sleepy' with a 'gateway'")
+        self.producer = self.link = None
         self.started = time.ticks_ms()  # ticks wrap (~12 days on boards): uptime is summed
         self.uptime_ms = self.mem_peak = self.requests = 0
 
-    def now(self):
-        return now()
-
     def log(self, msg):
-        if self.verbose:
+        if self.conf.get("verbose", True):
             print(msg)
 
     def mem(self):
@@ -261,17 +199,12 @@ class Device:
         if a > self.mem_peak:
             self.mem_peak = a
 
-    def counters(self):
-        p = self.producer
-        c = dict(p.counters())
-        return c, (p.outbox.dropped, c["pullpointDropped"], p.push_failed)
-
     def status_line(self, why=""):
         p = self.producer
         print("status %s gateway=%s buffered=%d dropped=%d subs=%d pullpoint_dropped=%d "
               "push_failed=%d" % (why and "[" + why + "]", self.link.state if self.link else "none",
                                   len(p.outbox), p.outbox.dropped, len(p.subs),
-                                  self.counters()[0]["pullpointDropped"], p.push_failed))
+                                  dict(p.counters())["pullpointDropped"], p.push_failed))
 
     # ------------------------------------------------------------------ HTTP server
     async def _conn(self, r, w):
@@ -281,11 +214,11 @@ class Device:
             try:
                 st, ct, b = self.handle(*(await asyncio.wait_for(self._request(r, w), rt)))
             except asyncio.TimeoutError:
-                st, ct, b = 408, _T, b"request too slow\n"
+                st, ct, b = 408, "text/plain", b"request too slow\n"
             except H.HTTPError as e:
-                st, ct, b = e.args[0], _T, (e.args[1] + "\n").encode()
+                st, ct, b = e.args[0], "text/plain", (e.args[1] + "\n").encode()
             except MemoryError:
-                st, ct, b = 503, _T, b"out of memory: retry\n"
+                st, ct, b = 503, "text/plain", b"out of memory: retry\n"
             if not isinstance(b, list):  # chunks of a large answer: no big contiguous block
                 b = (b,)
             w.write(H.response_head(st, ct, sum([len(c) for c in b])))
@@ -297,7 +230,7 @@ class Device:
                 # "lingering close" (RFC 9112 §9.6): read and discard what the client still
                 # sends for a moment, so closing does not reset the connection before the
                 # client has read the answer
-                await _discard(r, _DRAIN, 0.2)
+                await _discard(r, 65536, 0.2)
         except Exception as e:  # noqa: BLE001 - a broken connection must not stop the server
             print("http: connection error:", repr(e))
         finally:
@@ -308,10 +241,10 @@ class Device:
         buf = b""
         while True:
             k = buf.find(b"\r\n\r\n")
-            if 0 <= k <= _MAX_HEAD:
+            if 0 <= k <= 4096:
                 break
-            if len(buf) > _MAX_HEAD:
-                raise H.HTTPError(431, "head over %d bytes" % _MAX_HEAD)
+            if len(buf) > 4096:
+                raise H.HTTPError(431, "head over 4096 bytes")
             c = await r.read(512)
             if not c:
                 raise H.HTTPError(400, "truncated head")
@@ -323,7 +256,7 @@ class Device:
             n = H.body_length(method, hd, self.limits["max_request_bytes"])
         except H.HTTPError as e:
             cl = hd.get("content-length", "")
-            if e.args[0] == 413 and cl.isdigit() and int(cl) <= _DRAIN:
+            if e.args[0] == 413 and cl.isdigit() and int(cl) <= 65536:
                 # read and discard it, so the client is reading when the 413 comes
                 await _discard(r, int(cl) - len(body), None)
             raise
@@ -342,15 +275,31 @@ class Device:
         # -> (status, content type, body bytes or list of chunks)
         self.requests += 1
         self.mem()
-        admin = (path, method) in (("/status", "GET"), ("/admin/sample", "POST"))
-        if admin and not H.check_auth(hd.get("authorization"), self.conf.get("secret")):
-            return 401, _T, b"management secret required (Bearer or Basic)\n"
-        if path == "/status" and admin:
-            if "reset_peak" in query:
+        p = self.producer
+        if (path, method) in (("/status", "GET"), ("/admin/sample", "POST")):
+            if not H.check_auth(hd.get("authorization"), self.conf.get("secret")):
+                return 401, "text/plain", b"management secret required (Bearer or Basic)\n"
+            if path == "/status":
+                if "reset_peak" in query:
+                    gc.collect()
+                    self.mem_peak = 0
+                peak = self.mem_peak
                 gc.collect()
-                self.mem_peak = 0
-            return 200, _J, json.dumps(self.status()).encode()
-        if admin:
+                d = dict(p.counters())
+                d.update({"device_id": self.device_id, "producer": p.addr, "uptime_s": (
+                    self.uptime_ms + ms_since(self.started)) // 1000, "time": now(),
+                    "requests": self.requests, "mem_alloc": gc.mem_alloc(),
+                    "mem_free": gc.mem_free(), "mem_peak": peak,
+                    "gateway": self.link.status() if self.link else None,
+                    "subscription_list": [{
+                        "id": s.id, "consumer": s.consumer, "paused": s.paused, "raw": s.raw,
+                        "topics": self.topicset.mask_names(s.mask), "expires": s.expires,
+                        "delivered": s.delivered, "failed": s.failed,
+                        "queued": len(s.queue) if s.queue else 0} for s in p.subs],
+                    "pullpoint_list": [{"id": q.id, "queued": len(q.ring),
+                                        "dropped": q.ring.dropped} for q in p._pps or ()]})
+                return 200, "application/json", json.dumps(d).encode()
+            # POST /admin/sample?topic=T&count=N: N readings now (all sensors, or topic T)
             topic = ""
             count = 1
             for kv in query.split("&"):
@@ -362,20 +311,19 @@ class Device:
             n = 0
             for _ in range(count):
                 for s in self.sensors:
-                    if not topic or self.topicset.names[s[0]] == topic:
+                    if topic in ("", self.topicset.names[s[0]]):
                         self.sample(s)
                         n += 1
-            return 200, _J, ('{"published": %d}' % n).encode()
-        p = self.producer
+            return 200, "application/json", ('{"published": %d}' % n).encode()
         if path == "/" and method == "GET":
-            return 200, _T, ("wsn-edge device %s: WS-Notification producer at %s\n"
-                             % (self.device_id, p.addr)).encode()
+            return 200, "text/plain", ("wsn-edge device %s: WS-Notification producer at %s\n"
+                                       % (self.device_id, p.addr)).encode()
         r = p.handle(method, path, body, now(), hd.get("content-type", ""))
-        for act, obj in r.actions:
+        for act, s in r.actions:
             if act == "resumed":
-                self.kick(obj)
+                self.kick(s)
             if act in ("subscribed", "unsubscribed", "paused", "resumed"):
-                self.log("%s %s -> %s" % (act, obj.id, obj.consumer))
+                self.log("%s %s -> %s" % (act, s.id, s.consumer))
         self.mem()
         return r.status, r.ctype, r.body
 
@@ -386,40 +334,18 @@ class Device:
         if self.limits.get("gc_collect_each", True):
             gc.collect()
 
-    def status(self):
-        self.mem()
-        peak = self.mem_peak
-        gc.collect()
-        p = self.producer
-        d = self.counters()[0]
-        d.update({"device_id": self.device_id, "producer": p.addr,
-                  "uptime_s": (self.uptime_ms + ms_since(self.started)) // 1000, "time": now(),
-                  "requests": self.requests, "mem_alloc": gc.mem_alloc(),
-                  "mem_free": gc.mem_free(), "mem_peak": peak,
-                  "gateway": self.link.status() if self.link else None,
-                  "subscription_list": [
-                      {"id": s.id, "consumer": s.consumer, "paused": s.paused, "raw": s.raw,
-                       "topics": self.topicset.mask_names(s.mask), "expires": s.expires,
-                       "delivered": s.delivered, "failed": s.failed,
-                       "queued": len(s.queue) if s.queue else 0} for s in p.subs],
-                  "pullpoint_list": [{"id": q.id, "queued": len(q.ring), "dropped": q.ring.dropped}
-                                     for q in p._pps or ()]})
-        return d
-
     # ------------------------------------------------------------------ publishing
     def reading(self, s, t):
         # one reading of sensor s as the payload XML, or None if the sensor failed
         try:
-            v = read(s)
+            return reading(self.device_id, read(s), s[5], t, s[2].get("decimals", 2))
         except Exception as e:  # noqa: BLE001 - a flaky sensor must not stop the device
             self.log("sensor %s: %r" % (self.topicset.names[s[0]], e))
-            return None
-        return reading(self.device_id, v, s[5], t, s[2].get("decimals", 2))
 
     def sample(self, s):
         t = now()
         payload = self.reading(s, t)
-        if payload is not None:
+        if payload:
             kick, gw = self.producer.publish(s[0], payload, t)
             for q in kick:
                 self.kick(q)
@@ -435,8 +361,8 @@ class Device:
         # drains one subscription's queue in order; each push is tried 1 + push_retries times
         # with exponential backoff, then given up (counted). At most push_concurrency pushes
         # are in flight device-wide.
-        lim = self.limits
-        tries = int(lim.get("push_retries", 3))
+        g = self.limits.get
+        tries = int(g("push_retries", 3))
         try:
             while s.active and not s.paused and len(s.queue):
                 item = s.queue.peek()
@@ -450,11 +376,10 @@ class Device:
                 try:
                     url, body, ctype = self.producer.render(item)
                     self.mem()
-                    delay = int(lim.get("retry_backoff_ms", 500))
+                    delay = int(g("retry_backoff_ms", 500))
                     for i in range(tries + 1):
                         try:
-                            st = (await post(url, body, ctype,
-                                             float(lim.get("push_timeout_s", 5))))[0]
+                            st = (await post(url, body, ctype, float(g("push_timeout_s", 5))))[0]
                             ok = 200 <= st < 300
                             err = "HTTP %d" % st
                         except Exception as e:  # noqa: BLE001 - unreachable consumer: retry
@@ -496,8 +421,11 @@ class Device:
         g = self.conf.get
         host = g("http_host", "0.0.0.0")
         port = int(g("http_port"))
-        adv = g("advertise_host") or (g("wifi") and wifi(g("wifi"))) or (
-            host if host not in ("0.0.0.0", "") else "127.0.0.1")
+        adv = None
+        w = g("wifi")
+        if w and w.get("ssid"):
+            adv = self.wifi(w)
+        adv = g("advertise_host") or adv or (host if host not in ("0.0.0.0", "") else "127.0.0.1")
         base = "http://%s:%d" % (adv, port)
         p = self.producer = Producer(self.device_id, self.topicset, base, os.urandom, self.limits)
         if g("gateway"):
@@ -521,7 +449,7 @@ class Device:
         # status_period_s
         period = float(g("status_period_s", 60))
         last = time.ticks_ms()
-        self.last_status = (0, 0, 0)
+        key = (0, 0, 0)
         while True:
             await asyncio.sleep_ms(500)
             try:
@@ -531,18 +459,43 @@ class Device:
                 for s in p.expire(now()):
                     self.log("expired %s" % s.id)
                 self.mem()
-                key = self.counters()[1]
-                if key != self.last_status:
-                    self.status_line("drops")
+                k = (p.outbox.dropped, dict(p.counters())["pullpointDropped"], p.push_failed)
+                if k != key or period > 0 and ms_since(last) >= period * 1000:
+                    self.status_line("drops" if k != key else "")
                     last = time.ticks_ms()
-                elif period > 0 and ms_since(last) >= period * 1000:
-                    self.status_line()
-                    last = time.ticks_ms()
-                self.last_status = key
+                key = k
             except Exception as e:  # noqa: BLE001 - housekeeping must outlive any error
                 gc.collect()
                 self.log("housekeeping: %r" % e)
 
+    def wifi(self, conf):
+        # Wi-Fi join on boards (ESP32, Pico W) and NTP, so the dateTimes are real. conf: {"ssid",
+        # "password", "hostname", "ntp": true} -> the IP address; None without `network` (unix).
+        try:
+            import network
+        except ImportError:
+            return None
+        wlan = network.WLAN(network.STA_IF)
+        wlan.active(True)
+        try:
+            network.hostname(conf["hostname"])
+        except (KeyError, AttributeError, ValueError):
+            pass
+        if not wlan.isconnected():
+            wlan.connect(conf["ssid"], conf.get("password", ""))
+            t0 = time.ticks_ms()
+            while not wlan.isconnected():
+                if ms_since(t0) > 30000:
+                    raise OSError("Wi-Fi: could not join %s in 30 s" % conf["ssid"])
+                time.sleep_ms(200)
+        if conf.get("ntp", True):
+            try:
+                import ntptime
+                ntptime.settime()
+            except Exception as e:  # noqa: BLE001 - no NTP: times are wrong, the device works
+                print("ntp failed:", repr(e))
+        return wlan.ifconfig()[0]
+
 
 def main(path):
-    asyncio.run(Device(load_config(path)).run())
+    asyncio.run(Device(path).run())

@@ -2,16 +2,17 @@
 # Both modes share the registration, the renewal and the batched Notify; the readings for the
 # gateway wait in the producer's outbox (bounded, oldest dropped and counted) until it answers 2xx.
 #
-# Awake (run): demand-based publishing.
+# Awake (run, one task): demand-based publishing.
 # - register: br:RegisterPublisher (Demand=true, PublisherReference = our producer address with
 #   edge:DeviceId, one br:Topic per sensor, InitialTerminationTime) until it succeeds;
 # - renew: wsrf-rl:SetTerminationTime on the registration address every renew_period_s;
 #   a ResourceUnknownFault or 404 (registration forgotten, e.g. a gateway restart without
 #   state) means register again; so does a push answered that way;
-# - after the gateway was unreachable, the first success triggers an immediate renew (which
-#   detects a restarted gateway);
-# - the sender drains the outbox in order, up to batch_max readings per Notify (one
-#   NotificationMessage each), retried every retry_s (doubling) while the gateway is unreachable.
+# - send: the outbox in order, up to batch_max readings per Notify (one NotificationMessage
+#   each);
+# - while the gateway is unreachable, retry every gateway_retry_s (doubling up to
+#   gateway_retry_max_s) with a renewal first: the first success after an outage is a renewal,
+#   which detects a restarted gateway.
 #
 # Sleepy (sleepy; config "mode": "sleepy"): each cycle the device wakes, samples every sensor
 # once, sends the readings gathered since the last accepted send in batched Notifys, and sleeps
@@ -33,7 +34,7 @@ import time
 from wsn.core import ns
 from wsn.core.registration import read_registration, register_publisher, set_termination_time
 from wsn.core.soap import fault_name
-from wsn.device import now, post
+from wsn.device import ms_since, now, post
 
 
 class Link:
@@ -48,11 +49,9 @@ class Link:
         # SetTerminationTime): gateway_token -> Bearer, else gateway_user + gateway_password ->
         # HTTP Basic. Sent on every request to the gateway (Notify is open there: no cost).
         a = c("gateway_token")
-        if a:
-            a = "Bearer " + a
-        elif c("gateway_user"):
-            a = "Basic " + binascii.b2a_base64(("%s:%s" % (
-                c("gateway_user"), c("gateway_password") or "")).encode()).decode().strip()
+        u = c("gateway_user")
+        a = "Bearer " + a if a else u and "Basic " + binascii.b2a_base64(
+            ("%s:%s" % (u, c("gateway_password") or "")).encode()).decode().strip()
         self.auth = "Authorization: %s\r\n" % a if a else ""
         self.batch_max = max(1, int(c("batch_max", 16)))
         self.reg = None  # registration address (None: register first)
@@ -62,8 +61,7 @@ class Link:
         self.rejected = 0  # readings the gateway refused with a fault (not retried)
         self.state = "unregistered"  # unregistered | registered | down
         self.last_error = ""
-        self.wake = asyncio.Event()  # main loop: register/renew now
-        self.out = asyncio.Event()  # sender: something to send
+        self.out = asyncio.Event()  # something to send
 
     def status(self):
         ob = self.p.outbox
@@ -76,8 +74,6 @@ class Link:
         if st != self.state:
             self.state = st
             self.dev.status_line("gateway " + st)
-            if st == "registered":
-                self.out.set()  # reachable again: the sender retries now, not after its backoff
 
     async def _post(self, url, body, ctype=None):
         self.requests += 1
@@ -93,7 +89,6 @@ class Link:
             self.reg = None
             return True
         self.dev.log(self.last_error)
-        return False
 
     async def _register(self, demand):
         # -> None when registered, else why the gateway refused; raises when unreachable
@@ -120,7 +115,6 @@ class Link:
             self.renewals += 1
             return True
         self._forgotten("renew", st, body)
-        return False
 
     async def _send(self):
         # One batched Notify: up to batch_max readings of the outbox, oldest first -> readings
@@ -130,96 +124,74 @@ class Link:
         items, url, body, ctype = self.p.gateway_batch(self.batch_max, self.version)
         st, resp = await self._post(url, body, ctype)
         body = None
+        n = len(items)
         if 200 <= st < 300:
-            n = len(items)
             self.delivered += n
             self.batches += 1
         elif self._forgotten("push", st, resp):
             return -1
         else:
+            self.rejected += n
+            self.p.push_failed += n
             n = 0
-            self.rejected += len(items)
-            self.p.push_failed += len(items)
         ob = self.p.outbox
         for it in items:  # the full buffer may have dropped some meanwhile: those are gone
             if ob.peek() is it:
                 ob.pop()
         return n
 
-    async def _sleep(self, ev, seconds):
-        try:
-            await asyncio.wait_for(ev.wait(), seconds)
-        except asyncio.TimeoutError:
-            pass
-        ev.clear()
-
-    def _down(self, err):
-        self.last_error = err
-        self._set_state("down")
-
     # ------------------------------------------------------------------ awake
     async def run(self):
         c = self.dev.conf.get
-        renew_s = int(c("renew_period_s") or max(1, self.ttl // 2))
-        retry_s = float(c("gateway_retry_s", 2))
-        retry_max = max(retry_s, float(c("gateway_retry_max_s", 30)))
-        asyncio.create_task(self._sender(retry_s, retry_max))
-        delay = retry_s
+        renew = int(c("renew_period_s") or max(1, self.ttl // 2)) * 1000
+        retry = delay = float(c("gateway_retry_s", 2))
+        retry_max = max(retry, float(c("gateway_retry_max_s", 30)))
+        # batch_wait_s > 0 buffers by choice: that long after a reading, more join its Notify
+        wait = int(float(c("batch_wait_s", 0)) * 1000)
+        ob = self.p.outbox
+        due = time.ticks_ms()  # of the next renewal
         while True:
-            if self.reg is None:
-                try:
+            pause = back = 0
+            try:
+                if self.reg is None:
                     err = await self._register(True)
-                except Exception as e:  # noqa: BLE001 - unreachable: retry later
-                    err = "register: %r" % e
-                    self._down(err)
-                else:
                     if err:
                         self.last_error = err
                         self.dev.status_line("gateway refused registration: " + err)
                         self._set_state("unregistered")
-                if err:  # refused or unreachable: try again, less and less often
-                    await self._sleep(self.wake, delay)
-                    delay = min(delay * 2, retry_max)
-                    continue
-                delay = retry_s
-                self._set_state("registered")
-                await self._sleep(self.wake, renew_s)
-            else:
-                await self._sleep(self.wake, renew_s if self.state == "registered" else retry_s)
-            if self.reg is not None:
-                try:
+                        back = 1
+                    else:
+                        self._set_state("registered")
+                        due = time.ticks_add(time.ticks_ms(), renew)
+                elif ms_since(due) >= 0:
+                    due = time.ticks_add(time.ticks_ms(), renew)
                     if await self._renew():
                         self._set_state("registered")
                     elif self.reg is None:
                         self._set_state("unregistered")
-                except Exception as e:  # noqa: BLE001
-                    self._down("renew: %r" % e)
-
-    async def _sender(self, retry_s, retry_max_s):
-        ob = self.p.outbox
-        wait = float(self.dev.conf.get("batch_wait_s", 0))
-        delay = retry_s
-        while True:
-            if not len(ob) or self.reg is None or self.p.gateway is None:
-                await self._sleep(self.out, 1)
-                continue
-            if wait and len(ob) < self.batch_max:
-                # buffering by choice (batch_wait_s): let readings gather into one Notify
-                await asyncio.sleep_ms(int(wait * 1000))
-            try:
-                n = await self._send()
-            except Exception as e:  # noqa: BLE001 - unreachable: keep them, retry with backoff
-                self._down("push: %r" % e)
-                await self._sleep(self.out, delay)
-                delay = min(delay * 2, retry_max_s)
-                continue
-            delay = retry_s
-            if n < 0:
-                self._set_state("unregistered")
-                self.wake.set()
-            elif n and self.state == "down":
-                self._set_state("registered")
-                self.wake.set()  # back after an outage: renew now (restart check)
+                elif len(ob):
+                    if wait and len(ob) < self.batch_max:
+                        await asyncio.sleep_ms(wait)
+                    if await self._send() < 0:
+                        self._set_state("unregistered")
+                else:
+                    pause = min(1, -ms_since(due) / 1000)
+            except Exception as e:  # noqa: BLE001 - unreachable: retry, renewing first
+                self.last_error = repr(e)
+                self._set_state("down")
+                due = time.ticks_ms()
+                back = 1
+            if back:  # refused or unreachable: again, less and less often
+                pause = delay
+                delay = min(delay * 2, retry_max)
+            elif not pause:
+                delay = retry
+            if pause:
+                try:
+                    await asyncio.wait_for(self.out.wait(), pause)
+                except asyncio.TimeoutError:
+                    pass
+                self.out.clear()
 
     # ------------------------------------------------------------------ sleepy
     def _save(self):
@@ -261,6 +233,11 @@ class Link:
             break
         print("sleepy %s gateway %s period %s s" % (p.device_id, self.url, period))
         how = c("sleep", "deep")
+        try:
+            import machine
+            f = how in ("deep", "light") and getattr(machine, how + "sleep")
+        except (ImportError, AttributeError):  # the unix port's machine has no sleeps
+            f = None
         while True:
             t0 = time.ticks_ms()
             self.requests = sent = 0
@@ -270,7 +247,7 @@ class Link:
                 if s[1] == "heartbeat":
                     s[3] = self.seq - 1  # the heartbeat counts wakes across deep sleeps
                 payload = self.dev.reading(s, t)
-                if payload is not None:
+                if payload:
                     p.buffer_for_gateway(s[0], payload, t)
             self._save()
             try:
@@ -291,16 +268,10 @@ class Link:
             except Exception as e:  # noqa: BLE001 - unreachable or refused: keep them, next wake
                 self.dev.log("gateway: %r" % e)
             print("cycle %d awake_ms=%d readings=%d sent=%d pending=%d dropped=%d requests=%d "
-                  "mem=%d" % (self.seq, time.ticks_diff(time.ticks_ms(), t0),
-                              len(self.dev.sensors), sent, len(ob), ob.dropped, self.requests,
-                              gc.mem_alloc()))
+                  "mem=%d" % (self.seq, ms_since(t0), len(self.dev.sensors), sent, len(ob),
+                              ob.dropped, self.requests, gc.mem_alloc()))
             gc.collect()  # lightsleep and the unix port keep the heap: start each wake clean
-            try:
-                import machine
-                f = getattr(machine, how + "sleep")
-            except (ImportError, AttributeError):  # the unix port's machine has no sleeps
-                f = None
-            if f and how in ("deep", "light"):
+            if f:
                 f(int(period * 1000))  # deepsleep is a reset: main.py runs again, loads the file
             else:
                 time.sleep(period)
