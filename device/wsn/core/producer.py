@@ -15,13 +15,16 @@
 # that could wrap and reuse one).
 from binascii import hexlify
 
+from micropython import const
+
 from wsn.core import ns
 from wsn.core import xml as X
 from wsn.core.httpmsg import split_url
 from wsn.core.soap import Fault, NotSoap, envelope, epr, fault_envelope, fault_status, parse_request, read_epr, wrap
 
-# (name, default) pairs: a constant tuple, frozen into flash it costs no heap (a dict would)
-DEFAULTS = (
+# (name, default) pairs: a constant tuple, frozen into flash it costs no heap (a dict would);
+# const(): used where it is written, no global
+_DEFAULTS = const((
     ("max_subscriptions", 8),  # table size
     ("max_pullpoints", 2),
     ("pullpoint_size", 32),  # messages per pull point (ring, drops the oldest)
@@ -33,10 +36,10 @@ DEFAULTS = (
     ("max_ttl_s", 604800),  # longest accepted lifetime (0: unlimited, xsi:nil accepted)
     ("queue_len", 4),  # pushes waiting per subscription (drops the oldest)
     ("gateway_buffer", 64),  # pushes waiting for the gateway (drops the oldest, counted)
-)
+))
 
-_SUBS = "/wsn/subscriptions/"
-_PPS = "/wsn/pullpoints/"
+_SUBS = const("/wsn/subscriptions/")
+_PPS = const("/wsn/pullpoints/")
 PRODUCER_PATH = "/wsn/producer"
 
 # The operations, as data: (Body element as "prefix:local" with the prefixes of ns.DECLS,
@@ -48,7 +51,7 @@ PRODUCER_PATH = "/wsn/producer"
 # WS-BaseNotification 1.3 §4.2 Subscribe, §4.3 GetCurrentMessage, §5.2 CreatePullPoint, §4.1
 # and §6.4 GetResourceProperty, §6.1 Renew/Unsubscribe, §6.2 Pause/Resume, §6.4 +
 # WS-ResourceLifetime 1.2 §4.1 Destroy (immediate termination), §5.1 the PullPoint's.
-_OPS = (
+_OPS = const((
     ("wsnt:Subscribe", "", "_subscribe", "wsn/bw-2/NotificationProducer"),
     ("wsnt:GetCurrentMessage", "", "get_current", "wsn/bw-2/NotificationProducer"),
     ("wsnt:CreatePullPoint", "", "create_pullpoint", "wsn/bw-2/CreatePullPoint"),
@@ -61,7 +64,7 @@ _OPS = (
     ("wsrf-rp:GetResourceProperty", "s", "get_rp", "wsrf/rpw-2/GetResourceProperty"),
     ("wsnt:GetMessages", "p", "get_messages", "wsn/bw-2/PullPoint"),
     ("wsnt:DestroyPullPoint", "p", "destroy_pullpoint", "wsn/bw-2/PullPoint"),
-)
+))
 
 
 class Response:
@@ -159,12 +162,6 @@ def _text(status, msg):
     return Response(status, "text/plain; charset=utf-8", msg.encode() + b"\n", ())
 
 
-def _rare():
-    # the rarely used operations, imported on first use (then cached in sys.modules)
-    from wsn.core import rare
-    return rare
-
-
 def nil_time(tag, t):
     # <tag>dateTime</tag>, or xsi:nil for no scheduled termination
     if t is None:
@@ -182,7 +179,7 @@ def _unknown_children(parent, keep, fault, what, tag):
             bad += '<%s xmlns:q="%s">q:%s</%s>' % (tag, X.escape(c.ns), c.name, tag) if c.ns \
                 else wrap(tag, c.name)
     if first:
-        raise Fault(fault, "only %s, not %s" % (what, first.qname()), extra=bad)
+        raise Fault(fault, "only %s, not %s" % (what, "{%s}%s" % (first.ns, first.name)), extra=bad)
     return len(parent.children)
 
 
@@ -190,7 +187,7 @@ class Producer:
     def __init__(self, device_id, topics, base_url, rand, limits):
         # the caller's dict, completed with the defaults (one dict on the heap, not a copy)
         L = limits if limits is not None else {}
-        for k, v in DEFAULTS:
+        for k, v in _DEFAULTS:
             if k not in L:
                 L[k] = v
         self.L = L
@@ -271,7 +268,8 @@ class Producer:
                                 ns.WSRF_R)
             if op is None:
                 if kind == "p":  # Notify into a pull point (§5.1.1): HTTP 202, no envelope
-                    _rare().notify_pp(self, req, target)
+                    from wsn.core import rare
+                    rare.notify_pp(self, req, target)
                     return Response(202, ns.content_type(version), b"", actions)
                 raise Fault("ActionNotSupported", "no operation {%s}%s here" % (el.ns, el.name),
                             ns.WSA, base=False, action=ns.WSA_FAULT,
@@ -283,7 +281,9 @@ class Producer:
             if h[0] == "_":
                 out = getattr(self, h)(req, target, now, actions)
             else:
-                out = getattr(_rare(), h)(self, req, target, now, actions)
+                # the rarely used operations, imported on first use (then in sys.modules)
+                from wsn.core import rare
+                out = getattr(rare, h)(self, req, target, now, actions)
         except NotSoap as e:
             return _text(400, str(e))
         except Fault as f:

@@ -40,15 +40,12 @@ class NotSoap(ValueError):
     pass
 
 
-class Request:
-    # version, header, body (the first child element of soap:Body, or None), buf, and the
-    # headers action, message_id, to, resource_id (edge:ResourceId), each None if absent
-    pass
-
-
 def parse_request(buf, max_depth=16, max_elements=256):
-    # -> Request. Raises xml.XMLError (malformed), NotSoap, or Fault (VersionMismatch,
-    # MustUnderstand, no Body).
+    # -> the request: the Envelope element with the SOAP parts picked out as attributes
+    # (no class of its own): version, header, body (the first child element of soap:Body,
+    # or None), buf, and the headers action, message_id, to, resource_id (edge:ResourceId),
+    # each None if absent. Raises xml.XMLError (malformed), NotSoap, or Fault
+    # (VersionMismatch, MustUnderstand, no Body).
     root = X.parse(buf, max_depth, max_elements)
     sns = root.ns
     if root.name != "Envelope":
@@ -57,7 +54,7 @@ def parse_request(buf, max_depth=16, max_elements=256):
         # SOAP 1.2 §5.4.7 / SOAP 1.1 §4.4.1: an Envelope in another namespace
         raise Fault("VersionMismatch", "unknown envelope namespace %s" % sns,
                     ns.SOAP11, "VersionMismatch", base=False)
-    r = Request()
+    r = root
     r.version = ns.V12 if sns == ns.SOAP12 else ns.V11
     r.header = root.find(sns, "Header")
     body = root.find(sns, "Body")

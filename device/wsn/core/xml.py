@@ -18,12 +18,12 @@ START = const(1)
 END = const(2)
 TEXT = const(3)
 
-_WS = " \t\r\n"
+_WS = const(" \t\r\n")
 # the predefined entities (XML 1.0 §4.6), name then value: a constant, no dict on the heap
-_ENT = ("lt", "<", "gt", ">", "amp", "&", "quot", '"', "apos", "'")
+_ENT = const(("lt", "<", "gt", ">", "amp", "&", "quot", '"', "apos", "'"))
 # markup skipped or read as text: (opening, closing) of a PI / the XML declaration, a comment,
 # CDATA (the only one that is text)
-_SKIP = ((b"<?", b"?>"), (b"<!--", b"-->"), (b"<![CDATA[", b"]]>"))
+_SKIP = const(((b"<?", b"?>"), (b"<!--", b"-->"), (b"<![CDATA[", b"]]>")))
 
 
 class XMLError(ValueError):
@@ -197,9 +197,6 @@ class Element:
 
     def value(self):
         return self.text.strip()
-
-    def qname(self):
-        return "{%s}%s" % (self.ns, self.name)
 
     def resolve(self, qname):
         # A QName in content (e.g. a TopicExpression): (namespace, local); the prefix must be
