@@ -76,11 +76,12 @@ def _challenge(cfg: Config) -> str:
 SOAP_MEDIA_TYPES = ("application/soap+xml", "text/xml", "application/xml")
 
 
-def _not_soap_media_type(request: web.Request) -> web.Response | None:
+def _soap_media_type(request: web.Request) -> str | web.Response:
+    """The request's media type (lower case) when it is SOAP's, else the 415 answer."""
     raw = request.headers.get("Content-Type")
     media = (raw or "").split(";", 1)[0].strip().lower()
     if media in SOAP_MEDIA_TYPES:
-        return None
+        return media
     what = f"Content-Type {media!r}" if raw else "no Content-Type"
     request[REJECTED_KEY] = "media-type"
     return web.Response(
@@ -137,9 +138,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
 async def _handle(request: web.Request) -> web.StreamResponse:
     broker = request.app[BROKER_KEY]
     cfg = broker.cfg
-    bad_type = _not_soap_media_type(request)
-    if bad_type is not None:
-        return bad_type
+    media = _soap_media_type(request)
+    if isinstance(media, web.Response):
+        return media
     if request.content_length is not None and request.content_length > cfg.max_request_bytes:
         request[REJECTED_KEY] = "too-large"
         return web.Response(
@@ -156,7 +157,7 @@ async def _handle(request: web.Request) -> web.StreamResponse:
             status=400, text="empty request body: POST a SOAP 1.1 or 1.2 envelope\n"
         )
     try:
-        req = soap.parse_request(data, _version_hint(request))
+        req = soap.parse_request(data, _version_hint(media))
     except soap.NotSoap as e:
         request[REJECTED_KEY] = "not-soap"
         return web.Response(status=400, text=f"{e}\n")
@@ -201,8 +202,9 @@ async def not_allowed(request: web.Request) -> web.StreamResponse:
     )
 
 
-def _version_hint(request: web.Request) -> str:
-    return ns.SOAP12 if request.content_type == "application/soap+xml" else ns.SOAP11
+def _version_hint(media: str) -> str:
+    """The SOAP version a media type names (SOAP 1.2 part 2 §7.1.4, SOAP 1.1 §6.1.1)."""
+    return ns.SOAP12 if media == "application/soap+xml" else ns.SOAP11
 
 
 async def _identify(request: web.Request, response: web.StreamResponse) -> None:
