@@ -34,6 +34,7 @@ import time
 from wsn.core import ns
 from wsn.core.registration import read_registration, register_publisher, set_termination_time
 from wsn.core.soap import fault_name
+from wsn.core.topics import TopicSet
 from wsn.device import ms_since, now, post
 
 
@@ -75,7 +76,7 @@ class Link:
             self.state = st
             self.dev.status_line("gateway " + st)
 
-    async def _post(self, url, body, ctype=None):
+    async def _post(self, url, body, ctype):
         self.requests += 1
         return await post(url, body, ctype or ns.content_type(self.version),
                           float(self.dev.conf.get("gateway_timeout_s", 5)), self.auth)
@@ -91,10 +92,16 @@ class Link:
         self.dev.log(self.last_error)
 
     async def _register(self, demand):
-        # -> None when registered, else why the gateway refused; raises when unreachable
+        # -> None when registered, else why the gateway refused; raises when unreachable.
+        # One br:Topic per sensor topic.
+        ts = self.dev.topicset
+        reg = []
+        for s in self.dev.sensors:
+            if ts.names[s[0]] not in reg:
+                reg.append(ts.names[s[0]])
         st, body = await self._post(self.url, register_publisher(
-            self.version, self.url, self.p.addr, self.p.device_id, self.dev.registered_topics,
-            now() + self.ttl, demand).encode())
+            self.version, self.url, self.p.addr, self.p.device_id, TopicSet(ts.ns, reg),
+            now() + self.ttl, demand).encode(), None)
         try:
             self.reg, self.reg_rp, con, con_rp = read_registration(body)
         except Exception as e:  # noqa: BLE001 - a fault or garbage: refused
@@ -109,7 +116,7 @@ class Link:
     async def _renew(self):
         # WS-ResourceLifetime SetTerminationTime on the registration -> True if accepted
         st, body = await self._post(self.reg, set_termination_time(
-            self.version, self.reg, self.reg_rp, now() + self.ttl).encode())
+            self.version, self.reg, self.reg_rp, now() + self.ttl).encode(), None)
         if 200 <= st < 300:
             self.expires = now() + self.ttl
             self.renewals += 1

@@ -14,7 +14,7 @@ class HTTPError(ValueError):
     pass
 
 
-def parse_head(head, max_headers=32):
+def parse_head(head):
     # head: bytes up to (excluding) the blank line. -> (method, path, query, headers) with
     # header names lower-cased. Raises HTTPError(400/431).
     try:
@@ -24,8 +24,8 @@ def parse_head(head, max_headers=32):
     p = lines[0].split(" ")
     if len(p) != 3 or p[2][:7] != "HTTP/1." or p[1][:1] != "/":
         raise HTTPError(400, "bad request line")
-    if len(lines) > max_headers + 1:
-        raise HTTPError(431, "over %d header fields" % max_headers)
+    if len(lines) > 33:
+        raise HTTPError(431, "over 32 header fields")
     h = {}
     for ln in lines[1:]:
         if ln:
@@ -67,9 +67,9 @@ def response_head(status, ctype, length):
                                      if i >= 0 else "Status"), ctype, length, "")
 
 
-def request_head(method, host, port, path, ctype, length, extra=""):
-    return _head("%s %s HTTP/1.1\r\nHost: %s:%d" % (method, path, host, port), ctype, length,
-                 extra)
+def request_head(host, port, path, ctype, length, extra):
+    # a POST (the only request the device makes)
+    return _head("POST %s HTTP/1.1\r\nHost: %s:%d" % (path, host, port), ctype, length, extra)
 
 
 def split_url(url):

@@ -48,7 +48,7 @@ def test_split_url():
 def test_heads_are_well_formed():
     r = H.response_head(413, "text/plain", 3)
     assert r.startswith(b"HTTP/1.1 413 ") and b"Content-Length: 3\r\n" in r and r.endswith(b"\r\n\r\n")
-    q = H.request_head("POST", "h", 1, "/p", "text/xml", 7)
+    q = H.request_head("h", 1, "/p", "text/xml", 7, "")
     assert q.startswith(b"POST /p HTTP/1.1\r\nHost: h:1\r\n")
     st, body = H.parse_response(b"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\n\r\nok")
     assert st == 202 and body == b"ok"
