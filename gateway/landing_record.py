@@ -36,9 +36,8 @@ import asyncio
 import re
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from lxml import etree
@@ -65,9 +64,10 @@ class _TooBig(Exception):
     """The inline budget is exceeded: build the record on the worker thread."""
 
 
-@dataclass(frozen=True, slots=True)
-class Item:
-    """What a landing line is made of, besides the time it was received."""
+class Item(NamedTuple):
+    """What a landing line is made of, besides the time it was received (a tuple: one is
+    made per landed message, and a frozen dataclass costs several times as much to
+    build)."""
 
     msg_id: str
     producer: str | None
@@ -195,14 +195,17 @@ _ATTR = re.compile(r'\s([^\s=]+)="([^"]*)"')
 _UNPREFIXED_TAG = re.compile(r"<[^\s/>:!?]+[\s/>]")
 
 
-_Head = tuple[str, tuple[tuple[str, str], ...], str, str]
+#: (`<name`, the declarations as (`p:` for prefix p or "" for the default namespace,
+#: ' xmlns:p="uri"', whether the start tag's name or other attributes use it), the other
+#: attributes' text, "/" or "")
+_Head = tuple[str, tuple[tuple[str, str, bool], ...], str, str]
 _heads: dict[str, _Head] = {}
 _HEADS_MAX = 1024
 
 
 def _split_head(head: str) -> _Head:
-    """(`<name`, the declarations as (prefix or "" for the default, ' xmlns:p="uri"'),
-    the other attributes' text, "/" or ""); cached, since the same start tags recur."""
+    """`head` (a start tag without its '>') taken apart as _Head says; cached, since the
+    same start tags recur."""
     got = _heads.get(head)
     if got is not None:
         return got
@@ -215,10 +218,16 @@ def _split_head(head: str) -> _Head:
         if name == "xmlns":
             decls.append(("", f' {name}="{value}"'))
         elif name.startswith("xmlns:"):
-            decls.append((name[6:], f' {name}="{value}"'))
+            decls.append((name[6:] + ":", f' {name}="{value}"'))
         else:
             others.append(f' {name}="{value}"')
-    got = (head[:name_end], tuple(decls), "".join(others), "/" if head.endswith("/") else "")
+    start, other = head[:name_end], "".join(others)
+    got = (
+        start,
+        tuple((n, text, bool(n) and (n in start or n in other)) for n, text in decls),
+        other,
+        "/" if head.endswith("/") else "",
+    )
     if len(head) <= 4096:  # a hostile start tag is not kept
         if len(_heads) >= _HEADS_MAX:
             _heads.clear()
@@ -230,17 +239,24 @@ def minimal_namespaces(xml: str) -> str:
     """`xml` (an element lxml serialized) with the root's namespace declarations that
     nothing in it uses removed (see the module docstring for what counts as a use)."""
     end = xml.find(">")
-    if end < 0 or "xmlns" not in xml[:end]:
+    if end < 0 or xml.find("xmlns", 0, end) < 0:
         return xml
     start, decls, others, slash = _split_head(xml[:end])
     # everything but the declarations: "p:" anywhere in it may be a use of prefix p (a
-    # false positive only keeps one declaration too many)
-    rest = start + others + xml[end:]
-    kept = ""
-    for prefix, text in decls:
-        if (prefix + ":" in rest) if prefix else _UNPREFIXED_TAG.search(rest) is not None:
-            kept += text
-    return start + kept + others + slash + xml[end:]
+    # false positive only keeps one declaration too many); the start tag's own part is
+    # judged once per distinct start tag (_split_head), the rest here
+    body = xml[end:]
+    kept = [start]
+    for needle, text, in_head in decls:
+        if needle:
+            if in_head or needle in body:
+                kept.append(text)
+        elif _UNPREFIXED_TAG.search(start + others + body) is not None:
+            kept.append(text)
+    kept.append(others)
+    kept.append(slash)
+    kept.append(body)
+    return "".join(kept)
 
 
 # the common form (what the device writes), formatted without a datetime round trip
@@ -336,11 +352,18 @@ def items_for(
     `payload_xmls`, if given, are the payloads already serialized (Item.payload_xml), in
     order."""
     out = []
+    # (topic namespace, path, producer address, device) per distinct (topic, producer):
+    # the messages of one Notify mostly share them
+    ident: dict[tuple[Any, str | None], tuple[str | None, str | None, str | None, str | None]] = {}
     for i, (topic, producer, payload, _nm) in enumerate(notifications):
-        tns = topic.namespace if topic is not None else None
-        path = "/".join(topic.path) if topic is not None else None
         address = producer.address if producer is not None else None
-        device = devices.device_id(tns, path, address)
+        key = (topic, address)
+        got = ident.get(key)
+        if got is None:
+            tns = topic.namespace if topic is not None else None
+            path = "/".join(topic.path) if topic is not None else None
+            got = ident[key] = (tns, path, address, devices.device_id(tns, path, address))
+        tns, path, address, device = got
         xml = payload_xmls[i] if payload_xmls is not None else None
         out.append(Item(new_id(), address, tns, path, payload, device, xml))
     return out
