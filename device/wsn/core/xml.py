@@ -127,32 +127,28 @@ def tokens(b, max_attrs):
             empty = s[-1:] == "/"
             if empty:
                 s = s[:-1]
-            k = 0
-            m = len(s)
-            while k < m and s[k] not in _WS:
-                k += 1
-            name = s[:k]
+            name = s
+            for c in _WS:
+                name = name.partition(c)[0]
+            s = s[len(name):]
             attrs = None
             while True:
                 # ws attr ws? = ws? "value"
-                while k < m and s[k] in _WS:
-                    k += 1
-                if k >= m:
+                s = s.lstrip(_WS)
+                if not s:
                     break
-                e = s.find("=", k)
-                an = s[k:e].rstrip() if e > 0 else s[k:]
+                e = s.find("=")
+                an = s[:e].rstrip(_WS) if e >= 0 else s
                 if e < 0 or not is_name(an):
                     raise XMLError("bad attribute %s in <%s" % (an, name))
-                k = e + 1
-                while k < m and s[k] in _WS:
-                    k += 1
-                q = s[k:k + 1]
+                s = s[e + 1:].lstrip(_WS)
+                q = s[:1]
                 if not q or q not in "\"'":
                     raise XMLError("unquoted attribute %s in <%s" % (an, name))
-                e = s.find(q, k + 1)
-                v = s[k + 1:e]
-                k = e + 1
-                if "<" in v or (k < m and s[k] not in _WS):
+                e = s.find(q, 1)
+                v = s[1:e]
+                s = s[e + 1:]
+                if "<" in v or s[:1] not in _WS:
                     raise XMLError("bad attribute %s in <%s" % (an, name))
                 if attrs is None:
                     attrs = []
