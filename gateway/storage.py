@@ -22,10 +22,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gateway.storage_accept import Accept, accept_shared
+from gateway.storage_accept import AcceptBatch as AcceptBatch  # re-exported: callers build it
+from gateway.storage_accept import AcceptResult as AcceptResult
 from gateway.storage_demand import DemandTables
 
 T = TypeVar("T")
@@ -87,27 +90,6 @@ class RegistrationRow:
     created: float
     termination: float | None
     device_id: str | None
-
-
-@dataclass
-class AcceptBatch:
-    """Everything one accepted Notify changes, committed in one transaction."""
-
-    grown: list[tuple[str, str]] = field(default_factory=list)
-    current: list[tuple[str, str, str]] = field(default_factory=list)
-    deliveries: list[tuple[str, str]] = field(default_factory=list)  # (sub_id, xml)
-    drop_deliveries: list[int] = field(default_factory=list)
-    pp_messages: list[tuple[str, str]] = field(default_factory=list)  # (pp_id, xml)
-    pp_limit: int = 0  # keep at most this many per pull point touched (drop oldest)
-    landing: list[tuple[str, str]] = field(default_factory=list)  # (msg_id, json line)
-    # the same records for the Parquet landing writer (gateway.landing_parquet)
-    landing_parquet: list[tuple[str, str]] = field(default_factory=list)
-
-
-@dataclass
-class AcceptResult:
-    delivery_seqs: list[int]
-    pp_dropped: dict[str, int]
 
 
 @dataclass
@@ -293,7 +275,7 @@ class Storage(DemandTables):
     # ---- Notify ----
     async def accept(self, b: AcceptBatch) -> AcceptResult:
         """Commit one accepted Notify (see _grouped: returns once it is committed)."""
-        return await self._grouped(lambda c: self._accept_one(c, b))
+        return await self._grouped(Accept(b))
 
     async def _grouped(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Group commit: small writes (Notify acceptance, delivered-row deletion) arriving
@@ -313,6 +295,9 @@ class Storage(DemandTables):
             group, self._pending = self._pending, []
 
             def run_all(c: sqlite3.Connection, group: list[Any] = group) -> list[Any]:
+                accepts = [f.batch for f, _ in group if isinstance(f, Accept)]
+                if accepts:  # the rows a group's Notify share, once (storage_accept)
+                    accept_shared(c, accepts)
                 return [f(c) for f, _ in group]
 
             try:
@@ -326,50 +311,6 @@ class Storage(DemandTables):
             for (_, fut), r in zip(group, results, strict=True):
                 if not fut.done():
                     fut.set_result(r)
-
-    @staticmethod
-    def _accept_one(c: sqlite3.Connection, b: AcceptBatch) -> AcceptResult:
-        if b.grown:
-            c.executemany("INSERT OR IGNORE INTO grown_topics VALUES (?,?)", b.grown)
-        if b.current:
-            c.executemany("INSERT OR REPLACE INTO current_messages VALUES (?,?,?)", b.current)
-        now = time.time()
-        seqs: list[int] = []
-        if b.deliveries:
-            # one statement for all rows; AUTOINCREMENT numbers the rows of one statement
-            # consecutively (this connection is the only writer and holds the write lock)
-            c.executemany(
-                "INSERT INTO deliveries(sub_id, xml, created) VALUES (?,?,?)",
-                [(sub_id, xml, now) for sub_id, xml in b.deliveries],
-            )
-            last = int(c.execute("SELECT last_insert_rowid()").fetchone()[0])
-            seqs = list(range(last - len(b.deliveries) + 1, last + 1))
-        if b.drop_deliveries:
-            c.executemany("DELETE FROM deliveries WHERE seq=?", [(s,) for s in b.drop_deliveries])
-        dropped: dict[str, int] = {}
-        if b.pp_messages:
-            c.executemany("INSERT INTO pp_messages(pp_id, xml) VALUES (?,?)", b.pp_messages)
-            if b.pp_limit > 0:
-                for pp in {p for p, _ in b.pp_messages}:
-                    # the oldest message to keep, then drop everything before it
-                    row = c.execute(
-                        "SELECT seq FROM pp_messages WHERE pp_id=? ORDER BY seq DESC"
-                        " LIMIT 1 OFFSET ?",
-                        (pp, b.pp_limit - 1),
-                    ).fetchone()
-                    if row is not None:
-                        cur = c.execute(
-                            "DELETE FROM pp_messages WHERE pp_id=? AND seq<?", (pp, row[0])
-                        )
-                        if cur.rowcount:
-                            dropped[pp] = cur.rowcount
-        if b.landing:
-            c.executemany("INSERT INTO landing_outbox(msg_id, line) VALUES (?,?)", b.landing)
-        if b.landing_parquet:
-            c.executemany(
-                "INSERT INTO landing_outbox_parquet(msg_id, line) VALUES (?,?)", b.landing_parquet
-            )
-        return AcceptResult(seqs, dropped)
 
     async def delete_deliveries(self, seqs: Sequence[int]) -> None:
         def fn(c: sqlite3.Connection) -> None:

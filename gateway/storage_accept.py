@@ -1,0 +1,103 @@
+"""The rows one accepted Notify writes (`AcceptBatch`), and how a group commit writes them:
+what all Notify of a group share once for the group (`accept_shared`), then each Notify's
+own rows (`accept_rest`). Runs on storage.Storage's writer thread, inside its transaction."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass
+class AcceptBatch:
+    """Everything one accepted Notify changes, committed in one transaction."""
+
+    grown: list[tuple[str, str]] = field(default_factory=list)
+    current: list[tuple[str, str, str]] = field(default_factory=list)
+    deliveries: list[tuple[str, str]] = field(default_factory=list)  # (sub_id, xml)
+    drop_deliveries: list[int] = field(default_factory=list)
+    pp_messages: list[tuple[str, str]] = field(default_factory=list)  # (pp_id, xml)
+    pp_limit: int = 0  # keep at most this many per pull point touched (drop oldest)
+    landing: list[tuple[str, str]] = field(default_factory=list)  # (msg_id, json line)
+    # the same records for the Parquet landing writer (gateway.landing_parquet)
+    landing_parquet: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class AcceptResult:
+    delivery_seqs: list[int]
+    pp_dropped: dict[str, int]
+
+
+def accept_shared(c: sqlite3.Connection, batches: Sequence[AcceptBatch]) -> None:
+    """The rows of a group's accepted Notify that need no per-Notify answer, one
+    statement per table for the whole group: grown topics and current messages once
+    per topic (the last Notify's message wins, as row by row it would), landing rows
+    in the order of the Notify (the outbox's seq order is the landing order)."""
+    grown = dict.fromkeys(g for b in batches for g in b.grown)
+    current: dict[tuple[str, str], str] = {}
+    for b in batches:
+        for topic_ns, topic_path, xml in b.current:
+            current[topic_ns, topic_path] = xml
+    if grown:
+        c.executemany("INSERT OR IGNORE INTO grown_topics VALUES (?,?)", list(grown))
+    if current:
+        c.executemany(
+            "INSERT OR REPLACE INTO current_messages VALUES (?,?,?)",
+            [(k[0], k[1], x) for k, x in current.items()],
+        )
+    landing = [r for b in batches for r in b.landing]
+    if landing:
+        c.executemany("INSERT INTO landing_outbox(msg_id, line) VALUES (?,?)", landing)
+    parquet = [r for b in batches for r in b.landing_parquet]
+    if parquet:
+        c.executemany("INSERT INTO landing_outbox_parquet(msg_id, line) VALUES (?,?)", parquet)
+
+
+def accept_rest(c: sqlite3.Connection, b: AcceptBatch) -> AcceptResult:
+    """The rows of one accepted Notify whose outcome is its own: deliveries (their
+    seqs), backlog overflow, pull-point messages and what their bound dropped."""
+    now = time.time()
+    seqs: list[int] = []
+    if b.deliveries:
+        # one statement for all rows; AUTOINCREMENT numbers the rows of one statement
+        # consecutively (this connection is the only writer and holds the write lock)
+        c.executemany(
+            "INSERT INTO deliveries(sub_id, xml, created) VALUES (?,?,?)",
+            [(sub_id, xml, now) for sub_id, xml in b.deliveries],
+        )
+        last = int(c.execute("SELECT last_insert_rowid()").fetchone()[0])
+        seqs = list(range(last - len(b.deliveries) + 1, last + 1))
+    if b.drop_deliveries:
+        c.executemany("DELETE FROM deliveries WHERE seq=?", [(s,) for s in b.drop_deliveries])
+    dropped: dict[str, int] = {}
+    if b.pp_messages:
+        c.executemany("INSERT INTO pp_messages(pp_id, xml) VALUES (?,?)", b.pp_messages)
+        if b.pp_limit > 0:
+            for pp in {p for p, _ in b.pp_messages}:
+                # the oldest message to keep, then drop everything before it
+                row = c.execute(
+                    "SELECT seq FROM pp_messages WHERE pp_id=? ORDER BY seq DESC LIMIT 1 OFFSET ?",
+                    (pp, b.pp_limit - 1),
+                ).fetchone()
+                if row is not None:
+                    cur = c.execute("DELETE FROM pp_messages WHERE pp_id=? AND seq<?", (pp, row[0]))
+                    if cur.rowcount:
+                        dropped[pp] = cur.rowcount
+    return AcceptResult(seqs, dropped)
+
+
+class Accept:
+    """A group-commit step for one accepted Notify: `storage.Storage._group_commit` writes the
+    rows all Notify of a group share (`accept_shared`) once for the group, then calls
+    each step for its own rows (`accept_rest`)."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self, batch: AcceptBatch) -> None:
+        self.batch = batch
+
+    def __call__(self, c: sqlite3.Connection) -> AcceptResult:
+        return accept_rest(c, self.batch)
