@@ -71,24 +71,39 @@ async def _close(w):
         pass
 
 
-async def _discard(r, left, wait):
-    # read and drop up to `left` bytes, each read within `wait` seconds (None: no limit)
+async def _discard(r, left):
+    # read and drop up to `left` bytes (until EOF, an error or the caller's alarm)
     try:
         while left > 0:
-            c = await asyncio.wait_for(r.read(512), wait)
+            c = await r.read(512)
             if not c:
                 break
             left -= len(c)
-    except Exception:  # noqa: BLE001 - timeout or reset: done either way
+    except Exception:  # noqa: BLE001 - reset: done either way
         pass
+
+
+def _alarm(s):
+    # The device's timeouts: a task that cancels the current one after s seconds (cancel() the
+    # alarm when done in time). asyncio.wait_for would do, but its module (asyncio.funcs) takes
+    # 0.5 KB of heap, and it makes two tasks per call; this is one per connection.
+    async def ring(t):
+        await asyncio.sleep_ms(int(s * 1000))
+        t.cancel()
+    return asyncio.create_task(ring(asyncio.current_task()))
 
 
 async def post(url, body, ctype, timeout_s, extra):
     # POST body (bytes, or a list of bytes chunks: a batch written in pieces, no big contiguous
-    # block) to url -> (status, response body). Raises OSError / asyncio.TimeoutError when the
-    # peer is unreachable or slow, ValueError for a bad URL or a malformed answer.
-    return H.parse_response(await asyncio.wait_for(_exchange(url, body, ctype, extra),
-                                                   timeout_s))
+    # block) to url -> (status, response body). Raises OSError when the peer is unreachable or
+    # slower than timeout_s, ValueError for a bad URL or a malformed answer.
+    al = _alarm(timeout_s)
+    try:
+        return H.parse_response(await _exchange(url, body, ctype, extra))
+    except asyncio.CancelledError:
+        raise OSError("no answer within %s s" % timeout_s)
+    finally:
+        al.cancel()
 
 
 async def _exchange(url, body, ctype, extra):
@@ -203,11 +218,12 @@ class Device:
     # ------------------------------------------------------------------ HTTP server
     async def _conn(self, r, w):
         st = 500
-        rt = float(self.limits.get("read_timeout_s", 10))
+        # the request must arrive, and the answer leave, within read_timeout_s
+        al = _alarm(float(self.limits.get("read_timeout_s", 10)))
         try:
             try:
-                st, ct, b = self.handle(*(await asyncio.wait_for(self._request(r, w), rt)))
-            except asyncio.TimeoutError:
+                st, ct, b = self.handle(*(await self._request(r, w)))
+            except asyncio.CancelledError:
                 st, ct, b = 408, "text/plain", b"request too slow\n"
             except H.HTTPError as e:
                 st, ct, b = e.args[0], "text/plain", (e.args[1] + "\n").encode()
@@ -218,16 +234,21 @@ class Device:
             w.write(H.response_head(st, ct, sum([len(c) for c in b])))
             for c in b:
                 w.write(c)
-                await asyncio.wait_for(w.drain(), rt)
+                await w.drain()
             b = None
             if st >= 400:
                 # "lingering close" (RFC 9112 §9.6): read and discard what the client still
                 # sends for a moment, so closing does not reset the connection before the
                 # client has read the answer
-                await _discard(r, 65536, 0.2)
+                al.cancel()
+                al = _alarm(0.2)
+                await _discard(r, 65536)
         except Exception as e:  # noqa: BLE001 - a broken connection must not stop the server
             print("http: connection error:", repr(e))
+        except asyncio.CancelledError:  # too slow writing, or the end of the lingering
+            pass
         finally:
+            al.cancel()
             await _close(w)
             self.after()
 
@@ -252,7 +273,7 @@ class Device:
             cl = hd.get("content-length", "")
             if e.args[0] == 413 and cl.isdigit() and int(cl) <= 65536:
                 # read and discard it, so the client is reading when the 413 comes
-                await _discard(r, int(cl) - len(body), None)
+                await _discard(r, int(cl) - len(body))
             raise
         if n > len(body):
             if not body and hd.get("expect", "").lower() == "100-continue":
