@@ -7,6 +7,8 @@ _here = sys.argv[0].rpartition("/")[0] if sys.argv and sys.argv[0] else ""
 if _here and _here not in sys.path:
     sys.path.insert(0, _here)
 
-from wsn.device import main  # noqa: E402
+import asyncio  # noqa: E402
 
-main(sys.argv[1] if len(sys.argv) > 1 else "/config.json")
+from wsn.device import Device  # noqa: E402
+
+asyncio.run(Device(sys.argv[1] if len(sys.argv) > 1 else "/config.json").run())

@@ -36,29 +36,6 @@ def ms_since(t):
     return time.ticks_diff(time.ticks_ms(), t)
 
 
-# ------------------------------------------------------------------------------- sensors
-# A sensor is a list [topic index, kind, spec, reads so far, hardware, unit]. The unix port and
-# the QEMU board have no `machine` (or one without ADC): a board-only kind falls back to "sim"
-# (and says so), so one config runs everywhere.
-def read(s):
-    k, sp, hw = s[1], s[2], s[4]
-    s[3] += 1
-    if k == "heartbeat":  # a counter: proves the device is alive
-        return s[3]
-    if k == "adc":  # value = read_u16() * scale + offset
-        return hw.read_u16() * sp.get("scale", 1.0) + sp.get("offset", 0.0)
-    if k == "internal_temp":
-        # RP2040: ADC 4, 27 degC at 0.706 V, -1.721 mV/K (datasheet §4.9.5); ESP32:
-        # esp32.mcu_temperature() (degC) or raw_temperature() (degF)
-        if hasattr(hw, "read_u16"):
-            return 27 - (hw.read_u16() * 3.3 / 65535 - 0.706) / 0.001721
-        if hasattr(hw, "mcu_temperature"):
-            return hw.mcu_temperature()
-        return (hw.raw_temperature() - 32) / 1.8
-    # sim: a slow sine around base, deterministic (tests can predict the range)
-    return sp.get("base", 21.0) + sp.get("amplitude", 2.0) * math.sin(s[3] * 0.1)
-
-
 # ------------------------------------------------------------------------------- HTTP
 # One request per connection (Connection: close), Content-Length bodies only, every read under
 # a timeout, sizes bounded: a slow, truncated or oversized request gets 408/400/413 and never
@@ -186,6 +163,8 @@ class Device:
                 elif k not in ("sim", "heartbeat"):
                     raise ValueError("sensor kind %s: one of sim heartbeat internal_temp adc" % k)
             except (ImportError, AttributeError):
+                # the unix port and the QEMU board have no `machine` (or one without ADC): a
+                # board-only kind falls back to "sim" (and says so), so one config runs anywhere
                 print("sensor %s: no %s hardware here, simulating" % (t, k))
                 k = "sim"
             u = ("temperature", "Cel", "humidity", "%RH", "light", "lx", "heartbeat", "1")
@@ -352,9 +331,27 @@ class Device:
 
     # ------------------------------------------------------------------ publishing
     def reading(self, s, t):
-        # one reading of sensor s as the payload XML, or None if the sensor failed
+        # One reading of sensor s as the payload XML, or None if the sensor failed. A sensor is
+        # a list [topic index, kind, spec, reads so far, hardware, unit] (made in __init__).
+        k, sp, hw = s[1], s[2], s[4]
+        s[3] += 1
         try:
-            return reading(self.device_id, read(s), s[5], t, s[2].get("decimals", 2))
+            if k == "heartbeat":  # a counter: proves the device is alive
+                v = s[3]
+            elif k == "adc":  # value = read_u16() * scale + offset
+                v = hw.read_u16() * sp.get("scale", 1.0) + sp.get("offset", 0.0)
+            elif k == "internal_temp":
+                # RP2040: ADC 4, 27 degC at 0.706 V, -1.721 mV/K (datasheet §4.9.5); ESP32:
+                # esp32.mcu_temperature() (degC) or raw_temperature() (degF)
+                if hasattr(hw, "read_u16"):
+                    v = 27 - (hw.read_u16() * 3.3 / 65535 - 0.706) / 0.001721
+                elif hasattr(hw, "mcu_temperature"):
+                    v = hw.mcu_temperature()
+                else:
+                    v = (hw.raw_temperature() - 32) / 1.8
+            else:  # sim: a slow sine around base, deterministic (tests can predict the range)
+                v = sp.get("base", 21.0) + sp.get("amplitude", 2.0) * math.sin(s[3] * 0.1)
+            return reading(self.device_id, v, s[5], t, sp.get("decimals", 2))
         except Exception as e:  # noqa: BLE001 - a flaky sensor must not stop the device
             self.log("sensor %s: %r" % (self.topicset.names[s[0]], e))
 
@@ -510,6 +507,3 @@ class Device:
                 print("ntp failed:", repr(e))
         return wlan.ifconfig()[0]
 
-
-def main(path):
-    asyncio.run(Device(path).run())
