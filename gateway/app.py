@@ -58,6 +58,7 @@ def build_parts(cfg: Config) -> Parts:
         storage,
         timeout=cfg.delivery_timeout,
         batch=cfg.delivery_batch,
+        linger_max=cfg.delivery_linger_max,
         backoff_initial=cfg.backoff_initial,
         backoff_max=cfg.backoff_max,
         dead_after=cfg.consumer_dead_after,

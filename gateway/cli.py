@@ -131,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     d = p.add_argument_group("delivery")
     d.add_argument("--delivery-timeout", type=_seconds, default=10.0)
     d.add_argument("--delivery-batch", type=int, default=100)
+    d.add_argument(
+        "--delivery-linger-max",
+        type=_seconds,
+        default=0.05,
+        help="longest wait for a larger batch while many consumers are busy (0: none)",
+    )
     d.add_argument("--backoff-initial", type=_seconds, default=0.5)
     d.add_argument("--backoff-max", type=_seconds, default=60.0)
     d.add_argument(
@@ -222,6 +228,7 @@ def config_from_args(ns: argparse.Namespace) -> Config:
         max_client_connections=ns.max_client_connections,
         delivery_timeout=ns.delivery_timeout,
         delivery_batch=ns.delivery_batch,
+        delivery_linger_max=ns.delivery_linger_max,
         backoff_initial=ns.backoff_initial,
         backoff_max=ns.backoff_max,
         consumer_dead_after=ns.consumer_dead_after,

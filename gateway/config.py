@@ -36,6 +36,7 @@ class Config:
     # -- delivery --
     delivery_timeout: float = 10.0
     delivery_batch: int = 100
+    delivery_linger_max: float = 0.05  # cap of the pacing between requests to one endpoint
     backoff_initial: float = 0.5
     backoff_max: float = 60.0
     consumer_dead_after: float = 3600.0  # seconds of continuous failure -> subscription ends

@@ -17,6 +17,7 @@ list, with what each counts, is in docs/gateway.md "Metrics".
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -105,6 +106,29 @@ class Metrics:
     def delivered(self, outcome: str, n: int = 1) -> None:
         if n:
             self.deliveries.labels(outcome).inc(n)
+
+    def observe_delivery_latencies(self, seconds: list[float]) -> None:
+        """Many wsn_delivery_latency_seconds observations at once (one delivered batch):
+        each bucket and the sum are incremented once, not once per message (at a fan-out
+        of 100 a per-message observe() was 6 % of the gateway's main thread). Relies on
+        prometheus-client's Histogram internals; without them, one observe() each."""
+        if not seconds:
+            return
+        h = self.delivery_latency
+        bounds = getattr(h, "_upper_bounds", None)
+        buckets = getattr(h, "_buckets", None)
+        total = getattr(h, "_sum", None)
+        if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+            for s in seconds:
+                h.observe(s)
+            return
+        counts = [0] * len(bounds)
+        for s in seconds:
+            counts[bisect_left(bounds, s)] += 1  # the first bucket with s <= bound
+        for i, n in enumerate(counts):
+            if n:
+                buckets[i].inc(n)
+        total.inc(sum(seconds))
 
     def observe_commit(self, seconds: float) -> None:
         """Called by Storage from its writer thread (prometheus-client is thread-safe)."""

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from gwtest import (
     CONCRETE,
     FULL,
@@ -191,3 +192,32 @@ async def test_requests_refused_before_an_operation_are_counted_by_reason(
         "head-timeout": 1,
         "body-timeout": 1,
     }, got
+
+
+def test_batched_latency_observations_equal_one_observe_each() -> None:
+    """A delivered batch's latencies go into the histogram at once (gateway.delivery): the
+    exposition is the same as one observe() per message, bucket bounds included."""
+    from gateway.metrics import Metrics
+
+    one, batched = Metrics(), Metrics()
+    values = [0.0, 0.0004, 0.001, 0.0010001, 0.0025, 0.007, 0.05, 0.3, 2.5, 29.9, 30.0, 31.0]
+    for x in values:
+        one.delivery_latency.observe(x)
+    batched.observe_delivery_latencies(values[:5])
+    batched.observe_delivery_latencies([])
+    batched.observe_delivery_latencies(values[5:])
+
+    def samples(m: Metrics) -> list[tuple[str, dict[str, str], float]]:
+        fams = text_string_to_metric_families(m.exposition().decode())
+        return [
+            (s.name, s.labels, s.value)
+            for f in fams
+            if f.name == "wsn_delivery_latency_seconds"
+            for s in f.samples
+            if not s.name.endswith("_created")
+        ]
+
+    a, b = samples(one), samples(batched)
+    assert [(n, lb) for n, lb, _ in a] == [(n, lb) for n, lb, _ in b]
+    assert [x for _, _, x in a] == pytest.approx([x for _, _, x in b])  # the sum's rounding
+    assert ("wsn_delivery_latency_seconds_count", {}, float(len(values))) in samples(batched)
