@@ -24,7 +24,10 @@ measured and printed too. Sections:
   payloads); deliveries/s = messages received by all consumers / time from the first publish
   to the last arrival. Next to it Mosquitto 2 (Debian) on a private port, QoS 0, the same
   fan-outs and 200-byte messages, published by `mosquitto_pub -l` and received by one
-  `mosquitto_sub` process per subscriber, timed the same way.
+  `mosquitto_sub` process per subscriber, timed the same way. That is the strict
+  comparison (one message per publish on both sides). A second, separately labelled table
+  has the gateway's publisher batch (Notify of 16 messages, what the device sends with
+  batch_max 16) against the same Mosquitto runs. Both print messages per delivery request.
 * `latency`: publish -> delivery at 1,000 messages/s offered (single-message Notify, paced
   by a client in this process, the send time in the payload, arrival time taken by the
   consumer process; one monotonic clock), 1 and 10 consumers: p50, p99, max.
@@ -82,6 +85,11 @@ FANOUTS = (1, 10, 100)
 GW_MSGS = {1: 10_000, 10: 2_000, 100: 400}
 MQ_MSGS = {1: 50_000, 10: 10_000, 100: 2_000}
 MSG_BYTES = 200
+#: messages per Notify in the fan-out variant where the publisher batches (device batch_max)
+PUBLISH_BATCH = 16
+#: that variant publishes this many times GW_MSGS (same count of Notify requests would be
+#: over too soon to time)
+BATCHED_MSGS_FACTOR = 4
 SENT_RE = re.compile(rb'sent="([0-9.]+)"')
 
 
@@ -412,13 +420,7 @@ async def section_http(scale: float, profile: Path | None) -> None:
         stop_proc(bare)
     with Gateway() as gw:
         await wrk(gw.url, body, 1)
-        spy = None
-        if profile is not None:
-            spy = subprocess.Popen(
-                ["py-spy", "record", "-p", str(gw.pid), "-d", str(int(secs)), "-r", "250",
-                 "-f", "raw", "-o", str(profile)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+        spy = start_profile(gw.pid, profile, secs) if profile is not None else None
         c0 = cpu_seconds(gw.pid)
         rg = await wrk(gw.url, body, secs)
         cg = rg.requests / (cpu_seconds(gw.pid) - c0)
@@ -469,26 +471,58 @@ async def section_consumers(scale: float) -> None:
     print(flush=True)
 
 
-async def fanout_gateway(n: int, msgs: int, raw: bool = False) -> tuple[float, float, int, bool]:
-    """(deliveries/s, deliveries per CPU-second of the gateway, deliveries, complete)"""
+def start_profile(pid: int, out: Path, seconds: float | None = None) -> subprocess.Popen[bytes]:
+    """py-spy record (raw) of `pid` into `out`, for `seconds` or until stop_profile."""
+    cmd = ["py-spy", "record", "-p", str(pid), "-r", "250", "-f", "raw", "-o", str(out)]
+    if seconds is not None:
+        cmd += ["-d", str(max(1, int(seconds)))]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_profile(spy: subprocess.Popen[bytes]) -> None:
+    spy.send_signal(signal.SIGINT)  # py-spy writes what it has and ends
+    spy.wait()
+
+
+@dataclass
+class Fanout:
+    rate: float  # deliveries/s
+    per_cpu: float  # deliveries per CPU-second of the serving process
+    got: int  # deliveries
+    complete: bool
+    requests: int = 0  # HTTP requests the consumers received (gateway only)
+
+
+async def fanout_gateway(
+    n: int, msgs: int, raw: bool = False, profile: Path | None = None, per_notify: int = 1
+) -> Fanout:
+    """`msgs` messages published in Notify of `per_notify` messages each, delivered to `n`
+    subscriptions of one consumer each."""
+    body = notify(per_notify)
     with Gateway() as gw:
         farm = Farm(n)
+        spy = None
         try:
             await subscribe(gw.url, farm.urls, raw)
             warm = await wrk_count(gw.url, notify(1), 20)
             await farm.wait(warm.ok * n, 20)
             farm.ask("reset")
+            if profile is not None:
+                spy = start_profile(gw.pid, profile)
             t0, c0 = time.monotonic(), cpu_seconds(gw.pid)
-            r = await wrk_count(gw.url, notify(1), msgs)
-            got, last, complete = await farm.wait(r.ok * n, 120)
+            r = await wrk_count(gw.url, body, max(1, msgs // per_notify))
+            got, last, complete = await farm.wait(r.ok * per_notify * n, 120)
             cpu = cpu_seconds(gw.pid) - c0
+            _, reqs, _ = farm.count()
         finally:
+            if spy is not None:
+                stop_profile(spy)
             farm.close()
-    return got / (last - t0), got / cpu, got, complete
+    return Fanout(got / (last - t0), got / cpu, got, complete, reqs)
 
 
-async def fanout_mosquitto(n: int, msgs: int) -> tuple[float, float, int, bool]:
-    """(deliveries/s, deliveries per CPU-second of the broker, deliveries, complete)"""
+async def fanout_mosquitto(n: int, msgs: int) -> Fanout:
+    """`msgs` lines published by one `mosquitto_pub -l`, received by `n` `mosquitto_sub`."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="mqbench-") as tmp:
         conf = Path(tmp) / "mosquitto.conf"
@@ -548,26 +582,46 @@ async def fanout_mosquitto(n: int, msgs: int) -> tuple[float, float, int, bool]:
             broker.terminate()
             broker.wait()
     got = sum(counts)
-    return got / (max(ends) - t0), got / cpu, got, got == n * msgs
+    return Fanout(got / (max(ends) - t0), got / cpu, got, got == n * msgs)
 
 
-async def section_fanout(scale: float) -> None:
+async def section_fanout(scale: float, profile: Path | None) -> None:
     print("== fan-out: deliveries/s, gateway (wrapped, batching 100) vs Mosquitto (QoS 0), "
           f"{MSG_BYTES}-byte messages, same run")  # fmt: skip
+    print("   strict: one message per publish on both sides (single-message Notify by wrk, "
+          "one PUBLISH per line by mosquitto_pub -l)")  # fmt: skip
     hdr = (
         f"{'consumers':>9} {'gateway/s':>11} {'Mosquitto/s':>12} {'ratio':>6}   "
-        f"{'per CPU-s: gateway':>18} {'Mosquitto':>10} {'ratio':>6}   (deliveries)"
+        f"{'per CPU-s: gateway':>18} {'Mosquitto':>10} {'ratio':>6}   "
+        f"{'msgs/request':>12}   (deliveries)"
     )
     print(hdr)
     print("-" * len(hdr))
+    anchors: dict[int, Fanout] = {}
     for n in FANOUTS:
-        g, gcpu, gn, gc = await fanout_gateway(n, max(10, int(GW_MSGS[n] * scale)))
-        m, mcpu, mn, mc = await fanout_mosquitto(n, max(10, int(MQ_MSGS[n] * scale)))
-        note = ("" if gc else "  gateway incomplete!") + ("" if mc else "  Mosquitto lost some")
-        print(f"{n:>9} {g:>11,.0f} {m:>12,.0f} {g / m:>6.2f}   {gcpu:>18,.0f} {mcpu:>10,.0f} "
-              f"{gcpu / mcpu:>6.2f}   ({gn:,} / {mn:,}){note}",
-              flush=True)  # fmt: skip
+        prof = profile.with_name(f"{profile.name}.fanout-{n}") if profile is not None else None
+        g = await fanout_gateway(n, max(10, int(GW_MSGS[n] * scale)), profile=prof)
+        m = anchors[n] = await fanout_mosquitto(n, max(10, int(MQ_MSGS[n] * scale)))
+        _fanout_line(n, g, m)
+    print(f"   publisher batching (not the strict comparison): Notify of {PUBLISH_BATCH} "
+          "messages by wrk (what the device sends with batch_max 16); Mosquitto: the strict "
+          "run above")  # fmt: skip
+    for n in FANOUTS:
+        g = await fanout_gateway(
+            n, max(10, int(GW_MSGS[n] * BATCHED_MSGS_FACTOR * scale)), per_notify=PUBLISH_BATCH
+        )
+        _fanout_line(n, g, anchors[n])
     print()
+
+
+def _fanout_line(n: int, g: Fanout, m: Fanout) -> None:
+    note = ("" if g.complete else "  gateway incomplete!") + (
+        "" if m.complete else "  Mosquitto lost some"
+    )
+    per_req = g.got / max(1, g.requests)
+    print(f"{n:>9} {g.rate:>11,.0f} {m.rate:>12,.0f} {g.rate / m.rate:>6.2f}   "
+          f"{g.per_cpu:>18,.0f} {m.per_cpu:>10,.0f} {g.per_cpu / m.per_cpu:>6.2f}   "
+          f"{per_req:>12.1f}   ({g.got:,} / {m.got:,}){note}", flush=True)  # fmt: skip
 
 
 async def section_latency(scale: float) -> None:
@@ -648,7 +702,8 @@ async def main() -> None:
         "--profile",
         type=Path,
         metavar="FILE",
-        help="py-spy record (raw) the gateway during the http section into FILE",
+        help="py-spy record (raw) the gateway during the http section into FILE and during"
+        " each fan-out into FILE.fanout-N",
     )
     ap.add_argument(
         "--gateway-arg", action="append", default=[], metavar="ARG",
@@ -674,7 +729,7 @@ async def main() -> None:
     if "consumers" in want:
         await section_consumers(scale)
     if "fanout" in want:
-        await section_fanout(scale)
+        await section_fanout(scale, args.profile)
     if "latency" in want:
         await section_latency(scale)
     if "fanin" in want:
