@@ -137,9 +137,7 @@ def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | No
     return out
 
 
-def _topic_of(
-    tel: Element, seen: dict[_TopicKey, topics.ConcreteTopic]
-) -> topics.ConcreteTopic:
+def _topic_of(tel: Element, seen: dict[_TopicKey, topics.ConcreteTopic]) -> topics.ConcreteTopic:
     """The one concrete topic a Notify's wsnt:Topic names (WS-BaseNotification 1.3 §3.2),
     else the fault. `seen` holds the topics of the Notify's earlier wsnt:Topic elements by
     what their meaning depends on (dialect, text, in-scope namespaces, WS-Topics 1.3 §8):
