@@ -229,14 +229,15 @@ class Link:
             try:
                 with open(fn) as f:
                     d = json.load(f)
-            except (OSError, ValueError):
+                self.reg, self.reg_rp, self.expires, self.seq, con, con_rp, pend, dropped = (
+                    d["reg"], d["reg_rp"], d["expires"], d["seq"], d["con"], d["con_rp"],
+                    d["pending"], d["dropped"])
+            except (OSError, ValueError, KeyError, TypeError):  # none, or not ours: start afresh
                 continue
-            self.reg, self.reg_rp, self.expires, self.seq = d["reg"], d["reg_rp"], d["expires"], \
-                d["seq"]
-            p.set_gateway(d["con"], d["con_rp"])
-            for ti, payload, t in d["pending"]:
+            p.set_gateway(con, con_rp)
+            for ti, payload, t in pend:
                 ob.push((None, ti, payload, t))
-            ob.dropped = d["dropped"]
+            ob.dropped = dropped
             break
         print("sleepy %s gateway %s period %s s" % (p.device_id, self.url, period))
         how = c("sleep", "deep")

@@ -189,6 +189,25 @@ async def test_sleepy_mode_through_a_real_gateway_down_and_device_restart(
         await consumer.stop()
 
 
+def test_sleepy_state_file_that_is_not_a_whole_state_starts_afresh(
+        start_device: Callable[..., DeviceProcess], tmp_path: Path) -> None:
+    """A state file that parses but lacks fields (another program's, a hand edit) is ignored:
+    the device registers anew and writes a whole state, it does not die at boot."""
+    gw = start_gateway_process(tmp_path / "gw", GW_ARGS, ready_timeout=30)
+    state = tmp_path / "sleepy-state.json"
+    state.write_text('{"reg": "http://127.0.0.1:9/wsn/registrations/old", "seq": 7}')
+    try:
+        dev = start_device(mode="sleepy", gateway=gw.url, sample_period_s=0.3,
+                           sensors=HEARTBEAT, state_file=str(state))
+        dev.wait_line(r"registered at .* \(Demand=false\)", 20)
+        dev.wait_line(r"^cycle \d+ .* sent=1 ", 20)  # printed after the state is saved
+        saved = json.loads(state.read_text())
+        assert saved["reg"].startswith(gw.url.rsplit("/wsn/", 1)[0]) and saved["seq"] >= 1, saved
+        assert "Traceback" not in dev.output()
+    finally:
+        gw.stop(signal.SIGKILL)
+
+
 def test_sleepy_registration_is_demand_false() -> None:
     """The RegisterPublisher a sleepy device sends, checked on the envelope the core builds."""
     import subprocess
