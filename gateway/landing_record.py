@@ -11,7 +11,10 @@ A caller may rely on:
   `"fields_truncated": true`. A payload longer than `MAX_PAYLOAD_CHARS` characters is not
   copied into the line: `"payload": null, "payload_omitted": <its length>` (the request
   size limit, 1 MiB by default, keeps this from happening with the defaults). Nothing is
-  cut without one of those two keys saying so.
+  cut without one of those two keys saying so. (A payload already serialized in at most
+  `INLINE_CHARS` characters, what the broker hands over for a reading, is read with
+  `items()` after counting its attributes: at most `INLINE_NODES` values, so the quadratic
+  lookup stays small.)
 - **Off the event loop when big.** `RecordBuilder.lines()` builds a record on the calling
   (event-loop) thread only when its payload is small (at most `INLINE_NODES` nodes and
   `INLINE_CHARS` characters of text; every reading is). A bigger one is built on the
