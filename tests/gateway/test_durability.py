@@ -239,3 +239,46 @@ async def test_kill_9_with_both_landing_formats_lands_each_record_once(tmp_path)
     assert len(ids) == 21 and len(set(ids)) == 21
     assert sorted(pq_ids) == sorted(ids)
     assert not list((data / "landing").glob(".landing-*"))
+
+
+async def test_kill_9_after_concurrent_notify_keeps_the_group_commits(tmp_path):
+    """Concurrent Notify are committed in groups (storage.Storage._grouped: the rows a
+    group shares written once, storage_accept.accept_shared; the landing writer's deletions
+    in the same groups). After kill -9 each accepted one is there once, in one order: the
+    current message is the last one the pull point got, before the kill and after it."""
+    data = tmp_path / "state"
+    port = free_port()
+    p, url = start(data, port)
+    current_xml = (
+        f'<wsnt:GetCurrentMessage><wsnt:Topic Dialect="{CONCRETE}" xmlns:tns="urn:test">'
+        "tns:t</wsnt:Topic></wsnt:GetCurrentMessage>"
+    )
+    n = 60
+    try:
+        r = await call(url, "<wsnt:CreatePullPoint/>")
+        pp = r.body.findtext(f"{{{WSNT}}}PullPoint/{{{WSA}}}Address") or ""
+        assert (await call(url, subscribe_body(pp))).status == 200
+        for burst in range(3):  # the landing writer flushes between and during bursts
+            replies = await asyncio.gather(
+                *(call(url, notify_body(("tns:t", reading(burst * n + v)))) for v in range(n))
+            )
+            assert [x.status for x in replies] == [202] * n
+        r = await call(url, current_xml)
+        current = r.body.findtext(".//{urn:wsn-edge:reading}value")
+        await asyncio.sleep(0.3)
+    finally:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+    p, url = start(data, port)
+    try:
+        r = await call(url, current_xml)
+        assert r.body.findtext(".//{urn:wsn-edge:reading}value") == current
+        r = await call(pp, "<wsnt:GetMessages/>")
+        vals = [m.findtext(".//{urn:wsn-edge:reading}value") for m in r.body]
+        assert sorted(vals, key=int) == [str(v) for v in range(3 * n)]
+        assert vals[-1] == current
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(10) == 0
+    ids = landing_ids(data)
+    assert len(ids) == 3 * n and len(set(ids)) == 3 * n
