@@ -21,10 +21,11 @@ from wsn.core.producer import PRODUCER_PATH, Producer
 from wsn.core.reading import reading
 from wsn.core.topics import TopicSet, load_namespace
 
-# The clock: integer seconds since 2000-01-01T00:00:00Z for the core (its XML Schema times are
-# in wsn.core.xml), ticks for intervals. Ports differ in their epoch (unix: 1970, most boards:
-# 2000; time.gmtime(0) tells) and in time.time()'s type (float on the 64-bit unix port, int on boards); both are normalised
-# here. Unix time (~1.76e9) is not a small int on 32-bit ports, seconds since 2000 (~8.5e8) are.
+# The clock: integer seconds since 2000-01-01T00:00:00Z for the core (its XML Schema times are in
+# wsn.core.xml), ticks for intervals. Ports differ in their epoch (unix: 1970, most boards: 2000;
+# time.gmtime(0) tells) and in time.time()'s type (float on the 64-bit unix port, int on boards);
+# both are normalised here. Unix time (~1.76e9) is not a small int on 32-bit ports, seconds since
+# 2000 (~8.5e8) are.
 _OFFSET = 946684800 if time.gmtime(0)[0] == 1970 else 0
 
 
