@@ -1,20 +1,16 @@
-# Namespace URIs, prefixes and action URIs (WS-BaseNotification 1.3, WS-Topics 1.3,
-# WS-BrokeredNotification 1.3, WSRF, WS-Addressing 1.0, SOAP 1.1/1.2).
+# Namespace URIs used by more than one core module, the prefixes the device writes, SOAP
+# versions. A URI or action only one module uses is a const() there (no global here, no
+# qstr for its name in two .mpy files): soap (SOAP 1.2, WS-Addressing 2004/08, edge:, the fault
+# actions), producer (xsi:, wsrf-r, the Notify action), topics (wstop:), registration
+# (br:, RegisterPublisher, SetTerminationTime). Literals, not concatenations: frozen into
+# flash they cost no heap.
 from micropython import const
 
 SOAP11 = "http://schemas.xmlsoap.org/soap/envelope/"
-SOAP12 = "http://www.w3.org/2003/05/soap-envelope"
 WSA = "http://www.w3.org/2005/08/addressing"
-WSA_2004 = "http://schemas.xmlsoap.org/ws/2004/08/addressing"
 WSNT = "http://docs.oasis-open.org/wsn/b-2"
-WSTOP = "http://docs.oasis-open.org/wsn/t-1"
-BR = "http://docs.oasis-open.org/wsn/br-2"
-WSRF_R = "http://docs.oasis-open.org/wsrf/r-2"
 WSRF_RP = "http://docs.oasis-open.org/wsrf/rp-2"
-WSRF_RL = "http://docs.oasis-open.org/wsrf/rl-2"
-XSI = "http://www.w3.org/2001/XMLSchema-instance"
-EDGE = "urn:wsn-edge"
-DT = "urn:wsn-edge:device-topics"
+DT = "urn:wsn-edge:device-topics"  # the default topic namespace (wsn.device)
 
 SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
 
@@ -33,16 +29,7 @@ DECLS = (
     ' xmlns:dt="urn:wsn-edge:device-topics"'
 )
 
-# literals, not concatenations: frozen into flash they cost no heap. The actions of the
-# operations the device answers are literals where they are answered (wsn.core.producer, rare).
-NOTIFY = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
-SET_TT = "http://docs.oasis-open.org/wsrf/rlw-2/ScheduledResourceTermination/SetTerminationTime"
-REGISTER = "http://docs.oasis-open.org/wsn/brw-2/RegisterPublisher/RegisterPublisher"
-# One fault-action rule for the device and the gateway (gateway/wire/faults.py): faults of the WSRF
-# specifications (r-2, rp-2, rl-2) use the WSRF fault action, every other WS-N fault the
-# WS-N one.
-WSN_FAULT = "http://docs.oasis-open.org/wsn/fault"
-WSRF_FAULT = "http://docs.oasis-open.org/wsrf/fault"
+# WS-Addressing 1.0 SOAP binding §6: the action of its faults (wsa:ActionNotSupported, MustUnderstand)
 WSA_FAULT = "http://www.w3.org/2005/08/addressing/fault"
 
 V11 = const(11)

@@ -22,6 +22,11 @@ from wsn.core import xml as X
 from wsn.core.httpmsg import split_url
 from wsn.core.soap import Fault, NotSoap, envelope, epr, fault_envelope, fault_status, parse_request, read_epr, wrap
 
+# namespaces and actions only this module uses: const(), no global in wsn.core.ns
+_XSI = const("http://www.w3.org/2001/XMLSchema-instance")
+_WSRF_R = const("http://docs.oasis-open.org/wsrf/r-2")
+_NOTIFY = const("http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify")
+
 # (name, default) pairs: a constant tuple, frozen into flash it costs no heap (a dict would);
 # const(): used where it is written, no global
 _DEFAULTS = const((
@@ -165,7 +170,7 @@ def _text(status, msg):
 def nil_time(tag, t):
     # <tag>dateTime</tag>, or xsi:nil for no scheduled termination
     if t is None:
-        return '<%s xmlns:xsi="%s" xsi:nil="true"/>' % (tag, ns.XSI)
+        return '<%s xmlns:xsi="%s" xsi:nil="true"/>' % (tag, _XSI)
     return wrap(tag, X.format_datetime(t))
 
 
@@ -265,7 +270,7 @@ class Producer:
                 if target is None:
                     # WS-Resource 1.2 §4: ended, expired or never made
                     raise Fault("ResourceUnknownFault", "no resource %s (ended or expired)" % rid,
-                                ns.WSRF_R)
+                                _WSRF_R)
             if op is None:
                 if kind == "p":  # Notify into a pull point (§5.1.1): HTTP 202, no envelope
                     from wsn.core import rare
@@ -304,7 +309,7 @@ class Producer:
         if el is None:
             return now + L["default_ttl_s"] if L["default_ttl_s"] else None
         why = t = None
-        if el.get("{%s}nil" % ns.XSI) in ("true", "1"):
+        if el.get("{%s}nil" % _XSI) in ("true", "1"):
             if mx:
                 why = "nil: at most %d s ahead" % mx
         else:
@@ -447,7 +452,7 @@ class Producer:
         # the reading was buffered: re-registration).
         s = item[0]
         url, hdr = (self.gateway, self.gateway_rp) if gateway else (s.consumer, s.refparams)
-        env = envelope(s.version, ns.NOTIFY, item[2] if s.raw else wrap(
+        env = envelope(s.version, _NOTIFY, item[2] if s.raw else wrap(
             "wsnt:Notify", wrap("wsnt:NotificationMessage", self.nm_content(item))), None, url, hdr)
         return url, env.encode(), ns.content_type(s.version)
 
@@ -472,7 +477,7 @@ class Producer:
         s = items[0][0]
         if s is not None:
             version = s.version
-        head, tail = envelope(version, ns.NOTIFY, [], None, self.gateway, self.gateway_rp)
+        head, tail = envelope(version, _NOTIFY, [], None, self.gateway, self.gateway_rp)
         out = [head.encode()]
         head = None
         if s is not None and s.raw:

@@ -1,9 +1,16 @@
 # Messages of the device <-> gateway link (design.md "Device <-> gateway"; the 1.3 form of
 # WS-BrokeredNotification's RegisterPublisher, see specs/README.md) and WS-ResourceLifetime
 # SetTerminationTime for renewing the registration.
+from micropython import const
+
 from wsn.core import ns
 from wsn.core import xml as X
 from wsn.core.soap import envelope, fault_name, parse_request, read_epr, wrap
+
+# namespaces and actions only this module uses: const(), no global in wsn.core.ns
+_BR = const("http://docs.oasis-open.org/wsn/br-2")
+_SET_TT = const("http://docs.oasis-open.org/wsrf/rlw-2/ScheduledResourceTermination/SetTerminationTime")
+_REGISTER = const("http://docs.oasis-open.org/wsn/brw-2/RegisterPublisher/RegisterPublisher")
 
 
 def register_publisher(version, gateway_url, producer_addr, device_id, topics, expires,
@@ -20,7 +27,7 @@ def register_publisher(version, gateway_url, producer_addr, device_id, topics, e
            "<br:InitialTerminationTime>%s</br:InitialTerminationTime></br:RegisterPublisher>" % (
                X.escape(producer_addr), X.escape(device_id), t, "true" if demand else "false",
                X.format_datetime(expires))
-    return envelope(version, ns.REGISTER + "Request", body, None, gateway_url)
+    return envelope(version, _REGISTER + "Request", body, None, gateway_url)
 
 
 def read_registration(buf):
@@ -32,11 +39,11 @@ def read_registration(buf):
     if name:
         raise ValueError("%s: %s" % (name, reason))
     b = parse_request(buf, 24, 512).body
-    if b is None or b.ns != ns.BR or b.name != "RegisterPublisherResponse":
+    if b is None or b.ns != _BR or b.name != "RegisterPublisherResponse":
         raise ValueError("not a RegisterPublisherResponse")
     r = []
     for tag in ("PublisherRegistrationReference", "ConsumerReference"):
-        e = b.find(ns.BR, tag)
+        e = b.find(_BR, tag)
         a, rp = read_epr(e, buf) if e is not None else (None, "")
         if not a:
             if not r:
@@ -51,4 +58,4 @@ def set_termination_time(version, reg_addr, reg_rp, expires):
     # WS-ResourceLifetime 1.2 §5.1 SetTerminationTime on the registration (design.md step 3)
     body = wrap("wsrf-rl:SetTerminationTime",
                 wrap("wsrf-rl:RequestedTerminationTime", X.format_datetime(expires)))
-    return envelope(version, ns.SET_TT + "Request", body, None, reg_addr, reg_rp)
+    return envelope(version, _SET_TT + "Request", body, None, reg_addr, reg_rp)

@@ -5,8 +5,17 @@
 # way) are picked out; a mustUnderstand header we do not know is a MustUnderstand fault
 # (SOAP 1.2 §5.2.3, SOAP 1.1 §4.2.3).
 # Writing: envelope() and fault_envelope() build strings; the caller encodes.
+from micropython import const
+
 from wsn.core import ns
 from wsn.core import xml as X
+
+# namespaces and actions only this module uses: const(), no global in wsn.core.ns
+_SOAP12 = const("http://www.w3.org/2003/05/soap-envelope")
+_WSA_2004 = const("http://schemas.xmlsoap.org/ws/2004/08/addressing")
+_EDGE = const("urn:wsn-edge")
+_WSN_FAULT = const("http://docs.oasis-open.org/wsn/fault")
+_WSRF_FAULT = const("http://docs.oasis-open.org/wsrf/fault")
 
 
 class Fault(Exception):
@@ -27,7 +36,7 @@ class Fault(Exception):
         self.status = status
         # the rule gateway/wire/faults.py follows too: faults of the WSRF specifications
         # (r-2, rp-2, rl-2) get the WSRF fault action, every other one the WS-N one
-        self.action = action or (ns.WSRF_FAULT if "/wsrf/" in fns else ns.WSN_FAULT)
+        self.action = action or (_WSRF_FAULT if "/wsrf/" in fns else _WSN_FAULT)
 
 
 def wrap(tag, content):
@@ -50,12 +59,12 @@ def parse_request(buf, max_depth=16, max_elements=256):
     sns = root.ns
     if root.name != "Envelope":
         raise NotSoap("not a SOAP Envelope: {%s}%s" % (sns, root.name))
-    if sns not in (ns.SOAP11, ns.SOAP12):
+    if sns not in (ns.SOAP11, _SOAP12):
         # SOAP 1.2 §5.4.7 / SOAP 1.1 §4.4.1: an Envelope in another namespace
         raise Fault("VersionMismatch", "unknown envelope namespace %s" % sns,
                     ns.SOAP11, "VersionMismatch", base=False)
     r = root
-    r.version = ns.V12 if sns == ns.SOAP12 else ns.V11
+    r.version = ns.V12 if sns == _SOAP12 else ns.V11
     r.header = root.find(sns, "Header")
     body = root.find(sns, "Body")
     if body is None:
@@ -64,11 +73,11 @@ def parse_request(buf, max_depth=16, max_elements=256):
     r.buf = buf
     r.action = r.message_id = r.to = r.resource_id = None
     for h in r.header.children if r.header else ():
-        if h.ns in (ns.WSA, ns.WSA_2004) and h.name in ("Action", "MessageID", "To"):
+        if h.ns in (ns.WSA, _WSA_2004) and h.name in ("Action", "MessageID", "To"):
             setattr(r, "message_id" if h.name == "MessageID" else h.name.lower(), h.value())
-        elif h.ns == ns.EDGE and h.name == "ResourceId":
+        elif h.ns == _EDGE and h.name == "ResourceId":
             r.resource_id = h.value()
-        elif h.ns not in (ns.WSA, ns.WSA_2004) and h.get("{%s}mustUnderstand" % sns) in ("1", "true"):
+        elif h.ns not in (ns.WSA, _WSA_2004) and h.get("{%s}mustUnderstand" % sns) in ("1", "true"):
             raise Fault("MustUnderstand", "header {%s}%s not understood" % (h.ns, h.name),
                         sns, "MustUnderstand", base=False, action=ns.WSA_FAULT)
     return r
@@ -81,7 +90,7 @@ def envelope(version, action, body, relates_to=None, to=None, headers=""):
     # device's prefixes (ns.DECLS) are declared on the Envelope, so body fragments may use
     # wsnt:, wsa:, dt:, ... freely.
     head = '<s:Envelope xmlns:s="%s"%s><s:Header><wsa:Action>%s</wsa:Action>%s%s%s</s:Header><s:Body>' % (
-        ns.SOAP12 if version == ns.V12 else ns.SOAP11, ns.DECLS, action,
+        _SOAP12 if version == ns.V12 else ns.SOAP11, ns.DECLS, action,
         wrap("wsa:RelatesTo", X.escape(relates_to)) if relates_to else "",
         wrap("wsa:To", X.escape(to)) if to else "", headers)
     tail = "</s:Body></s:Envelope>"
@@ -140,7 +149,7 @@ def read_epr(el, buf):
     # (WS-Addressing 1.0 SOAP binding §2.3), ready to be echoed.
     a = rp = None
     for c in el.children:
-        if c.ns in (ns.WSA, ns.WSA_2004):
+        if c.ns in (ns.WSA, _WSA_2004):
             if c.name == "Address" and a is None:
                 a = c.value()
             elif c.name == "ReferenceParameters" and rp is None:

@@ -4,9 +4,14 @@
 # The device publishes only root topics of one namespace (design.md: urn:wsn-edge:device-
 # topics), so a topic is identified by its index in TopicSet.names; a set of topics is an
 # int bit mask (at most 30 topics keep it a small int on 32-bit boards).
+from micropython import const
+
 from wsn.core import ns
 from wsn.core import xml as X
 from wsn.core.soap import Fault
+
+# namespaces and actions only this module uses: const(), no global in wsn.core.ns
+_WSTOP = const("http://docs.oasis-open.org/wsn/t-1")
 
 
 class TopicSet:
@@ -70,17 +75,17 @@ def load_namespace(buf):
     # (targetNamespace, [names]). Child topics are refused: the Simple dialect cannot reach
     # them (§8.1: simple namespaces SHOULD be used).
     root = X.parse(buf, 8, 512)
-    if root.ns != ns.WSTOP or root.name != "TopicNamespace":
+    if root.ns != _WSTOP or root.name != "TopicNamespace":
         raise ValueError("not a wstop:TopicNamespace document")
     tns = root.get("targetNamespace")
     if not tns:
         raise ValueError("no targetNamespace")
     names = []
-    for t in root.findall(ns.WSTOP, "Topic"):
+    for t in root.findall(_WSTOP, "Topic"):
         n = t.get("name")
         if not n or not X.is_name(n) or ":" in n or n in names:
             raise ValueError("bad or duplicate topic name %r" % n)
-        if t.find(ns.WSTOP, "Topic") is not None:
+        if t.find(_WSTOP, "Topic") is not None:
             raise ValueError("topic %s: child topics unsupported" % n)
         names.append(n)
     return tns, names

@@ -2,9 +2,14 @@
 # Every operation and fault of the producer core, through handle() (no network).
 from test_support import (
     BASE,
+    DT,
+    EDGE,
+    NOTIFY,
     NOW,
+    S12,
     SIMPLE,
     WSNT,
+    WSRF_RL,
     body_of,
     call,
     env,
@@ -57,7 +62,7 @@ def test_subscribe_filter_faults():
     pp = '<wsnt:ProducerProperties Dialect="x">1</wsnt:ProducerProperties>'
     st, root, r = call(p, P, subscribe_xml(extra_filter=mc + pp + '<o:F xmlns:o="urn:o"/>'))
     assert fault_of(root) == "InvalidFilterFault"
-    det = body_of(root).find(ns.SOAP12, "Detail").children[0]
+    det = body_of(root).find(S12, "Detail").children[0]
     unknown = [c.resolve(c.value()) for c in det.findall(WSNT, "UnknownFilter")]
     assert unknown == [(WSNT, "MessageContent"), (WSNT, "ProducerProperties"), ("urn:o", "F")]
     conc = '<wsnt:Filter><wsnt:TopicExpression Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete">dt:temperature</wsnt:TopicExpression></wsnt:Filter>'
@@ -73,7 +78,7 @@ def test_subscribe_policy_and_time_faults():
     p = make_producer(max_ttl_s=3600)
     st, root, _ = call(p, P, subscribe_xml(policy='<o:Rate xmlns:o="urn:o">3</o:Rate>'))
     assert fault_of(root) == "UnrecognizedPolicyRequestFault"
-    det = body_of(root).find(ns.SOAP12, "Detail").children[0]
+    det = body_of(root).find(S12, "Detail").children[0]
     assert [c.resolve(c.value()) for c in det.findall(WSNT, "UnrecognizedPolicy")] == [("urn:o", "Rate")]
     assert _fault(p, subscribe_xml(itt="-PT1M")) == "UnacceptableInitialTerminationTimeFault"
     assert _fault(p, subscribe_xml(itt=format_datetime(NOW - 1))) == "UnacceptableInitialTerminationTimeFault"
@@ -122,7 +127,7 @@ def test_publish_raw_and_wrapped_render():
     for s in kick:
         url, body, ctype = p.render(s.queue.peek())
         root = X.parse(body)
-        assert root.children[0].children[0].value() == ns.NOTIFY
+        assert root.children[0].children[0].value() == NOTIFY
         bodies[url] = body_of(root)
     raw = bodies["http://127.0.0.1:9/raw"]
     assert raw.name == "Reading" and raw.ns == "urn:wsn-edge:reading"
@@ -132,7 +137,7 @@ def test_publish_raw_and_wrapped_render():
     assert nm.find(WSNT, "SubscriptionReference") is not None
     assert nm.find(WSNT, "ProducerReference").children[0].value() == BASE + "/wsn/producer"
     t = nm.find(WSNT, "Topic")
-    assert t.get("Dialect") == SIMPLE and t.resolve(t.value()) == (ns.DT, "temperature")
+    assert t.get("Dialect") == SIMPLE and t.resolve(t.value()) == (DT, "temperature")
     assert nm.find(WSNT, "Message").children[0].name == "Reading"
 
 
@@ -188,7 +193,7 @@ def test_destroy_terminates_a_subscription():
     path = subscribe(p)
     d = '<wsrf-rl:Destroy xmlns:wsrf-rl="http://docs.oasis-open.org/wsrf/rl-2"/>'
     st, root, r = call(p, path, env(d, 12, "http://docs.oasis-open.org/wsrf/rlw-2/ImmediateResourceTermination/DestroyRequest"))
-    assert st == 200 and body_of(root).name == "DestroyResponse" and body_of(root).ns == ns.WSRF_RL
+    assert st == 200 and body_of(root).name == "DestroyResponse" and body_of(root).ns == WSRF_RL
     assert _action(root) == "http://docs.oasis-open.org/wsrf/rlw-2/ImmediateResourceTermination/DestroyResponse"
     assert [a for a, _ in r.actions] == ["unsubscribed"]
     assert len(p.subs) == 0 and p.publish(0, PAYLOAD, NOW) == ([], False)
@@ -242,8 +247,8 @@ def test_get_resource_property():
           '</wsrf-rp:GetResourceProperty>'
     st, root, _ = call(p, P, grp % "wsnt:TopicExpression")
     tes = body_of(root).findall(WSNT, "TopicExpression")
-    assert [t.resolve(t.value()) for t in tes] == [(ns.DT, "temperature"), (ns.DT, "humidity"),
-                                                    (ns.DT, "heartbeat")]
+    assert [t.resolve(t.value()) for t in tes] == [(DT, "temperature"), (DT, "humidity"),
+                                                    (DT, "heartbeat")]
     assert all([t.get("Dialect") == SIMPLE for t in tes])
     st, root, _ = call(p, P, grp % "wsnt:TopicExpressionDialect")
     assert body_of(root).children[0].value() == SIMPLE
@@ -252,7 +257,7 @@ def test_get_resource_property():
     st, root, _ = call(p, P, grp % "wstop:TopicSet")
     assert body_of(root).children[0].name == "TopicSet"
     st, root, _ = call(p, P, grp % "edge:Status")
-    assert body_of(root).children[0].find(ns.EDGE, "gatewayDropped").value() == "0"
+    assert body_of(root).children[0].find(EDGE, "gatewayDropped").value() == "0"
     assert _fault(p, grp % "wsnt:Nothing") == "InvalidResourcePropertyQNameFault"
     assert _fault(p, grp % "nope:Nothing") == "InvalidResourcePropertyQNameFault"
 
@@ -353,7 +358,7 @@ def test_subscription_resource_properties():
     assert body_of(root).children[0].children[0].value() == "http://127.0.0.1:9999/c"
     st, root, _ = call(p, path, grp % "wsnt:Filter")
     te = body_of(root).children[0].children[0]
-    assert te.resolve(te.value()) == (ns.DT, "humidity")
+    assert te.resolve(te.value()) == (DT, "humidity")
     st, root, _ = call(p, path, grp % "wsnt:SubscriptionPolicy")
     assert body_of(root).children[0].children[0].name == "UseRaw"
     st, root, _ = call(p, path, grp % "wsnt:CreationTime")

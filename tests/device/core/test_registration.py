@@ -1,5 +1,5 @@
 # ruff: noqa: UP031, E501 - MicroPython-compatible test code (%-formatting runs on every port)
-from test_support import BASE, NOW, topicset
+from test_support import BASE, BR, DT, EDGE, NOW, REGISTER, SET_TT, WSRF_RL, topicset
 from wsn.core import ns
 from wsn.core import registration as R
 from wsn.core import soap as S
@@ -10,17 +10,17 @@ def test_register_publisher_message():
     e = R.register_publisher(ns.V12, "http://gw/wsn/broker", BASE + "/wsn/producer", "dev-1",
                              topicset(), NOW + 600)
     req = S.parse_request(e.encode())
-    assert req.action == ns.REGISTER + "Request"
+    assert req.action == REGISTER + "Request"
     b = req.body
-    assert b.ns == ns.BR and b.name == "RegisterPublisher"
-    pr = b.find(ns.BR, "PublisherReference")
+    assert b.ns == BR and b.name == "RegisterPublisher"
+    pr = b.find(BR, "PublisherReference")
     assert pr.find(ns.WSA, "Address").value() == BASE + "/wsn/producer"
-    assert pr.find(ns.WSA, "Metadata").find(ns.EDGE, "DeviceId").value() == "dev-1"
-    topics = b.findall(ns.BR, "Topic")
-    assert topics[0].resolve(topics[0].value()) == (ns.DT, "temperature")
+    assert pr.find(ns.WSA, "Metadata").find(EDGE, "DeviceId").value() == "dev-1"
+    topics = b.findall(BR, "Topic")
+    assert topics[0].resolve(topics[0].value()) == (DT, "temperature")
     assert all([t.get("Dialect") == ns.SIMPLE for t in topics])
-    assert b.find(ns.BR, "Demand").value() == "true"
-    assert b.find(ns.BR, "InitialTerminationTime").value() == format_datetime(NOW + 600)
+    assert b.find(BR, "Demand").value() == "true"
+    assert b.find(BR, "InitialTerminationTime").value() == format_datetime(NOW + 600)
 
 
 def _resp(inner):
@@ -39,7 +39,7 @@ def test_read_registration():
 
 
 def test_read_registration_fault_and_garbage():
-    f = S.fault_envelope(ns.V12, S.Fault("PublisherRegistrationRejectedFault", "no", fns=ns.BR), NOW)
+    f = S.fault_envelope(ns.V12, S.Fault("PublisherRegistrationRejectedFault", "no", fns=BR), NOW)
     for bad in (f.encode(), b"garbage", _resp("")):
         try:
             R.read_registration(bad)
@@ -52,6 +52,6 @@ def test_read_registration_fault_and_garbage():
 def test_set_termination_time():
     e = R.set_termination_time(ns.V11, "http://gw/r/7", "", NOW + 60)
     req = S.parse_request(e.encode())
-    assert req.action == ns.SET_TT + "Request" and req.to == "http://gw/r/7"
-    rtt = req.body.find(ns.WSRF_RL, "RequestedTerminationTime")
+    assert req.action == SET_TT + "Request" and req.to == "http://gw/r/7"
+    rtt = req.body.find(WSRF_RL, "RequestedTerminationTime")
     assert rtt.value() == format_datetime(NOW + 60)

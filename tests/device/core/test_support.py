@@ -18,6 +18,15 @@ S11 = "http://schemas.xmlsoap.org/soap/envelope/"
 S12 = "http://www.w3.org/2003/05/soap-envelope"
 WSNT = "http://docs.oasis-open.org/wsn/b-2"
 SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
+# URIs the core keeps private (a const() in the one module that uses them), spelled out here
+DT = "urn:wsn-edge:device-topics"
+EDGE = "urn:wsn-edge"
+BR = "http://docs.oasis-open.org/wsn/br-2"
+WSRF_RL = "http://docs.oasis-open.org/wsrf/rl-2"
+NOTIFY = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
+REGISTER = "http://docs.oasis-open.org/wsn/brw-2/RegisterPublisher/RegisterPublisher"
+SET_TT = "http://docs.oasis-open.org/wsrf/rlw-2/ScheduledResourceTermination/SetTerminationTime"
+WSN_FAULT = "http://docs.oasis-open.org/wsn/fault"
 BASE = "http://127.0.0.1:8081"
 NOW = 848550000  # 2026-11-21T04:20:00Z in seconds since 2000
 
