@@ -269,7 +269,7 @@ class Producer:
                 target = self.get(rid, kind)
                 if target is None:
                     # WS-Resource 1.2 §4: ended, expired or never made
-                    raise Fault("ResourceUnknownFault", "no resource %s (ended or expired)" % rid,
+                    raise Fault("ResourceUnknownFault", "no resource %s" % rid,
                                 _WSRF_R)
             if op is None:
                 if kind == "p":  # Notify into a pull point (§5.1.1): HTTP 202, no envelope
@@ -363,18 +363,18 @@ class Producer:
             try:
                 split_url(addr)
             except ValueError:
-                raise Fault(F, "address not http://host[:port]/path: %s" % addr)
+                raise Fault(F, "not http://host[:port]/path: %s" % addr)
             for a in self.consumer_allow or ():
                 if addr.startswith(a):
                     break
             else:
                 if self.consumer_allow is not None:
-                    raise Fault(F, "address not allowed (consumer_allow): %s" % addr)
+                    raise Fault(F, "not in consumer_allow: %s" % addr)
         mx = self.L["max_subscriptions"]
         if len(self.subs) >= mx:
             self.expire(now)  # reclaim the expired first
             if len(self.subs) >= mx:
-                raise Fault(F, "table full (%d): unsubscribe one" % mx, code="Receiver")
+                raise Fault(F, "table full (%d)" % mx, code="Receiver")
         s = Subscription(self, addr, rp, mask, raw, expires, req.version, now,
                          0 if pp else self.L["queue_len"])
         if pp:

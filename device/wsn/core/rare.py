@@ -41,7 +41,7 @@ def create_pullpoint(p, req, _, now, actions):
     p.expire(now)
     n = p.L["max_pullpoints"]
     if len(p._pps) >= n:
-        raise Fault("UnableToCreatePullPointFault", "all %d in use: destroy one" % n,
+        raise Fault("UnableToCreatePullPointFault", "all %d in use" % n,
                     code="Receiver")
     pp = PullPoint(new_id(p.rand, "p"), p.L["pullpoint_size"], now)
     p._pps.append(pp)

@@ -47,7 +47,7 @@ def read_registration(buf):
         a, rp = read_epr(e, buf) if e is not None else (None, "")
         if not a:
             if not r:
-                raise ValueError("no PublisherRegistrationReference address")
+                raise ValueError("no PublisherRegistrationReference")
             a, rp = r
         r.append(a)
         r.append(rp)

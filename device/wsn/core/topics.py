@@ -49,7 +49,7 @@ class TopicSet:
         if not expr:
             raise Fault(F, "empty TopicExpression")
         if not X.is_name(local) or (p and not X.is_name(p)):
-            raise Fault(F, "%s: Simple names one root topic by QName" % expr)
+            raise Fault(F, "%s: Simple names a root topic" % expr)
         uri = el.scope.get(p) if p else ""
         if uri is None:
             raise Fault(F, "prefix %s undeclared" % p)
@@ -76,7 +76,7 @@ def load_namespace(buf):
     # them (§8.1: simple namespaces SHOULD be used).
     root = X.parse(buf, 8, 512)
     if root.ns != _WSTOP or root.name != "TopicNamespace":
-        raise ValueError("not a wstop:TopicNamespace document")
+        raise ValueError("not a wstop:TopicNamespace")
     tns = root.get("targetNamespace")
     if not tns:
         raise ValueError("no targetNamespace")
@@ -86,6 +86,6 @@ def load_namespace(buf):
         if not n or not X.is_name(n) or ":" in n or n in names:
             raise ValueError("bad or duplicate topic name %r" % n)
         if t.find(_WSTOP, "Topic") is not None:
-            raise ValueError("topic %s: child topics unsupported" % n)
+            raise ValueError("topic %s: no child topics" % n)
         names.append(n)
     return tns, names

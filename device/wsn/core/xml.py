@@ -60,7 +60,7 @@ def unescape(s):
         elif n in _ENT and not _ENT.index(n) & 1:
             out.append(_ENT[_ENT.index(n) + 1])
         else:
-            raise XMLError("undeclared entity &%s; (no DTD)" % n)
+            raise XMLError("undeclared entity &%s;" % n)
         out.append(p[k + 1:])
     return "".join(out)
 
@@ -343,7 +343,7 @@ def format_datetime(t):
 
 def _int(s):
     if not s or not s.isdigit():
-        raise TimeError("bad number '%s'" % s)
+        raise TimeError("bad number %s" % s)
     return int(s)
 
 
@@ -352,26 +352,26 @@ def parse_datetime(s):
     # (WS-BaseNotification 1.3 §4.2: "MUST be interpreted as universal time").
     s = s.strip()
     if len(s) < 19 or s[4] + s[7] + s[10] + s[13] + s[16] != "--T::":
-        raise TimeError("not an xsd:dateTime or duration: %s" % s)
+        raise TimeError("bad xsd:dateTime %s" % s)
     y = _int(s[:4])
     v = []
     for k in (5, 8, 11, 14, 17):
         v.append(_int(s[k:k + 2]))
     m, d, h, mi, se = v
     if not (1 <= m <= 12 and 1 <= d <= 31 and h <= 24 and mi <= 59 and se <= 60):
-        raise TimeError("out of range: %s" % s)
+        raise TimeError("bad xsd:dateTime %s" % s)
     rest = s[19:]
     if rest[:1] == ".":
         k = 1
         while rest[k:k + 1].isdigit():
             k += 1
         if k == 1:
-            raise TimeError("bad fraction: %s" % s)
+            raise TimeError("bad xsd:dateTime %s" % s)
         rest = rest[k:]
     off = 0
     if rest not in ("Z", ""):
         if len(rest) != 6 or rest[0] not in "+-" or rest[3] != ":":
-            raise TimeError("bad zone: %s" % s)
+            raise TimeError("bad xsd:dateTime %s" % s)
         off = _int(rest[1:3]) * 3600 + _int(rest[4:6]) * 60
         if rest[0] == "+":
             off = -off
@@ -392,7 +392,7 @@ def parse_duration(s):
     neg = s[:1] == "-"
     if neg:
         s = s[1:]
-    bad = TimeError("bad duration: %s" % s)
+    bad = TimeError("bad xsd:duration %s" % s)
     if s[:1] != "P" or len(s) < 2 or s[-1] == "T":
         raise bad
     total = 0
