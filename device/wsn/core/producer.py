@@ -80,10 +80,6 @@ class Response:
         self.body = body
         self.actions = actions
 
-    def data(self):
-        # the whole body as one bytes object (tests; small answers)
-        return self.body if isinstance(self.body, bytes) else b"".join(self.body)
-
 
 class Ring:
     # A fixed-size FIFO that drops the oldest item when full and counts what it dropped: the

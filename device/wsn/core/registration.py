@@ -9,8 +9,9 @@ from wsn.core.soap import envelope, fault_name, parse_request, read_epr, wrap
 
 # namespaces and actions only this module uses: const(), no global in wsn.core.ns
 _BR = const("http://docs.oasis-open.org/wsn/br-2")
-_SET_TT = const("http://docs.oasis-open.org/wsrf/rlw-2/ScheduledResourceTermination/SetTerminationTime")
-_REGISTER = const("http://docs.oasis-open.org/wsn/brw-2/RegisterPublisher/RegisterPublisher")
+# the request actions (WS-Addressing 1.0 Metadata §4.4.4 defaults of brw-2 and rlw-2), composed
+# where used: the common part stored once
+_ACTION = const("http://docs.oasis-open.org/%sRequest")
 
 
 def register_publisher(version, gateway_url, producer_addr, device_id, topics, expires,
@@ -27,7 +28,8 @@ def register_publisher(version, gateway_url, producer_addr, device_id, topics, e
            "<br:InitialTerminationTime>%s</br:InitialTerminationTime></br:RegisterPublisher>" % (
                X.escape(producer_addr), X.escape(device_id), t, "true" if demand else "false",
                X.format_datetime(expires))
-    return envelope(version, _REGISTER + "Request", body, None, gateway_url)
+    return envelope(version, _ACTION % "wsn/brw-2/RegisterPublisher/RegisterPublisher", body,
+                    None, gateway_url)
 
 
 def read_registration(buf):
@@ -58,4 +60,5 @@ def set_termination_time(version, reg_addr, reg_rp, expires):
     # WS-ResourceLifetime 1.2 §5.1 SetTerminationTime on the registration (design.md step 3)
     body = wrap("wsrf-rl:SetTerminationTime",
                 wrap("wsrf-rl:RequestedTerminationTime", X.format_datetime(expires)))
-    return envelope(version, _SET_TT + "Request", body, None, reg_addr, reg_rp)
+    return envelope(version, _ACTION % "wsrf/rlw-2/ScheduledResourceTermination/SetTerminationTime",
+                    body, None, reg_addr, reg_rp)

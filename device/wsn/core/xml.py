@@ -307,8 +307,6 @@ def escape(s):
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
-escape_attr = escape
-
 
 # ---------------------------------------------------------------- XML Schema datatypes
 # xsd:dateTime and xsd:duration from and to integer seconds.

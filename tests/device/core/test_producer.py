@@ -12,6 +12,7 @@ from test_support import (
     WSRF_RL,
     body_of,
     call,
+    data,
     env,
     fault_of,
     make_producer,
@@ -292,7 +293,7 @@ def test_pullpoint_lifecycle_and_ring_overflow():
     note = '<wsnt:Notify><wsnt:NotificationMessage><wsnt:Message><x:V xmlns:x="urn:x">9</x:V>' \
            '</wsnt:Message></wsnt:NotificationMessage></wsnt:Notify>'
     st, root, r = call(p, path, note)
-    assert st == 202 and r.data() == b""
+    assert st == 202 and data(r) == b""
     st, root, r = call(p, path, '<x:Raw xmlns:x="urn:x">r</x:Raw>')
     assert st == 202
     st, root, _ = call(p, path, "<wsnt:GetMessages/>")
@@ -325,9 +326,9 @@ def test_gateway_outbox_and_reregistration():
 def test_malformed_and_wrong_requests():
     p = make_producer(max_request_bytes=2000)
     st, root, r = call(p, P, b"<s:Envelope")
-    assert st == 400 and b"malformed XML" in r.data()
+    assert st == 400 and b"malformed XML" in data(r)
     st, root, r = call(p, P, b'<!DOCTYPE x [<!ENTITY a "b">]><x>&a;</x>')
-    assert st == 400 and b"DOCTYPE" in r.data()
+    assert st == 400 and b"DOCTYPE" in data(r)
     r = p.handle("POST", P, b"<html><body/></html>", NOW, "text/xml")
     assert r.status == 400 and r.ctype.startswith("text/plain")
     r = p.handle("POST", P, b"x" * 2001, NOW, "text/xml")

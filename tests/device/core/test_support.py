@@ -83,14 +83,19 @@ def subscribe_xml(consumer="http://127.0.0.1:9999/c", topic="dt:temperature", ra
             '</wsnt:ConsumerReference>%s%s%s</wsnt:Subscribe>' % (consumer, f, t, pol))
 
 
+def data(r):
+    # a Response's whole body as one bytes object (the device writes a list of chunks as is)
+    return r.body if isinstance(r.body, bytes) else b"".join(r.body)
+
+
 def call(p, path, body, now=NOW, version=12):
     # -> (status, response root Element or None, raw response)
     if isinstance(body, str):
         body = env(body, version)
     r = p.handle("POST", path, body, now,
                  "application/soap+xml" if version == 12 else "text/xml")
-    data = r.data()
-    root = X.parse(data) if data and r.ctype.find("xml") >= 0 else None
+    raw = data(r)
+    root = X.parse(raw) if raw and r.ctype.find("xml") >= 0 else None
     return r.status, root, r
 
 

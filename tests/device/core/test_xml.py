@@ -92,6 +92,6 @@ def test_tokenizer_streams_events():
 
 def test_escape():
     assert X.escape("a<b&c>") == "a&lt;b&amp;c&gt;"
-    assert X.escape_attr('"x"') == "&quot;x&quot;"
-    r = X.parse(("<r a=\"%s\">%s</r>" % (X.escape_attr('<&">'), X.escape("<&>"))).encode())
+    assert X.escape('"x"') == "&quot;x&quot;"
+    r = X.parse(("<r a=\"%s\">%s</r>" % (X.escape('<&">'), X.escape("<&>"))).encode())
     assert r.get("a") == '<&">' and r.text == "<&>"
