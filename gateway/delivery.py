@@ -11,13 +11,9 @@ consumer endpoint.
   --delivery-batch messages, oldest first across its subscriptions; each subscription's
   messages stay in order). Paused subscriptions' messages are left out, so a pause never
   holds back another subscription of the same consumer.
-- Pacing (adaptive batching): one request per endpoint is in flight at a time, and while
-  many endpoints are busy two requests to one endpoint start at least
-  busy endpoints * REQUEST_COST / REQUEST_SHARE apart (at most --delivery-linger-max; a full
-  batch goes at once). The client's cost per request (REQUEST_COST) then takes at most
-  about REQUEST_SHARE of a core, and what a consumer would have got in more, smaller
-  requests waits that long for one larger one: with 1 busy endpoint 0.4 ms, with 10 4 ms,
-  with 100 the cap.
+- Pacing (adaptive batching, gateway/delivery_pacing.py): one request per endpoint is in
+  flight at a time, and while many endpoints are active a not-full batch waits a little
+  for more (at most --delivery-linger-max).
 - Failures: timeout, connection error or a non-2xx answer -> retry after a jittered
   exponential backoff (initial * 2^n, capped, times a random factor in [0.5, 1]).
 - Isolation: each endpoint has its own asyncio task and HTTP timeout, so a slow or dead
@@ -56,6 +52,7 @@ from lxml import etree
 from gateway import loops, oplog
 from gateway.consumer_policy import ConsumerPolicy
 from gateway.delivery_http import NotifySender
+from gateway.delivery_pacing import Pacer
 from gateway.metrics import Metrics
 from gateway.storage import Storage
 from gateway.wire import ns
@@ -65,11 +62,6 @@ log = logging.getLogger("gateway.delivery")
 
 #: seconds between two "backlog full" lines of one subscription (the later one has the count)
 DROP_LOG_INTERVAL = 60.0
-#: CPU seconds the aiohttp client spends per request, measured on the development machine
-#: (aiohttp 3.14, 10 keep-alive consumers: 184-197 us); the pacing's unit
-REQUEST_COST = 190e-6
-#: the share of a core delivery requests may take before batches grow instead
-REQUEST_SHARE = 0.5
 #: seconds a stopping gateway waits for the deletion of acknowledged rows (else: resent)
 ACK_FLUSH_ON_STOP = 5.0
 _seq_of = itemgetter(0)
@@ -135,7 +127,7 @@ class _Endpoint:
     failures: int = 0  # failed requests so far (attempts: the current streak)
     peer: str | None = None  # the broker id it answered with (gateway/loops.py)
     started: float | None = None  # monotonic time the last request started
-    busy: bool = False  # has sendable messages or a request in flight (counted for pacing)
+    window: int = -1  # the pacing window in which it last started one
 
 
 def _tagged(sub_id: str, items: list[tuple[int, str]]) -> Iterator[tuple[int, str, str]]:
@@ -167,8 +159,7 @@ class DeliveryManager:
         self.backoff_max = backoff_max
         self.dead_after = dead_after
         self.max_backlog = max_backlog
-        self.linger_max = linger_max
-        self._busy = 0  # endpoints with ep.busy set
+        self._pacer = Pacer(linger_max)
         self.on_dead = on_dead
         self.policy = policy or ConsumerPolicy([])
         self.loop_id = loop_id or loops.new_loop_id()
@@ -377,38 +368,21 @@ class DeliveryManager:
         streams = [_tagged(sid, items) for sid, items in ready]
         return list(itertools.islice(heapq.merge(*streams), n))
 
-    def _set_busy(self, ep: _Endpoint, busy: bool) -> None:
-        if ep.busy != busy:
-            ep.busy = busy
-            self._busy += 1 if busy else -1
-
-    def _pace(self) -> float:
-        """Seconds two requests to one endpoint start apart at least (module docstring)."""
-        return min(self.linger_max, self._busy * REQUEST_COST / REQUEST_SHARE)
-
     async def _worker(self, ep: _Endpoint) -> None:
-        try:
-            await self._work(ep)
-        finally:
-            self._set_busy(ep, False)
-
-    async def _work(self, ep: _Endpoint) -> None:
         while not self._closing:
             batch = self._next_batch(ep)
             if not batch:
-                self._set_busy(ep, False)
                 ep.wake.clear()
                 await ep.wake.wait()
                 continue
-            self._set_busy(ep, True)
-            if len(batch) < self.batch and ep.started is not None and not ep.target.raw:
-                wait = ep.started + self._pace() - time.monotonic()
+            if len(batch) < self.batch and not ep.target.raw:
+                wait = self._pacer.wait(ep.started)
                 if wait > 0:  # let more accumulate for one larger request
                     await asyncio.sleep(wait)
                     batch = self._next_batch(ep)  # paused, removed or grown meanwhile
                     if not batch:
                         continue
-            ep.started = time.monotonic()
+            ep.window, ep.started = self._pacer.started(ep.window)
             ep.requests += 1
             via: list[str] = []
             for seq, _s, _x in batch:
@@ -430,7 +404,6 @@ class DeliveryManager:
                 self._dead(ep, now - ep.failing_since, why)
                 continue
             self.metrics.delivered("retried", len(batch))
-            self._set_busy(ep, False)  # a backing-off endpoint does not slow the others
             delay = min(self.backoff_max, self.backoff_initial * (2 ** (ep.attempts - 1)))
             delay *= random.uniform(0.5, 1.0)
             log.debug(  # a retry is not an operator event; consumer_dead is
