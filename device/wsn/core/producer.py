@@ -163,8 +163,9 @@ def _text(status, msg):
     return Response(status, "text/plain; charset=utf-8", msg.encode() + b"\n", ())
 
 
-def nil_time(tag, t):
-    # <tag>dateTime</tag>, or xsi:nil for no scheduled termination
+def time_el(tag, t):
+    # <tag>xsd:dateTime of t</tag> (every time element the device writes), or xsi:nil for
+    # t None: no scheduled termination
     if t is None:
         return '<%s xmlns:xsi="%s" xsi:nil="true"/>' % (tag, _XSI)
     return wrap(tag, X.format_datetime(t))
@@ -318,8 +319,8 @@ class Producer:
             except X.XMLError as e:
                 why = str(e)
         if why:
-            raise Fault(fault, why, extra=wrap("wsnt:MinimumTime", X.format_datetime(now + 1)) + (
-                wrap("wsnt:MaximumTime", X.format_datetime(now + mx)) if mx else ""))
+            raise Fault(fault, why, extra=time_el("wsnt:MinimumTime", now + 1) + (
+                time_el("wsnt:MaximumTime", now + mx) if mx else ""))
         return t
 
     def _subscribe(self, req, _, now, actions):
@@ -379,17 +380,17 @@ class Producer:
         actions.append(("subscribed", s))
         return "<wsnt:SubscribeResponse>%s%s%s</wsnt:SubscribeResponse>" % (
             epr(self.base + _SUBS + s.id, s.id, "wsnt:SubscriptionReference"),
-            wrap("wsnt:CurrentTime", X.format_datetime(now)),
-            "" if expires is None else wrap("wsnt:TerminationTime", X.format_datetime(expires)))
+            time_el("wsnt:CurrentTime", now),
+            "" if expires is None else time_el("wsnt:TerminationTime", expires))
 
     def _renew(self, req, s, now, actions):
         tt = req.body.find(ns.WSNT, "TerminationTime")
         F = "UnacceptableTerminationTimeFault"
         if tt is None:
-            raise Fault(F, "no TerminationTime", extra=wrap("wsnt:MinimumTime", X.format_datetime(now + 1)))
+            raise Fault(F, "no TerminationTime", extra=time_el("wsnt:MinimumTime", now + 1))
         s.expires = self._term(tt, now, F)
-        return wrap("wsnt:RenewResponse", nil_time("wsnt:TerminationTime", s.expires) +
-                    wrap("wsnt:CurrentTime", X.format_datetime(now)))
+        return wrap("wsnt:RenewResponse", time_el("wsnt:TerminationTime", s.expires) +
+                    time_el("wsnt:CurrentTime", now))
 
     def _state(self, req, s, now, actions):
         # Unsubscribe and wsrf-rl:Destroy (WS-ResourceLifetime 1.2 §4.1: gone once answered);

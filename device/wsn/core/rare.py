@@ -12,7 +12,7 @@
 # 32 messages small on a 64 KiB heap.
 from wsn.core import ns
 from wsn.core import xml as X
-from wsn.core.producer import Ring, new_id, nil_time
+from wsn.core.producer import Ring, new_id, time_el
 from wsn.core.soap import Fault, epr, wrap
 
 
@@ -87,11 +87,11 @@ def get_rp(p, req, s, now, actions):
     elif k == "wsnt:SubscriptionPolicy":
         out = wrap(k, "<wsnt:UseRaw/>" if s.raw else "")
     elif k == "wsnt:CreationTime":
-        out = wrap(k, X.format_datetime(s.created))
+        out = time_el(k, s.created)
     elif k == "wsrf-rl:CurrentTime":
-        out = wrap(k, X.format_datetime(now))
+        out = time_el(k, now)
     elif k == "wsrf-rl:TerminationTime":
-        out = nil_time(k, s.expires)
+        out = time_el(k, s.expires)
     if out is None:
         raise Fault("InvalidResourcePropertyQNameFault", "no property {%s}%s here" % (uri, local),
                     ns.WSRF_RP)
