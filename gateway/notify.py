@@ -107,32 +107,28 @@ def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | No
         if pel is not None:
             with contextlib.suppress(ValueError):
                 producer = parse_epr(pel)
-        if reg is not None:
-            if topic is not None:
-                topic = publishers.map_device_topic(topic, reg.device_id)
-            if not reg.allows(topic, b.ts):
-                raise faults.wsnt(
-                    "TopicNotSupportedFault",
-                    f"topic {topic} is not among the topics registered by this publisher",
-                )
-            if producer is None:
-                producer = reg.publisher
-        elif b.cfg.requires_registration:
-            reg2 = registration_for(b, producer)
-            if reg2 is None:
+        # the publisher's registration: the one posted to, else (when the broker requires
+        # registration) the one its ProducerReference names
+        r = reg
+        if r is None and b.cfg.requires_registration:
+            r = registration_for(b, producer)
+            if r is None:
                 raise faults.br(
                     "PublisherRegistrationRejectedFault",
                     "this broker requires registration (br:RequiresRegistration=true): "
                     "send br:RegisterPublisher and post Notify to the ConsumerReference "
                     "it returns",
                 )
+        if r is not None:
             if topic is not None:
-                topic = publishers.map_device_topic(topic, reg2.device_id)
-            if not reg2.allows(topic, b.ts):
+                topic = publishers.map_device_topic(topic, r.device_id)
+            if not r.allows(topic, b.ts):
                 raise faults.wsnt(
                     "TopicNotSupportedFault",
-                    f"topic {topic} is not registered by this publisher",
+                    f"topic {topic} is not among the topics registered by this publisher",
                 )
+            if producer is None:
+                producer = r.publisher
         out.append((topic, producer, kids[0], nm))
     return out
 
