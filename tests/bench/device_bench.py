@@ -7,7 +7,9 @@
    heap each module takes when imported (after gc.collect()), frozen into the 32-bit firmware
    and as .mpy on the 32-bit build (bytecode in the heap); then where each .mpy's bytes are
    (qstr names, constants, bytecode, line tables, function headers, read with MicroPython's
-   tools/mpy-tool.py from the source in .cache) and the names repeated across modules;
+   tools/mpy-tool.py from the source in .cache) and the names repeated across modules; then
+   mpy_account.py's item accounting (what is stored in several files, the costliest names,
+   the longest constants, the biggest functions);
 2. heap: in use after GC ("steady") and the highest gc.mem_alloc() the device saw ("peak")
    with 0, 4 and 8 subscriptions receiving 24 readings each, on
    - the frozen-device firmware (32-bit, device in flash as on a board), -X heapsize=64K,
@@ -35,9 +37,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "device"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import aiohttp  # noqa: E402
 import fwbuild  # noqa: E402
+import mpy_account  # noqa: E402
 from devtest import (  # noqa: E402
     MP_UNIX,
     MP_UNIX32,
@@ -89,31 +93,12 @@ def import_heap(binary: Path, mods: list[str], path: str | None) -> dict[str, in
     return res
 
 
-def _mpy_tool() -> Any:
-    """MicroPython's tools/mpy-tool.py (from the source setup.sh unpacks), or None."""
-    import importlib.util
-
-    for tool in sorted(ROOT.glob(".cache/micropython/*/src/*/tools/mpy-tool.py")):
-        sys.path.insert(0, str(tool.parents[1] / "py"))  # its makeqstrdata
-        spec = importlib.util.spec_from_file_location("mpy_tool", tool)
-        if spec is None or spec.loader is None:
-            continue
-        mod = importlib.util.module_from_spec(spec)
-        argv, sys.argv = sys.argv, [str(tool)]
-        try:
-            spec.loader.exec_module(mod)
-        finally:
-            sys.argv = argv
-        return mod
-    return None
-
-
 def mpy_buckets(mpydir: Path, rows: list[tuple[str, int]]) -> None:
     """Where each .mpy's bytes are, from the file's layout: the qstr table (names; "new" ones
     are spelled out in the file, the others index MicroPython's built-in names), the constant
     table (strings, bytes, tuples), and per function its header (prelude: signature, size,
     argument names; plus the raw-code length and child count), line table and bytecode."""
-    tool = _mpy_tool()
+    tool = mpy_account.mpy_tool()
     if tool is None:
         print("   (no MicroPython source in .cache: no byte breakdown)")
         return
@@ -184,6 +169,7 @@ def mpy_sizes() -> None:
         asmpy = import_heap(MP_UNIX32, mods, f".frozen:{mpydir}") if MP_UNIX32.exists() else {}
         print_sizes(rows, total, frozen, asmpy)
         mpy_buckets(mpydir, rows)
+        mpy_account.report(mpydir, rows)
 
 
 def print_sizes(rows: list[tuple[str, int]], total: int, frozen: dict[str, int],
