@@ -27,48 +27,38 @@ _XSI = const("http://www.w3.org/2001/XMLSchema-instance")
 _WSRF_R = const("http://docs.oasis-open.org/wsrf/r-2")
 _NOTIFY = const("http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify")
 
-# (name, default) pairs: a constant tuple, frozen into flash it costs no heap (a dict would);
-# const(): used where it is written, no global
-_DEFAULTS = const((
-    ("max_subscriptions", 8),  # table size
-    ("max_pullpoints", 2),
-    ("pullpoint_size", 32),  # messages per pull point (ring, drops the oldest)
-    ("pullpoint_idle_s", 3600),  # a pull point not used for this long may be reclaimed
-    ("max_request_bytes", 8192),  # larger bodies: HTTP 413
-    ("max_xml_depth", 16),
-    ("max_xml_elements", 128),  # ~133 B each on a 32-bit board
-    ("default_ttl_s", 3600),  # subscription lifetime when Subscribe names none (0: unlimited)
-    ("max_ttl_s", 604800),  # longest accepted lifetime (0: unlimited, xsi:nil accepted)
-    ("queue_len", 4),  # pushes waiting per subscription (drops the oldest)
-    ("gateway_buffer", 64),  # pushes waiting for the gateway (drops the oldest, counted)
-))
-
 _SUBS = const("/wsn/subscriptions/")
 _PPS = const("/wsn/pullpoints/")
 PRODUCER_PATH = "/wsn/producer"
 
-# The operations, as data: (Body element as "prefix:local" with the prefixes of ns.DECLS,
-# resource kind: "" producer, "s" subscription, "p" pull point; handler: "_x" a method here,
-# else a function of wsn.core.rare, imported on first use; the WSDL portType whose output
-# action answers it: "http://docs.oasis-open.org/<portType>/<element>Response", the
-# WS-Addressing 1.0 Metadata §4.4.4 default action of bw-2.wsdl (Pause/Resume: the
-# PausableSubscriptionManager portType), rpw-2 and rlw-2).
+# The operations, as data: ("<kind> <Body element>", handler, portType). kind: "-" producer,
+# "s" subscription, "p" pull point; the Body element as "prefix:local" with the prefixes of
+# ns.DECLS; handler: "_x" a method here, else a function of wsn.core.rare, imported on first
+# use; portType: index into _PORTS of the WSDL portType whose output action answers it:
+# "http://docs.oasis-open.org/<portType>/<element>Response", the WS-Addressing 1.0 Metadata
+# §4.4.4 default action of bw-2.wsdl (Pause/Resume: the PausableSubscriptionManager
+# portType), rpw-2 and rlw-2. (Each string of a constant tuple is stored on its own in the
+# .mpy: the portTypes are named once here, the rows index them.)
 # WS-BaseNotification 1.3 §4.2 Subscribe, §4.3 GetCurrentMessage, §5.2 CreatePullPoint, §4.1
 # and §6.4 GetResourceProperty, §6.1 Renew/Unsubscribe, §6.2 Pause/Resume, §6.4 +
 # WS-ResourceLifetime 1.2 §4.1 Destroy (immediate termination), §5.1 the PullPoint's.
+_PORTS = const(("wsn/bw-2/NotificationProducer", "wsn/bw-2/CreatePullPoint",
+                "wsrf/rpw-2/GetResourceProperty", "wsn/bw-2/SubscriptionManager",
+                "wsn/bw-2/PausableSubscriptionManager", "wsrf/rlw-2/ImmediateResourceTermination",
+                "wsn/bw-2/PullPoint"))
 _OPS = const((
-    ("wsnt:Subscribe", "", "_subscribe", "wsn/bw-2/NotificationProducer"),
-    ("wsnt:GetCurrentMessage", "", "get_current", "wsn/bw-2/NotificationProducer"),
-    ("wsnt:CreatePullPoint", "", "create_pullpoint", "wsn/bw-2/CreatePullPoint"),
-    ("wsrf-rp:GetResourceProperty", "", "get_rp", "wsrf/rpw-2/GetResourceProperty"),
-    ("wsnt:Renew", "s", "_renew", "wsn/bw-2/SubscriptionManager"),
-    ("wsnt:Unsubscribe", "s", "_state", "wsn/bw-2/SubscriptionManager"),
-    ("wsnt:PauseSubscription", "s", "_state", "wsn/bw-2/PausableSubscriptionManager"),
-    ("wsnt:ResumeSubscription", "s", "_state", "wsn/bw-2/PausableSubscriptionManager"),
-    ("wsrf-rl:Destroy", "s", "_state", "wsrf/rlw-2/ImmediateResourceTermination"),
-    ("wsrf-rp:GetResourceProperty", "s", "get_rp", "wsrf/rpw-2/GetResourceProperty"),
-    ("wsnt:GetMessages", "p", "get_messages", "wsn/bw-2/PullPoint"),
-    ("wsnt:DestroyPullPoint", "p", "destroy_pullpoint", "wsn/bw-2/PullPoint"),
+    ("- wsnt:Subscribe", "_subscribe", 0),
+    ("- wsnt:GetCurrentMessage", "get_current", 0),
+    ("- wsnt:CreatePullPoint", "create_pullpoint", 1),
+    ("- wsrf-rp:GetResourceProperty", "get_rp", 2),
+    ("s wsnt:Renew", "_renew", 3),
+    ("s wsnt:Unsubscribe", "_state", 3),
+    ("s wsnt:PauseSubscription", "_state", 4),
+    ("s wsnt:ResumeSubscription", "_state", 4),
+    ("s wsrf-rl:Destroy", "_state", 5),
+    ("s wsrf-rp:GetResourceProperty", "get_rp", 2),
+    ("p wsnt:GetMessages", "get_messages", 6),
+    ("p wsnt:DestroyPullPoint", "destroy_pullpoint", 6),
 ))
 
 
@@ -188,8 +178,22 @@ def _unknown_children(parent, keep, fault, what, tag):
 class Producer:
     def __init__(self, device_id, topics, base_url, rand, limits):
         # the caller's dict, completed with the defaults (one dict on the heap, not a copy)
+        # (a dict made here, not a constant tuple of pairs: its keys are the same string
+        # objects as the L["..."] lookups below, stored once in the .mpy; it is garbage after)
         L = limits if limits is not None else {}
-        for k, v in _DEFAULTS:
+        for k, v in {
+            "max_subscriptions": 8,  # table size
+            "max_pullpoints": 2,
+            "pullpoint_size": 32,  # messages per pull point (ring, drops the oldest)
+            "pullpoint_idle_s": 3600,  # a pull point not used for this long may be reclaimed
+            "max_request_bytes": 8192,  # larger bodies: HTTP 413
+            "max_xml_depth": 16,
+            "max_xml_elements": 128,  # ~133 B each on a 32-bit board
+            "default_ttl_s": 3600,  # lifetime when Subscribe names none (0: unlimited)
+            "max_ttl_s": 604800,  # longest accepted lifetime (0: unlimited, xsi:nil accepted)
+            "queue_len": 4,  # pushes waiting per subscription (drops the oldest)
+            "gateway_buffer": 64,  # pushes waiting for the gateway (drops the oldest, counted)
+        }.items():
             if k not in L:
                 L[k] = v
         self.L = L
@@ -253,9 +257,9 @@ class Producer:
             el = req.body
             if el is None:
                 raise Fault("Client", "empty SOAP Body", ns.SOAP11, base=False)
-            key = "%s:%s" % (ns.prefix(el.ns), el.name)
+            key = "%s %s:%s" % (kind or "-", ns.prefix(el.ns), el.name)
             for op in _OPS:
-                if op[0] == key and op[1] == kind:
+                if op[0] == key:
                     break
             else:
                 op = None
@@ -279,7 +283,7 @@ class Producer:
                             % X.escape(req.action or ""))
             if kind == "p":
                 target.touched = now
-            h = op[2]
+            h = op[1]
             if h[0] == "_":
                 out = getattr(self, h)(req, target, now, actions)
             else:
@@ -291,7 +295,7 @@ class Producer:
         except Fault as f:
             return Response(f.status or fault_status(version, f), ns.content_type(version),
                             fault_envelope(version, f, now, mid).encode(), actions)
-        env = envelope(version, "http://docs.oasis-open.org/%s/%sResponse" % (op[3], el.name),
+        env = envelope(version, "http://docs.oasis-open.org/%s/%sResponse" % (_PORTS[op[2]], el.name),
                        out, mid)
         return Response(200, ns.content_type(version),
                         [p.encode() for p in env] if isinstance(env, list) else env.encode(),

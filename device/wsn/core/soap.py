@@ -20,10 +20,11 @@ _WSRF_FAULT = const("http://docs.oasis-open.org/wsrf/fault")
 
 class Fault(Exception):
     # A SOAP fault. name/fns: the QName of the fault detail element (e.g. wsnt:
-    # InvalidFilterFault); code: 'Sender' or 'Receiver' (SOAP 1.1: Client/Server);
-    # reason: human readable; extra: XML appended inside the detail element after the
-    # WS-BaseFaults members; base: False for faults without a BaseFault detail (WS-Addressing,
-    # SOAP's own); status: the HTTP status, if not the binding's (fault_status).
+    # InvalidFilterFault); code: 'Sender' or 'Receiver' (SOAP 1.1: Client/Server), or
+    # 'MustUnderstand', 'VersionMismatch' (SOAP's own); reason: human readable; extra: XML
+    # appended inside the detail element after the WS-BaseFaults members; base: False for
+    # faults without a BaseFault detail (WS-Addressing, SOAP's own); status: the HTTP status,
+    # if not the binding's (fault_status).
     def __init__(self, name, reason, fns=ns.WSNT, code="Sender", extra="", base=True,
                  action=None, status=0):
         super().__init__(reason)
@@ -113,11 +114,11 @@ def fault_envelope(version, f, now, relates_to=None):
                      fq, decl, X.format_datetime(now), reason, f.extra, fq)
     code = f.code
     if version == ns.V12:
-        if code in ("Sender", "Receiver", "MustUnderstand", "VersionMismatch"):
-            sub = ""
-            if f.base or f.fns == ns.WSA:
-                sub = "<s:Subcode><s:Value%s>%s</s:Value></s:Subcode>" % (decl, fq)
-            code = "<s:Code><s:Value>s:%s</s:Value>%s</s:Code>" % (code, sub)
+        # code is one of SOAP 1.2's Sender, Receiver, MustUnderstand, VersionMismatch (Fault)
+        sub = ""
+        if f.base or f.fns == ns.WSA:
+            sub = "<s:Subcode><s:Value%s>%s</s:Value></s:Subcode>" % (decl, fq)
+        code = "<s:Code><s:Value>s:%s</s:Value>%s</s:Code>" % (code, sub)
         body = "<s:Fault>%s<s:Reason><s:Text xml:lang=\"en\">%s</s:Text></s:Reason>%s</s:Fault>" % (
             code, reason, wrap("s:Detail", detail) if detail else "")
     else:
