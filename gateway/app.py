@@ -50,7 +50,11 @@ def build_parts(cfg: Config) -> Parts:
     policy = ConsumerPolicy.from_texts(cfg.consumer_allow, cfg.allow_loopback)
     loop_id = loops.new_loop_id()  # per process
     storage = Storage(
-        cfg.data_dir / "broker.sqlite3", cfg.sqlite_synchronous, cfg.sqlite_busy_timeout_ms
+        cfg.data_dir / "broker.sqlite3",
+        cfg.sqlite_synchronous,
+        cfg.sqlite_busy_timeout_ms,
+        seen_keep=cfg.notify_dedupe_ids,
+        seen_max_age=cfg.notify_dedupe_age,
     )
     metrics = Metrics()  # gateway.metrics: event counters; state is read at scrape
     storage.on_commit = metrics.observe_commit

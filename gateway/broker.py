@@ -103,6 +103,10 @@ class NotificationBroker:
         self.inadmissible: Counter[str] = Counter()
         self._logged_topics: set[tuple[topics.ConcreteTopic | None, str]] = set()
         self.looped = 0  # Notify requests not published again (loops.py)
+        #: Notify requests answered but not published: accepted before (gateway.dedupe)
+        self.duplicates = 0
+        #: seen-set keys of the Notify being accepted now -> whether that commit succeeded
+        self.notify_inflight: dict[tuple[str, str], asyncio.Future[bool]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def set_listening(self, host: str, port: int) -> None:

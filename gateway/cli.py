@@ -174,6 +174,19 @@ def build_parser() -> argparse.ArgumentParser:
     st = p.add_argument_group("storage and landing zone")
     st.add_argument("--sqlite-synchronous", choices=["FULL", "NORMAL", "EXTRA"], default="FULL")
     st.add_argument("--sqlite-busy-timeout-ms", type=int, default=5000)
+    st.add_argument(
+        "--notify-dedupe-ids",
+        type=int,
+        default=100_000,
+        help="remember the wsa:MessageID of this many accepted Notify: one sent again is "
+        "answered, not published twice (0 = off; docs/gateway.md)",
+    )
+    st.add_argument(
+        "--notify-dedupe-age",
+        type=_seconds,
+        default=86_400.0,
+        help="and forget each after this long (default P1D)",
+    )
     st.add_argument("--landing-max-bytes", type=int, default=64 * 1024 * 1024)
     st.add_argument("--landing-max-age", type=_seconds, default=60.0)
     st.add_argument("--no-landing", action="store_true", help="do not write the landing zone")
@@ -242,6 +255,8 @@ def config_from_args(ns: argparse.Namespace) -> Config:
         status_public=ns.status_public,
         sqlite_synchronous=ns.sqlite_synchronous,
         sqlite_busy_timeout_ms=ns.sqlite_busy_timeout_ms,
+        notify_dedupe_ids=ns.notify_dedupe_ids,
+        notify_dedupe_age=ns.notify_dedupe_age,
         landing_max_bytes=ns.landing_max_bytes,
         landing_max_age=ns.landing_max_age,
         landing_enabled=not ns.no_landing,

@@ -55,6 +55,10 @@ class Config:
     # -- storage / landing --
     sqlite_synchronous: str = "FULL"
     sqlite_busy_timeout_ms: int = 5000
+    #: the Notify seen-set (gateway.dedupe): at most this many ids (0: off) ...
+    notify_dedupe_ids: int = 100_000
+    #: ... none older than this (seconds)
+    notify_dedupe_age: float = 86_400.0
     landing_max_bytes: int = 64 * 1024 * 1024
     landing_max_age: float = 60.0
     landing_enabled: bool = True

@@ -145,6 +145,7 @@ class StateSample:
 
     accepted: int = 0
     inadmissible: int = 0
+    duplicates: int = 0
     subscriptions_active: int = 0
     subscriptions_paused: int = 0
     backlog_total: int = 0
@@ -178,6 +179,12 @@ class StateCollector(Collector):
             "Notifications dropped because their topic's messageTypes or MessagePattern do "
             "not admit them (WS-Topics 1.3 §6); their Notify was still answered 202",
             value=s.inadmissible,
+        )
+        yield CounterMetricFamily(
+            "wsn_notify_duplicates",
+            "Notify requests whose wsa:MessageID the broker had accepted before: answered "
+            "202 again, not published again (gateway.dedupe)",
+            value=s.duplicates,
         )
         subs = GaugeMetricFamily(
             "wsn_subscriptions", "Subscriptions at the broker by state", labels=["state"]

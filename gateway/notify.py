@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from lxml import etree
 
-from gateway import filters, landing, loops, publishers, topics
+from gateway import dedupe, filters, landing, loops, publishers, topics
 from gateway.producer import producer_rp_document
 from gateway.publishers import Registration
 from gateway.storage import AcceptBatch, StorageError
@@ -174,7 +174,8 @@ async def notify_broker(b: NotificationBroker, req: SoapRequest) -> Reply:
     items = parse_notify(b, req, None)
     via = loops.via_of(req.header)
     if not looped(b, via):
-        await publish(b, items, via)
+        key = dedupe.key_of(b, req, None, items)
+        await dedupe.accept_once(b, key, lambda: publish(b, items, via, key))
     return None, []
 
 
@@ -183,7 +184,8 @@ async def notify_registration(b: NotificationBroker, req: SoapRequest, reg: Regi
     items = parse_notify(b, req, reg)
     via = loops.via_of(req.header)
     if not looped(b, via):
-        await publish(b, items, via)
+        key = dedupe.key_of(b, req, reg, items)
+        await dedupe.accept_once(b, key, lambda: publish(b, items, via, key))
     return None, []
 
 
@@ -253,10 +255,15 @@ class Plan:
     accepted: int = 0
 
 
-async def publish(b: NotificationBroker, items: list[Item], via: tuple[str, ...] = ()) -> None:
+async def publish(
+    b: NotificationBroker,
+    items: list[Item],
+    via: tuple[str, ...] = (),
+    seen: tuple[str, str] | None = None,
+) -> None:
     """Accept notifications: topic growth (WS-Topics 1.3 §9), then the plan, then one
     commit. Returns once it is committed (a positive answer to Notify means durably
-    accepted)."""
+    accepted). `seen`: the Notify's seen-set key (gateway.dedupe), committed with it."""
     items = admitted(b, items)
     now = b.clock()
     # each payload serialized once: stored, delivered and landed from the same text
@@ -269,6 +276,7 @@ async def publish(b: NotificationBroker, items: list[Item], via: tuple[str, ...]
     grown, grown_now = grow_topics(b, items)
     p = plan(b, items, now, landed, via, xmls)
     p.batch.grown = grown
+    p.batch.seen = seen
     await commit(b, p, via)
     if grown_now:
         b._recompute_demand()

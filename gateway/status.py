@@ -291,6 +291,7 @@ class StatusView:
         return StateSample(
             accepted=b.accepted,
             inadmissible=sum(b.inadmissible.values()),
+            duplicates=b.duplicates,
             subscriptions_active=sum(1 for s in b.subs.values() if not s.paused),
             subscriptions_paused=sum(1 for s in b.subs.values() if s.paused),
             backlog_total=sum(backlogs),

@@ -30,6 +30,7 @@ from gateway.storage_accept import Accept, accept_shared
 from gateway.storage_accept import AcceptBatch as AcceptBatch  # re-exported: callers build it
 from gateway.storage_accept import AcceptResult as AcceptResult
 from gateway.storage_demand import DemandTables
+from gateway.storage_seen import SEEN_SCHEMA, SeenKey, is_seen, record_seen
 
 T = TypeVar("T")
 
@@ -103,7 +104,14 @@ class Snapshot:
 
 
 class Storage(DemandTables):
-    def __init__(self, path: Path, synchronous: str = "FULL", busy_timeout_ms: int = 5000):
+    def __init__(
+        self,
+        path: Path,
+        synchronous: str = "FULL",
+        busy_timeout_ms: int = 5000,
+        seen_keep: int = 100_000,
+        seen_max_age: float = 86_400.0,
+    ):
         self.path = path
         self.synchronous = synchronous.upper()
         if self.synchronous not in ("FULL", "NORMAL", "EXTRA"):
@@ -111,6 +119,11 @@ class Storage(DemandTables):
         self.busy_timeout_ms = busy_timeout_ms
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wsn-sqlite")
         self._conn: sqlite3.Connection | None = None
+        #: a second connection, only for `seen` (a read in WAL mode never waits for the writer)
+        self._reader: sqlite3.Connection | None = None
+        #: bounds of the Notify seen-set (gateway.storage_seen): rows, seconds
+        self.seen_keep = seen_keep
+        self.seen_max_age = seen_max_age
         self._lock = threading.Lock()
         #: cumulative seconds spent inside SQLite (for benchmarks)
         self.busy_seconds = 0.0
@@ -124,6 +137,11 @@ class Storage(DemandTables):
     # ---- lifecycle ----
     def open(self) -> None:
         self._executor.submit(self._open).result()
+        reader = sqlite3.connect(
+            str(self.path), isolation_level=None, check_same_thread=False, timeout=0
+        )
+        reader.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
+        self._reader = reader
 
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -135,9 +153,14 @@ class Storage(DemandTables):
         conn.execute(f"PRAGMA synchronous={self.synchronous}")
         conn.execute("PRAGMA foreign_keys=OFF")
         conn.executescript(SCHEMA)
+        conn.execute(SEEN_SCHEMA)
         self._conn = conn
 
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
         def _close() -> None:
             if self._conn is not None:
                 self._conn.close()
@@ -298,6 +321,9 @@ class Storage(DemandTables):
                 accepts = [f.batch for f, _ in group if isinstance(f, Accept)]
                 if accepts:  # the rows a group's Notify share, once (storage_accept)
                     accept_shared(c, accepts)
+                    seen = [a.seen for a in accepts if a.seen is not None]
+                    if seen:  # in the same transaction as their messages (storage_seen)
+                        record_seen(c, seen, time.time(), self.seen_keep, self.seen_max_age)
                 return [f(c) for f, _ in group]
 
             try:
@@ -311,6 +337,19 @@ class Storage(DemandTables):
             for (_, fut), r in zip(group, results, strict=True):
                 if not fut.done():
                     fut.set_result(r)
+
+    def seen(self, key: SeenKey) -> bool:
+        """Whether a Notify with this (publisher, wsa:MessageID) was accepted (committed)
+        and is still within the seen-set's bounds. Synchronous, on the caller's thread: a
+        primary-key read on the reader connection, which in WAL mode never waits for the
+        writer's transaction; a hop to a thread would cost more than the read."""
+        r = self._reader
+        if r is None:
+            raise StorageError("storage is closed")
+        try:
+            return is_seen(r, key)
+        except sqlite3.Error as e:
+            raise StorageError(f"storage failure: {e}") from e
 
     async def delete_deliveries(self, seqs: Sequence[int]) -> None:
         def fn(c: sqlite3.Connection) -> None:

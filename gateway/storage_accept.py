@@ -23,6 +23,8 @@ class AcceptBatch:
     landing: list[tuple[str, str]] = field(default_factory=list)  # (msg_id, json line)
     # the same records for the Parquet landing writer (gateway.landing_parquet)
     landing_parquet: list[tuple[str, str]] = field(default_factory=list)
+    #: (publisher, wsa:MessageID) to add to the seen-set (gateway.dedupe), or None
+    seen: tuple[str, str] | None = None
 
 
 @dataclass

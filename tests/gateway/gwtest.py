@@ -10,6 +10,7 @@ import importlib.util
 import signal
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -57,18 +58,31 @@ READING = (
 )
 
 
+#: envelope(message_id=FRESH): a new urn:uuid per envelope, as a WS-Addressing client
+#: sends (WS-Addressing 1.0 Core §3.2: a MessageID identifies one message; the gateway
+#: publishes a Notify whose MessageID it accepted before only once, gateway/dedupe.py)
+FRESH = "fresh"
+
+
 def envelope(
     body: str,
     version: int = 12,
     action: str | None = None,
     headers: str = "",
     to: str | None = None,
+    message_id: str | None = FRESH,
 ) -> bytes:
+    """With `action`, the headers wsa:Action and wsa:MessageID (`message_id`: FRESH, a
+    given IRI, or None for none); the envelope of a Notify sent again must be the same
+    bytes (or name the same MessageID)."""
     sv = SOAP12 if version == 12 else SOAP11
     h = ""
     if action:
         h += f"<wsa:Action>{action}</wsa:Action>"
-        h += "<wsa:MessageID>urn:uuid:11111111-2222-3333-4444-555555555555</wsa:MessageID>"
+        if message_id == FRESH:
+            message_id = f"urn:uuid:{uuid.uuid4()}"
+        if message_id is not None:
+            h += f"<wsa:MessageID>{message_id}</wsa:MessageID>"
     if to:
         h += f"<wsa:To>{to}</wsa:To>"
     h += headers
@@ -148,8 +162,10 @@ async def call(
     action: str | None = None,
     headers: str = "",
     http_headers: dict[str, str] | None = None,
+    message_id: str | None = FRESH,
 ) -> Reply:
-    return await post(url, envelope(body, version, action, headers), version, http_headers)
+    data = envelope(body, version, action, headers, message_id=message_id)
+    return await post(url, data, version, http_headers)
 
 
 # ---------------------------------------------------------------- schemas

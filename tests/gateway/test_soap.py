@@ -21,12 +21,13 @@ A_SUB_RESP = "http://docs.oasis-open.org/wsn/bw-2/NotificationProducer/Subscribe
 
 
 async def test_soap12_response_in_soap12_with_wsa_headers(gw, consumer):
-    r = await call(gw.url, subscribe_body(consumer.url), 12, action=A_SUB)
+    mid = "urn:uuid:11111111-2222-3333-4444-555555555555"
+    r = await call(gw.url, subscribe_body(consumer.url), 12, action=A_SUB, message_id=mid)
     assert r.status == 200
     assert r.headers["Content-Type"].startswith("application/soap+xml")
     assert r.root is not None and r.root.tag == f"{{{SOAP12}}}Envelope"
     assert r.header("Action") == A_SUB_RESP
-    assert r.header("RelatesTo") == "urn:uuid:11111111-2222-3333-4444-555555555555"
+    assert r.header("RelatesTo") == mid
     assert (r.header("MessageID") or "").startswith("urn:uuid:")
     validate(r.body)
 

@@ -1,0 +1,217 @@
+"""A Notify sent again is published once (gateway/dedupe.py, docs/gateway.md "Exactly once
+when an answer is lost"): a publisher that lost the answer to a Notify sends the same
+envelope again, with the same wsa:MessageID; the broker answers it as before and does not
+deliver, land or keep it twice. Keyed per publisher; durable across kill -9; bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import uuid
+from pathlib import Path
+
+from gwtest import (
+    BR,
+    WSA,
+    WSNT,
+    Consumer,
+    call,
+    envelope,
+    notify_body,
+    post,
+    reading,
+    start_gateway,
+    stop_gateway,
+    subscribe_body,
+)
+
+from tests.polling import until
+
+A_NOTIFY = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
+SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
+DT = 'xmlns:dt="urn:wsn-edge:device-topics"'
+RD = "{urn:wsn-edge:reading}"
+
+
+def mid() -> str:
+    return f"urn:uuid:{uuid.uuid4()}"
+
+
+def notify_env(*vals: int, message_id: str | None, producer: str | None = None,
+               topic: str = "tns:t", nsdecl: str = 'xmlns:tns="urn:test"',
+               dialect: str | None = None) -> bytes:  # fmt: skip
+    kw = {"dialect": dialect} if dialect else {}
+    body = notify_body(*[(topic, reading(v)) for v in vals], nsdecl=nsdecl, producer=producer, **kw)
+    return envelope(body, action=A_NOTIFY, message_id=message_id)
+
+
+def landed(data_dir: Path) -> list[str]:
+    """The readings' values in the landing zone, in order."""
+    out = []
+    for f in sorted((data_dir / "landing").glob("landing-*.jsonl")):
+        out.extend(json.loads(x)["fields"]["value"] for x in f.read_text().splitlines())
+    return out
+
+
+def values(consumer: Consumer) -> list[str | None]:
+    return [m.findtext(f".//{RD}value") for m in consumer.messages()]
+
+
+async def notify(url: str, data: bytes) -> None:
+    r = await post(url, data)
+    assert r.status == 202 and r.text == "", (r.status, r.text)
+
+
+async def register(url: str, device_id: str) -> str:
+    """A Demand=false registration of device `device_id`: its ConsumerReference address."""
+    body = (
+        "<br:RegisterPublisher><br:PublisherReference><wsa:Address>"
+        f"http://127.0.0.1:9/{device_id}/wsn/producer</wsa:Address><wsa:Metadata>"
+        f"<edge:DeviceId>{device_id}</edge:DeviceId></wsa:Metadata></br:PublisherReference>"
+        f'<br:Topic Dialect="{SIMPLE}" {DT}>dt:temperature</br:Topic>'
+        "<br:Demand>false</br:Demand></br:RegisterPublisher>"
+    )
+    r = await call(url, body)
+    el = r.body.find(f"{{{BR}}}ConsumerReference/{{{WSA}}}Address")
+    assert el is not None and el.text, r.text
+    return el.text
+
+
+async def test_a_notify_sent_again_is_answered_and_not_published_again(make_gateway, consumer,
+                                                                       tmp_path):  # fmt: skip
+    gw = await make_gateway(data_dir=tmp_path / "d")
+    assert (await call(gw.url, subscribe_body(consumer.url))).status == 200
+    first = notify_env(1, 2, message_id=mid())
+    await notify(gw.url, first)
+    await notify(gw.url, first)  # its answer was lost: the same bytes again
+    await notify(gw.url, notify_env(3, message_id=mid()))
+    await notify(gw.url, first)
+    # without a MessageID every Notify is published, as before
+    bare = notify_env(4, message_id=None)
+    await notify(gw.url, bare)
+    await notify(gw.url, bare)
+    await consumer.wait_for(5)
+    await asyncio.sleep(0.3)  # time for a wrong delivery to arrive
+    assert values(consumer) == ["1", "2", "3", "4", "4"]
+    assert gw.broker.accepted == 5 and gw.broker.duplicates == 2
+    await until(lambda: len(landed(tmp_path / "d")) >= 5, "5 landing lines")
+    await asyncio.sleep(0.4)  # a rotation more
+    assert landed(tmp_path / "d") == ["1", "2", "3", "4", "4"]
+    m = await until(lambda: _metrics(gw.url), "/metrics")
+    assert "wsn_notify_duplicates_total 2.0" in m, m
+
+
+async def _metrics(url: str) -> str:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as s, s.get(url.replace("/wsn/broker", "/metrics")) as r:
+        return await r.text()
+
+
+async def test_copies_sent_at_once_are_published_once(make_gateway, consumer):
+    gw = await make_gateway()
+    assert (await call(gw.url, subscribe_body(consumer.url))).status == 200
+    data = notify_env(1, 2, 3, message_id=mid())
+    await asyncio.gather(*[notify(gw.url, data) for _ in range(8)])
+    await notify(gw.url, notify_env(4, message_id=mid()))
+    await consumer.wait_for(4)
+    await asyncio.sleep(0.3)
+    assert values(consumer) == ["1", "2", "3", "4"]
+    assert gw.broker.duplicates == 7
+
+
+async def test_the_same_message_id_from_two_publishers_is_published_for_each(
+    make_gateway, consumer
+):
+    """The key is the publisher and the MessageID: a device's registration (by its device
+    id), else the ProducerReference address; one publisher cannot suppress another's."""
+    gw = await make_gateway()
+    assert (await call(gw.url, subscribe_body(consumer.url))).status == 200
+    reg_a, reg_b = await register(gw.url, "dev-a"), await register(gw.url, "dev-b")
+    same = mid()
+    dev = {"topic": "dt:temperature", "nsdecl": DT, "dialect": SIMPLE}
+    for url, v in ((reg_a, 1), (reg_b, 2), (reg_a, 1), (reg_b, 2)):
+        await notify(url, notify_env(v, message_id=same, **dev))  # type: ignore[arg-type]
+    # posted to the broker: the ProducerReference names the publisher
+    for prod, v in (("http://127.0.0.1:9/p", 3), ("http://127.0.0.1:9/q", 4),
+                    ("http://127.0.0.1:9/p", 3)):  # fmt: skip
+        await notify(gw.url, notify_env(v, message_id=same, producer=prod))
+    await consumer.wait_for(4)
+    await asyncio.sleep(0.3)
+    assert values(consumer) == ["1", "2", "3", "4"]
+    assert gw.broker.duplicates == 3
+
+
+async def test_the_seen_set_survives_kill_9(tmp_path):
+    data = tmp_path / "state"
+    g = start_gateway(data, "--landing-max-age", "0.2")
+    try:
+        r = await call(g.url, "<wsnt:CreatePullPoint/>")
+        pp = r.body.findtext(f"{{{WSNT}}}PullPoint/{{{WSA}}}Address") or ""
+        assert (await call(g.url, subscribe_body(pp))).status == 200
+        sent = notify_env(1, 2, message_id=mid())
+        await notify(g.url, sent)
+    finally:  # killed after the commit: the publisher never saw an answer, say
+        os.kill(g.proc.pid, signal.SIGKILL)
+        g.proc.wait(10)
+    g = start_gateway(data, "--landing-max-age", "0.2")
+    try:
+        await notify(g.url, sent)  # the publisher's retry, at the restarted gateway
+        await notify(g.url, notify_env(3, message_id=mid()))
+        pp = g.url.removesuffix("/wsn/broker") + "/wsn/pullpoints/" + pp.rsplit("/", 1)[1]
+        r = await call(pp, "<wsnt:GetMessages/>")
+        assert [m.findtext(f".//{RD}value") for m in r.body] == ["1", "2", "3"]
+    finally:
+        assert stop_gateway(g) == 0
+    assert landed(data) == ["1", "2", "3"]
+
+
+async def test_the_seen_set_is_bounded_by_count(make_gateway, consumer):
+    gw = await make_gateway(notify_dedupe_ids=2)
+    assert (await call(gw.url, subscribe_body(consumer.url))).status == 200
+    ids = [mid() for _ in range(3)]
+    for i, m in enumerate(ids):
+        await notify(gw.url, notify_env(i, message_id=m))
+    await notify(gw.url, notify_env(2, message_id=ids[2]))  # remembered: not again
+    await notify(gw.url, notify_env(0, message_id=ids[0]))  # forgotten (the oldest of 3)
+    await consumer.wait_for(4)
+    await asyncio.sleep(0.3)
+    assert values(consumer) == ["0", "1", "2", "0"]
+
+
+def test_the_seen_set_is_bounded_by_age(tmp_path):
+    from gateway.storage_seen import SEEN_SCHEMA, record_seen
+
+    c = sqlite3.connect(tmp_path / "db", isolation_level=None)
+    c.execute(SEEN_SCHEMA)
+    record_seen(c, [("p", "a"), ("p", "b")], 1000.0, 100, 60.0)
+    record_seen(c, [("p", "c")], 1030.0, 100, 60.0)
+    record_seen(c, [("p", "d"), ("p", "a")], 1070.0, 100, 60.0)  # a, b are 70 s old
+    rows = [r[0] for r in c.execute("SELECT message_id FROM notify_seen ORDER BY seq")]
+    assert rows == ["c", "d", "a"]
+    record_seen(c, [("q", "e")], 1071.0, 2, 60.0)  # and at most 2
+    assert [r[0] for r in c.execute("SELECT message_id FROM notify_seen ORDER BY seq")] == [
+        "a",
+        "e",
+    ]
+
+
+async def test_a_database_without_the_seen_set_opens_and_dedupes(make_gateway, consumer,
+                                                                 tmp_path):  # fmt: skip
+    gw = await make_gateway(data_dir=tmp_path / "d")
+    await gw.stop()
+    c = sqlite3.connect(tmp_path / "d" / "broker.sqlite3")
+    c.execute("DROP TABLE notify_seen")  # the schema of a gateway before the seen-set
+    c.commit()
+    c.close()
+    gw = await make_gateway(data_dir=tmp_path / "d")
+    assert (await call(gw.url, subscribe_body(consumer.url))).status == 200
+    data = notify_env(1, message_id=mid())
+    await notify(gw.url, data)
+    await notify(gw.url, data)
+    await consumer.wait_for(1)
+    await asyncio.sleep(0.3)
+    assert values(consumer) == ["1"]
