@@ -168,7 +168,7 @@ class Device:
                 # board-only kind falls back to "sim" (and says so), so one config runs anywhere
                 print("sensor %s: no %s hardware here, simulating" % (t, k))
                 k = "sim"
-            u = ("temperature", "Cel", "humidity", "%RH", "light", "lx", "heartbeat", "1")
+            u = ["temperature", "Cel", "humidity", "%RH", "light", "lx", "heartbeat", "1"]
             self.sensors.append([ti, k, sp, 0, hw, sp.get("unit") or (
                 u[u.index(t) + 1] if t in u else "")])
         # "awake" (default): serves Subscribe, pushes each reading; "sleepy": wsn.gateway
@@ -198,17 +198,18 @@ class Device:
     # ------------------------------------------------------------------ HTTP server
     async def _conn(self, r, w):
         st = 500
+        ct = "text/plain"  # of the answers made here (a constant tuple would store it again)
         # the request must arrive, and the answer leave, within read_timeout_s
         al = _alarm(float(self.limits.get("read_timeout_s", 10)))
         try:
             try:
                 st, ct, b = self.handle(*(await self._request(r, w)))
             except asyncio.CancelledError:
-                st, ct, b = 408, "text/plain", b"request too slow\n"
+                st, b = 408, b"request too slow\n"
             except H.HTTPError as e:
-                st, ct, b = e.args[0], "text/plain", (e.args[1] + "\n").encode()
+                st, b = e.args[0], (e.args[1] + "\n").encode()
             except MemoryError:
-                st, ct, b = 503, "text/plain", b"out of memory: retry\n"
+                st, b = 503, b"out of memory: retry\n"
             if not isinstance(b, list):  # chunks of a large answer: no big contiguous block
                 b = (b,)
             w.write(H.response_head(st, ct, sum([len(c) for c in b])))
