@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from lxml import etree
 
-from gateway import consumer_policy, dispatch, oplog, publishers, subscriptions, topics
+from gateway import consumer_policy, dispatch, notify, oplog, publishers, subscriptions, topics
 from gateway.config import Config
 from gateway.consumer_policy import ConsumerPolicy
 from gateway.delivery import Target
@@ -149,8 +149,8 @@ class NotificationBroker:
                 log.exception("dropping unreadable registration %s", rr.id)
         await self.delivery.start()
         by_sub: dict[str, list[tuple[int, str]]] = {}
-        for seq, sid, xml in snap.deliveries:
-            by_sub.setdefault(sid, []).append((seq, xml))
+        for m in snap.deliveries:
+            by_sub.setdefault(m.owner, []).append((m.seq, notify.stored_message(self, m)))
         unusable: list[str] = []
         for row in snap.subscriptions:
             try:

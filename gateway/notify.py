@@ -11,7 +11,8 @@ A caller may rely on:
   in-memory state (queues, current messages, pull points, landing writers);
 * a wrapped message is rendered once per subscriber dialect per notification; only the
   SubscriptionReference differs between subscribers (`render_rest`,
-  `subscription_reference`).
+  `subscription_reference`); each rendering is stored once, and each subscriber's outbox
+  row references it (gateway/storage_schema.py, `stored_message`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from lxml import etree
 from gateway import dedupe, filters, landing, loops, publishers, topics
 from gateway.producer import producer_rp_document
 from gateway.publishers import Registration
-from gateway.storage import AcceptBatch, StorageError
+from gateway.storage import AcceptBatch, Pending, StorageError
+from gateway.storage_schema import AFTER_SUBREF, WHOLE
 from gateway.wire import faults, ns
 from gateway.wire.addressing import Epr, parse_epr, resource_epr
 from gateway.wire.faults import RECEIVER, SENDER, WsnFault
@@ -252,6 +254,8 @@ class Plan:
     current: dict[topics.ConcreteTopic, str] = field(default_factory=dict)
     #: subscription -> how many deliveries it gets (for the backlog bound)
     deliveries_per_sub: dict[str, int] = field(default_factory=dict)
+    #: the whole message of each of batch.deliveries, in order (for the delivery queues)
+    delivery_xmls: list[str] = field(default_factory=list)
     accepted: int = 0
 
 
@@ -342,9 +346,10 @@ def plan(
             if b.landing_parquet is not None:
                 batch.landing_parquet.append((msg_id, line))
         doc: Element | None = None
-        # the part of a wrapped message after its SubscriptionReference depends only on
-        # the subscriber's dialect: rendered once per dialect, not once per subscriber
-        rendered: dict[str, str] = {}
+        # stored once per distinct rendering (gateway/storage_schema.py): the part of a
+        # wrapped message after its SubscriptionReference depends only on the subscriber's
+        # dialect, a raw message is the payload; each subscriber's row references it
+        rendered: dict[str | None, tuple[str, int]] = {}  # dialect (None: raw) -> text, ref
         subs = wanting.get(topic)
         if subs is None:
             subs = wanting[topic] = b.wanting(topic, now)
@@ -360,18 +365,23 @@ def plan(
                 rp = producer_rp_document(b)
                 if not all(f.evaluate(rp) for f in sub.producer):
                     continue
-            if sub.raw:
-                xml = payload_xml
-            else:
-                rest = rendered.get(sub.dialect)
-                if rest is None:
-                    rest = render_rest(b, sub.dialect, topic, producer, payload_xml)
-                    rendered[sub.dialect] = rest
-                xml = _NM_START + subscription_reference(b, sub.id) + rest
+            kind = None if sub.raw else sub.dialect
+            hit = rendered.get(kind)
+            if hit is None:
+                if kind is None:
+                    hit = (payload_xml, len(batch.renderings))
+                    batch.renderings.append((WHOLE, payload_xml))
+                else:
+                    rest = render_rest(b, kind, topic, producer, payload_xml)
+                    hit = (rest, len(batch.renderings))
+                    batch.renderings.append((AFTER_SUBREF, rest))
+                rendered[kind] = hit
+            text, ref = hit
             if sub.pullpoint is not None:
-                batch.pp_messages.append((sub.pullpoint, xml))
+                batch.pp_messages.append((sub.pullpoint, sub.id, ref))
             else:
-                batch.deliveries.append((sub.id, xml))
+                batch.deliveries.append((sub.id, ref))
+                p.delivery_xmls.append(text if kind is None else wrapped_message(b, sub.id, text))
                 p.deliveries_per_sub[sub.id] = p.deliveries_per_sub.get(sub.id, 0) + 1
     batch.current = [(t.namespace, "/".join(t.path), x) for t, x in current.items()]
     return p
@@ -387,11 +397,12 @@ async def commit(b: NotificationBroker, p: Plan, via: tuple[str, ...] = ()) -> N
         res = await b.storage.accept(batch)
     except StorageError as e:
         raise WsnFault(ns.BF, "BaseFault", f"notification not accepted: {e}", RECEIVER) from None
-    for (sid, xml), seq in zip(batch.deliveries, res.delivery_seqs, strict=True):
+    seqs = res.delivery_seqs
+    for (sid, _r), xml, seq in zip(batch.deliveries, p.delivery_xmls, seqs, strict=True):
         b.delivery.enqueue(sid, seq, xml, via)
     b.current.update(p.current)
     touched: set[str] = set()
-    for pid, _x in batch.pp_messages:
+    for pid, _s, _r in batch.pp_messages:
         pp = b.pullpoints.get(pid)
         if pp is not None:
             pp.queued += 1
@@ -408,6 +419,19 @@ async def commit(b: NotificationBroker, p: Plan, via: tuple[str, ...] = ()) -> N
     if b.landing_parquet is not None:
         b.landing_parquet.kick(sum(len(x) for _, x in batch.landing_parquet))
     b.accepted += p.accepted
+
+
+def wrapped_message(b: NotificationBroker, sub_id: str, rest: str) -> str:
+    """The whole wsnt:NotificationMessage of subscription `sub_id` whose part after the
+    SubscriptionReference is `rest` (`render_rest`; stored as storage_schema.AFTER_SUBREF)."""
+    return _NM_START + subscription_reference(b, sub_id) + rest
+
+
+def stored_message(b: NotificationBroker, m: Pending) -> str:
+    """The whole message a stored row stands for (storage.Pending)."""
+    if m.after_subref and m.sub_id is not None:
+        return wrapped_message(b, m.sub_id, m.xml)
+    return m.xml
 
 
 def subscription_reference(b: NotificationBroker, sub_id: str) -> str:

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 
 from lxml import etree
 
-from gateway import oplog
+from gateway import notify, oplog
 from gateway.resource import new_id
-from gateway.storage import AcceptBatch, StorageError
+from gateway.storage import AcceptBatch, Pending, StorageError
+from gateway.storage_schema import WHOLE
 from gateway.wire import faults, ns
 from gateway.wire.addressing import resource_epr
 from gateway.wire.faults import RECEIVER, SENDER, WsnFault
@@ -108,7 +109,7 @@ async def get_messages(b: NotificationBroker, req: SoapRequest, pp: PullPoint) -
         await pp.wait(max(0.0, min(wait, b.cfg.max_wait)))
         if pp.id not in b.pullpoints:
             raise faults.resource_unknown(f"pull point {pp.id} was destroyed while waiting")
-    msgs: list[str] = []
+    msgs: list[Pending] = []
     if limit != 0:
         try:
             msgs = await b.storage.take_pp_messages(pp.id, limit)
@@ -118,8 +119,8 @@ async def get_messages(b: NotificationBroker, req: SoapRequest, pp: PullPoint) -
             ) from None
     pp.queued = max(0, pp.queued - len(msgs))
     resp = etree.Element(ns.q(ns.WSNT, "GetMessagesResponse"), nsmap={"wsnt": ns.WSNT})
-    for x in msgs:
-        resp.append(parse_xml(x.encode()))
+    for m in msgs:
+        resp.append(parse_xml(notify.stored_message(b, m).encode()))
     return ns.A_GET_MESSAGES_RESP, [resp]
 
 
@@ -152,8 +153,9 @@ async def notify_pullpoint(b: NotificationBroker, req: SoapRequest, pp: PullPoin
     if not msgs:
         raise WsnFault(ns.BF, "BaseFault", "Notify has no wsnt:NotificationMessage", SENDER)
     batch = AcceptBatch(pp_limit=b.cfg.pullpoint_max_messages)
-    for nm in msgs:
-        batch.pp_messages.append((pp.id, etree.tostring(nm, encoding="unicode", with_tail=False)))
+    for i, nm in enumerate(msgs):  # kept whole, as received
+        batch.renderings.append((WHOLE, etree.tostring(nm, encoding="unicode", with_tail=False)))
+        batch.pp_messages.append((pp.id, None, i))
     try:
         res = await b.storage.accept(batch)
     except StorageError as e:

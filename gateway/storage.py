@@ -24,43 +24,28 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from gateway.storage_accept import Accept, accept_shared
 from gateway.storage_accept import AcceptBatch as AcceptBatch  # re-exported: callers build it
 from gateway.storage_accept import AcceptResult as AcceptResult
 from gateway.storage_demand import DemandTables
+from gateway.storage_schema import AFTER_SUBREF, prepare
 from gateway.storage_seen import SEEN_SCHEMA, SeenKey, is_seen, record_seen
 
 T = TypeVar("T")
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS subscriptions(
-  id TEXT PRIMARY KEY, consumer TEXT NOT NULL, filter TEXT, policy TEXT,
-  raw INTEGER NOT NULL, created REAL NOT NULL, termination REAL, paused INTEGER NOT NULL,
-  pullpoint TEXT, dialect TEXT, soap TEXT);
-CREATE TABLE IF NOT EXISTS deliveries(
-  seq INTEGER PRIMARY KEY AUTOINCREMENT, sub_id TEXT NOT NULL, xml TEXT NOT NULL,
-  created REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS deliveries_sub ON deliveries(sub_id, seq);
-CREATE TABLE IF NOT EXISTS pullpoints(id TEXT PRIMARY KEY, created REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS pp_messages(
-  seq INTEGER PRIMARY KEY AUTOINCREMENT, pp_id TEXT NOT NULL, xml TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS pp_messages_pp ON pp_messages(pp_id, seq);
-CREATE TABLE IF NOT EXISTS registrations(
-  id TEXT PRIMARY KEY, publisher TEXT, topics TEXT NOT NULL, demand INTEGER NOT NULL,
-  created REAL NOT NULL, termination REAL, device_id TEXT);
-CREATE TABLE IF NOT EXISTS current_messages(
-  topic_ns TEXT NOT NULL, topic_path TEXT NOT NULL, xml TEXT NOT NULL,
-  PRIMARY KEY(topic_ns, topic_path));
-CREATE TABLE IF NOT EXISTS grown_topics(
-  topic_ns TEXT NOT NULL, topic_path TEXT NOT NULL, PRIMARY KEY(topic_ns, topic_path));
-CREATE TABLE IF NOT EXISTS landing_outbox(
-  seq INTEGER PRIMARY KEY AUTOINCREMENT, msg_id TEXT NOT NULL, line TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS landing_outbox_parquet(
-  seq INTEGER PRIMARY KEY AUTOINCREMENT, msg_id TEXT NOT NULL, line TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS landing_parquet_files(name TEXT PRIMARY KEY);
-"""
+
+class Pending(NamedTuple):
+    """A stored message not yet delivered or taken (gateway/storage_schema.py)."""
+
+    seq: int
+    owner: str  # the subscription (deliveries) or pull point (pp_messages)
+    sub_id: str | None  # the subscription it was rendered for (None: a Notify to a pull point)
+    xml: str
+    #: `xml` is what follows the subscription's wsnt:SubscriptionReference in its
+    #: NotificationMessage (notify.wrapped_message makes the whole); else the whole message
+    after_subref: bool
 
 
 class StorageError(Exception):
@@ -96,7 +81,7 @@ class RegistrationRow:
 @dataclass
 class Snapshot:
     subscriptions: list[SubscriptionRow]
-    deliveries: list[tuple[int, str, str]]  # (seq, sub_id, xml)
+    deliveries: list[Pending]  # seq order
     pullpoints: list[tuple[str, float, int]]  # (id, created, queued count)
     registrations: list[RegistrationRow]
     current: list[tuple[str, str, str]]
@@ -152,8 +137,12 @@ class Storage(DemandTables):
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={self.synchronous}")
         conn.execute("PRAGMA foreign_keys=OFF")
-        conn.executescript(SCHEMA)
-        conn.execute(SEEN_SCHEMA)
+        try:
+            prepare(conn)  # the schema, migrating an older file (storage_schema)
+        except BaseException:
+            conn.close()
+            raise
+        conn.execute(SEEN_SCHEMA)  # versionless: created if missing (storage_seen)
         self._conn = conn
 
     def close(self) -> None:
@@ -232,8 +221,11 @@ class Storage(DemandTables):
             )
         ]
         dels = [
-            (r[0], r[1], r[2])
-            for r in c.execute("SELECT seq, sub_id, xml FROM deliveries ORDER BY seq")
+            Pending(r[0], r[1], r[1], r[2], r[3] == AFTER_SUBREF)
+            for r in c.execute(
+                "SELECT d.seq, d.sub_id, r.xml, r.kind FROM deliveries d"
+                " JOIN renderings r ON r.id = d.ref ORDER BY d.seq"
+            )
         ]
         pps = [
             (r[0], r[1], r[2])
@@ -373,11 +365,14 @@ class Storage(DemandTables):
 
         await self._run(fn)
 
-    async def take_pp_messages(self, pp_id: str, limit: int | None) -> list[str]:
+    async def take_pp_messages(self, pp_id: str, limit: int | None) -> list[Pending]:
         """Remove and return the oldest messages (all when limit is None)."""
 
-        def fn(c: sqlite3.Connection) -> list[str]:
-            q = "SELECT seq, xml FROM pp_messages WHERE pp_id=? ORDER BY seq"
+        def fn(c: sqlite3.Connection) -> list[Pending]:
+            q = (
+                "SELECT m.seq, m.sub_id, r.xml, r.kind FROM pp_messages m"
+                " JOIN renderings r ON r.id = m.ref WHERE m.pp_id=? ORDER BY m.seq"
+            )
             args: tuple[Any, ...] = (pp_id,)
             if limit is not None:
                 q += " LIMIT ?"
@@ -385,7 +380,7 @@ class Storage(DemandTables):
             rows = c.execute(q, args).fetchall()
             if rows:
                 c.execute("DELETE FROM pp_messages WHERE pp_id=? AND seq<=?", (pp_id, rows[-1][0]))
-            return [r[1] for r in rows]
+            return [Pending(r[0], pp_id, r[1], r[2], r[3] == AFTER_SUBREF) for r in rows]
 
         return await self._run(fn)
 

@@ -16,9 +16,14 @@ class AcceptBatch:
 
     grown: list[tuple[str, str]] = field(default_factory=list)
     current: list[tuple[str, str, str]] = field(default_factory=list)
-    deliveries: list[tuple[str, str]] = field(default_factory=list)  # (sub_id, xml)
+    #: the texts the rows below reference, each stored once: (kind, xml), kinds in
+    #: gateway/storage_schema.py; every one is referenced by at least one row
+    renderings: list[tuple[int, str]] = field(default_factory=list)
+    #: (sub_id, index in `renderings`)
+    deliveries: list[tuple[str, int]] = field(default_factory=list)
     drop_deliveries: list[int] = field(default_factory=list)
-    pp_messages: list[tuple[str, str]] = field(default_factory=list)  # (pp_id, xml)
+    #: (pp_id, the subscription it was rendered for or None, index in `renderings`)
+    pp_messages: list[tuple[str, str | None, int]] = field(default_factory=list)
     pp_limit: int = 0  # keep at most this many per pull point touched (drop oldest)
     landing: list[tuple[str, str]] = field(default_factory=list)  # (msg_id, json line)
     # the same records for the Parquet landing writer (gateway.landing_parquet)
@@ -63,12 +68,27 @@ def accept_rest(c: sqlite3.Connection, b: AcceptBatch) -> AcceptResult:
     seqs), backlog overflow, pull-point messages and what their bound dropped."""
     now = time.time()
     seqs: list[int] = []
-    if b.deliveries:
-        # one statement for all rows; AUTOINCREMENT numbers the rows of one statement
-        # consecutively (this connection is the only writer and holds the write lock)
+    ids: list[int] = []
+    if b.renderings:
+        # each text once, with the count of rows that will reference it (the triggers of
+        # storage_schema count down and delete it with its last row); one statement numbers
+        # its rows consecutively (this connection is the only writer and holds the lock)
+        refs = [0] * len(b.renderings)
+        for _sub, i in b.deliveries:
+            refs[i] += 1
+        for _pp, _ppsub, i in b.pp_messages:
+            refs[i] += 1
         c.executemany(
-            "INSERT INTO deliveries(sub_id, xml, created) VALUES (?,?,?)",
-            [(sub_id, xml, now) for sub_id, xml in b.deliveries],
+            "INSERT INTO renderings(kind, xml, refs) VALUES (?,?,?)",
+            [(kind, xml, n) for (kind, xml), n in zip(b.renderings, refs, strict=True)],
+        )
+        last = int(c.execute("SELECT last_insert_rowid()").fetchone()[0])
+        ids = list(range(last - len(b.renderings) + 1, last + 1))
+    if b.deliveries:
+        # one statement for all rows; AUTOINCREMENT numbers them consecutively as well
+        c.executemany(
+            "INSERT INTO deliveries(sub_id, ref, created) VALUES (?,?,?)",
+            [(sub_id, ids[i], now) for sub_id, i in b.deliveries],
         )
         last = int(c.execute("SELECT last_insert_rowid()").fetchone()[0])
         seqs = list(range(last - len(b.deliveries) + 1, last + 1))
@@ -76,9 +96,12 @@ def accept_rest(c: sqlite3.Connection, b: AcceptBatch) -> AcceptResult:
         c.executemany("DELETE FROM deliveries WHERE seq=?", [(s,) for s in b.drop_deliveries])
     dropped: dict[str, int] = {}
     if b.pp_messages:
-        c.executemany("INSERT INTO pp_messages(pp_id, xml) VALUES (?,?)", b.pp_messages)
+        c.executemany(
+            "INSERT INTO pp_messages(pp_id, sub_id, ref) VALUES (?,?,?)",
+            [(pp_id, sub_id, ids[i]) for pp_id, sub_id, i in b.pp_messages],
+        )
         if b.pp_limit > 0:
-            for pp in {p for p, _ in b.pp_messages}:
+            for pp in {p for p, _s, _i in b.pp_messages}:
                 # the oldest message to keep, then drop everything before it
                 row = c.execute(
                     "SELECT seq FROM pp_messages WHERE pp_id=? ORDER BY seq DESC LIMIT 1 OFFSET ?",

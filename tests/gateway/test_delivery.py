@@ -89,7 +89,7 @@ async def test_backlog_overflow_drops_oldest(make_gateway):
     assert stats["queued"] == 3 and stats["dropped"] == 3
     rows = [r for r in gw.broker.storage.load().deliveries if r[1] == sid]
     assert len(rows) == 3
-    assert [x.split("<rd:value>")[1].split("<")[0] for _, _, x in rows] == ["3", "4", "5"]
+    assert [r.xml.split("<rd:value>")[1].split("<")[0] for r in rows] == ["3", "4", "5"]
 
 
 async def test_backlog_full_is_logged_once_then_summarised(
