@@ -342,7 +342,7 @@ def observe(request: web.Request, seconds: float) -> None:
         return
     m = view.broker.metrics
     op = request.get(OP_KEY, "invalid")
-    m.request_latency.labels(op).observe(seconds)
+    m.observe_request(op, seconds)
     rejected = request.get(REJECTED_KEY)
     if rejected and OP_KEY not in request:  # refused before it had an operation
         m.request_rejected(rejected)

@@ -8,6 +8,7 @@ no SOAP message may contain one (SOAP 1.1 §3, SOAP 1.2 part 1 §5).
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -34,12 +35,24 @@ def _parser() -> etree.XMLParser:
     )
 
 
+_local = threading.local()
+
+
+def _thread_parser() -> etree.XMLParser:
+    """This thread's hardened parser (an lxml parser may be reused for one document after
+    another, but not by two threads at once): made once, not once per request."""
+    p: etree.XMLParser | None = getattr(_local, "parser", None)
+    if p is None:
+        p = _local.parser = _parser()
+    return p
+
+
 def parse_xml(data: bytes) -> Element:
     """Parse `data` with the hardened parser; raise XmlRejected on any problem."""
     if b"<!DOCTYPE" in data[:8192]:
         raise XmlRejected("DOCTYPE/ENTITY declarations are not allowed in SOAP messages")
     try:
-        root = etree.fromstring(data, _parser())
+        root = etree.fromstring(data, _thread_parser())
     except etree.XMLSyntaxError as e:
         raise XmlRejected(f"malformed XML: {e}") from None
     docinfo: Any = root.getroottree().docinfo

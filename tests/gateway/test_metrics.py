@@ -221,3 +221,36 @@ def test_batched_latency_observations_equal_one_observe_each() -> None:
     assert [(n, lb) for n, lb, _ in a] == [(n, lb) for n, lb, _ in b]
     assert [x for _, _, x in a] == pytest.approx([x for _, _, x in b])  # the sum's rounding
     assert ("wsn_delivery_latency_seconds_count", {}, float(len(values))) in samples(batched)
+
+
+def test_request_durations_kept_then_flushed_equal_one_observe_each() -> None:
+    """Request durations are kept and put into wsn_request_duration_seconds in batches
+    (gateway.metrics.Metrics.observe_request): a scrape shows every request observed
+    before it, over a batch boundary and with a partial batch pending, as one observe()
+    per request would."""
+    from gateway.metrics import Metrics
+
+    one, kept = Metrics(), Metrics()
+    values = [0.0, 0.0004, 0.001, 0.0010001, 0.0025, 0.007, 0.05, 0.3, 2.5, 29.9, 30.0, 31.0]
+    requests = [("Notify" if i % 3 else "Subscribe", values[i % len(values)]) for i in range(700)]
+    for op, x in requests:
+        one.request_latency.labels(op).observe(x)
+        kept.observe_request(op, x)
+
+    def samples(m: Metrics) -> list[tuple[str, dict[str, str], float]]:
+        fams = text_string_to_metric_families(m.exposition().decode())
+        return [
+            (s.name, s.labels, s.value)
+            for f in fams
+            if f.name == "wsn_request_duration_seconds"
+            for s in f.samples
+            if not s.name.endswith("_created")
+        ]
+
+    a, b = samples(one), samples(kept)
+    assert [(n, lb) for n, lb, _ in a] == [(n, lb) for n, lb, _ in b]
+    assert [x for _, _, x in a] == pytest.approx([x for _, _, x in b])
+    count = ("wsn_request_duration_seconds_count", {"operation": "Notify"}, 466.0)
+    assert count in b
+    kept.observe_request("Notify", 0.001)  # one more after the scrape: the next one has it
+    assert ("wsn_request_duration_seconds_count", {"operation": "Notify"}, 467.0) in samples(kept)
