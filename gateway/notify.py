@@ -80,8 +80,6 @@ def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | No
     if payload.tag != ns.q(ns.WSNT, "Notify"):
         raise faults.wsnt("InvalidMessageContentExpressionFault", "not a Notify")
     out = []
-    # the wsnt:Topic elements of one Notify: read once per distinct one (_topic_of)
-    seen: dict[_TopicKey, topics.ConcreteTopic] = {}
     msgs = children(payload, ns.q(ns.WSNT, "NotificationMessage"))
     if not msgs:
         raise WsnFault(ns.BF, "BaseFault", "Notify has no wsnt:NotificationMessage", SENDER)
@@ -104,7 +102,7 @@ def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | No
                 "each wsnt:NotificationMessage needs a wsnt:Message with exactly one element",
                 SENDER,
             )
-        topic = _topic_of(tel, seen) if tel is not None else None
+        topic = _topic_of(tel) if tel is not None else None
         producer: Epr | None = None
         if pel is not None:
             with contextlib.suppress(ValueError):
@@ -135,17 +133,23 @@ def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | No
     return out
 
 
-def _topic_of(tel: Element, seen: dict[_TopicKey, topics.ConcreteTopic]) -> topics.ConcreteTopic:
+#: the concrete topics of the wsnt:Topic elements read so far, by what their meaning depends
+#: on (_TopicKey); bounded, cleared when full
+_topics_read: dict[_TopicKey, topics.ConcreteTopic] = {}
+_TOPICS_READ_MAX = 4096
+
+
+def _topic_of(tel: Element) -> topics.ConcreteTopic:
     """The one concrete topic a Notify's wsnt:Topic names (WS-BaseNotification 1.3 §3.2),
-    else the fault. `seen` holds the topics of the Notify's earlier wsnt:Topic elements by
-    what their meaning depends on (dialect, text, in-scope namespaces, WS-Topics 1.3 §8):
-    the messages of one Notify mostly repeat one topic, and this is then read, not
-    compiled again (an element with child nodes is always compiled: its text is more
-    than `.text`)."""
+    else the fault. What a wsnt:Topic means depends only on its dialect, text and in-scope
+    namespaces (WS-Topics 1.3 §8): publishers repeat one topic in message after message and
+    Notify after Notify, so it is looked up by those (`_topics_read`), not compiled and
+    checked again (an element with child nodes is always compiled: its text is more than
+    `.text`; a faulty one is never kept)."""
     key: _TopicKey | None = None
     if len(tel) == 0:
         key = (tel.get("Dialect"), tel.get("dialect"), tel.text, tuple(tel.nsmap.items()))
-        hit = seen.get(key)
+        hit = _topics_read.get(key)
         if hit is not None:
             return hit
     try:
@@ -159,7 +163,9 @@ def _topic_of(tel: Element, seen: dict[_TopicKey, topics.ConcreteTopic]) -> topi
             f"the wsnt:Topic of a Notify must name one concrete topic, not {expr.text!r}",
         )
     if key is not None:
-        seen[key] = topic
+        if len(_topics_read) >= _TOPICS_READ_MAX:
+            _topics_read.clear()
+        _topics_read[key] = topic
     return topic
 
 
@@ -218,10 +224,7 @@ def admitted(b: NotificationBroker, items: list[Item]) -> list[Item]:
         if topic in constraining:
             d = constraining[topic]
         else:
-            d = b.ts.get(topic)
-            if d is not None and not d.message_types and d.message_pattern is None:
-                d = None
-            constraining[topic] = d
+            d = constraining[topic] = b.ts.constraining(topic)
         why = topics.inadmissible(d, str(topic), item[2]) if d is not None else None
         if why is None:
             if (

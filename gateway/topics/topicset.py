@@ -106,6 +106,15 @@ class TopicSet:
             return d
         return Topic(name=topic.name, namespace=topic.topic_namespace)
 
+    def constraining(self, topic: ConcreteTopic) -> Topic | None:
+        """The definition of a member whose messageTypes or MessagePattern constrain what
+        may be published on it (WS-Topics 1.3 §6), else None: what `get` answers, without
+        synthesizing a definition for a grown member (which constrains nothing)."""
+        d = self._members.get(topic)
+        if d is None or (not d.message_types and d.message_pattern is None):
+            return None
+        return d
+
     def definition(self, topic: ConcreteTopic) -> Topic | None:
         """The Topic definition of ``topic`` in a loaded namespace, member or
         not; None when it is not defined (or not permitted)."""

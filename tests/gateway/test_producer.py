@@ -79,6 +79,27 @@ async def test_one_notify_reads_each_wsnt_topic_in_its_own_namespace_context(gw)
         assert r.body.findtext(".//{urn:wsn-edge:reading}value") == last
 
 
+async def test_notify_after_notify_reads_each_wsnt_topic_in_its_own_namespace_context(gw):
+    # the broker keeps the topics of the wsnt:Topic elements it has read, across Notify
+    # (gateway.notify._topic_of): a later Notify with the same text under another
+    # declaration of its prefix names another topic (WS-Topics 1.3 §8)
+    for uri, v in (("urn:first", 1), ("urn:second", 2), ("urn:first", 3)):
+        body = (
+            f'<wsnt:Notify><wsnt:NotificationMessage><wsnt:Topic Dialect="{CONCRETE}" '
+            f'xmlns:tns="{uri}">tns:x</wsnt:Topic><wsnt:Message>{reading(v)}</wsnt:Message>'
+            "</wsnt:NotificationMessage></wsnt:Notify>"
+        )
+        assert (await call(gw.url, body)).status == 202
+    for uri, last in (("urn:first", "3"), ("urn:second", "2")):
+        gcm = (
+            f'<wsnt:GetCurrentMessage><wsnt:Topic Dialect="{CONCRETE}" xmlns:tns="{uri}">'
+            "tns:x</wsnt:Topic></wsnt:GetCurrentMessage>"
+        )
+        r = await call(gw.url, gcm)
+        assert r.status == 200, r.text
+        assert r.body.findtext(".//{urn:wsn-edge:reading}value") == last
+
+
 async def test_get_current_message_faults(make_gateway, tmp_path: Path):
     f = tmp_path / "ns.xml"
     f.write_bytes(NS_DOC)
