@@ -31,14 +31,15 @@ _SUBS = const("/wsn/subscriptions/")
 _PPS = const("/wsn/pullpoints/")
 PRODUCER_PATH = "/wsn/producer"
 
-# The operations, as data: ("<kind> <Body element>", handler, portType). kind: "-" producer,
-# "s" subscription, "p" pull point; the Body element as "prefix:local" with the prefixes of
-# ns.DECLS; handler: "_x" a method here, else a function of wsn.core.rare, imported on first
-# use; portType: index into _PORTS of the WSDL portType whose output action answers it:
-# "http://docs.oasis-open.org/<portType>/<element>Response", the WS-Addressing 1.0 Metadata
-# §4.4.4 default action of bw-2.wsdl (Pause/Resume: the PausableSubscriptionManager
-# portType), rpw-2 and rlw-2. (Each string of a constant tuple is stored on its own in the
-# .mpy: the portTypes are named once here, the rows index them.)
+# The operations, as data: one row per line, "<kind> <Body element> <handler> <portType>".
+# kind: "-" producer, "s" subscription, "p" pull point; the Body element as "prefix:local" with
+# the prefixes of ns.DECLS; handler: "_x" a method here, else a function of wsn.core.rare,
+# imported on first use; portType: index into _PORTS of the WSDL portType whose output action
+# answers it: "http://docs.oasis-open.org/<portType>/<element>Response", the WS-Addressing 1.0
+# Metadata §4.4.4 default action of bw-2.wsdl (Pause/Resume: the PausableSubscriptionManager
+# portType), rpw-2 and rlw-2. One string, not a tuple of tuples: mpy-cross stores each string
+# of a constant tuple on its own, and a .mpy install makes each of them an object on the heap
+# (the rows as tuples took 768 B more heap there).
 # WS-BaseNotification 1.3 §4.2 Subscribe, §4.3 GetCurrentMessage, §5.2 CreatePullPoint, §4.1
 # and §6.4 GetResourceProperty, §6.1 Renew/Unsubscribe, §6.2 Pause/Resume, §6.4 +
 # WS-ResourceLifetime 1.2 §4.1 Destroy (immediate termination), §5.1 the PullPoint's.
@@ -46,20 +47,21 @@ _PORTS = const(("wsn/bw-2/NotificationProducer", "wsn/bw-2/CreatePullPoint",
                 "wsrf/rpw-2/GetResourceProperty", "wsn/bw-2/SubscriptionManager",
                 "wsn/bw-2/PausableSubscriptionManager", "wsrf/rlw-2/ImmediateResourceTermination",
                 "wsn/bw-2/PullPoint"))
-_OPS = const((
-    ("- wsnt:Subscribe", "_subscribe", 0),
-    ("- wsnt:GetCurrentMessage", "get_current", 0),
-    ("- wsnt:CreatePullPoint", "create_pullpoint", 1),
-    ("- wsrf-rp:GetResourceProperty", "get_rp", 2),
-    ("s wsnt:Renew", "_renew", 3),
-    ("s wsnt:Unsubscribe", "_state", 3),
-    ("s wsnt:PauseSubscription", "_state", 4),
-    ("s wsnt:ResumeSubscription", "_state", 4),
-    ("s wsrf-rl:Destroy", "_state", 5),
-    ("s wsrf-rp:GetResourceProperty", "get_rp", 2),
-    ("p wsnt:GetMessages", "get_messages", 6),
-    ("p wsnt:DestroyPullPoint", "destroy_pullpoint", 6),
-))
+_OPS = const(
+    "\n- wsnt:Subscribe _subscribe 0"
+    "\n- wsnt:GetCurrentMessage get_current 0"
+    "\n- wsnt:CreatePullPoint create_pullpoint 1"
+    "\n- wsrf-rp:GetResourceProperty get_rp 2"
+    "\ns wsnt:Renew _renew 3"
+    "\ns wsnt:Unsubscribe _state 3"
+    "\ns wsnt:PauseSubscription _state 4"
+    "\ns wsnt:ResumeSubscription _state 4"
+    "\ns wsrf-rl:Destroy _state 5"
+    "\ns wsrf-rp:GetResourceProperty get_rp 2"
+    "\np wsnt:GetMessages get_messages 6"
+    "\np wsnt:DestroyPullPoint destroy_pullpoint 6"
+    "\n"
+)
 
 
 class Response:
@@ -257,12 +259,10 @@ class Producer:
             el = req.body
             if el is None:
                 raise Fault("Client", "empty SOAP Body", ns.SOAP11, base=False)
-            key = "%s %s:%s" % (kind or "-", ns.prefix(el.ns), el.name)
-            for op in _OPS:
-                if op[0] == key:
-                    break
-            else:
-                op = None
+            # the operation's row in _OPS -> [handler, portType index], or None
+            key = "\n%s %s:%s " % (kind or "-", ns.prefix(el.ns), el.name)
+            op = _OPS.find(key)
+            op = _OPS[op + len(key):_OPS.find("\n", op + 1)].split() if op >= 0 else None
             target = None
             if kind == "s":
                 self.expire(now)
@@ -283,7 +283,7 @@ class Producer:
                             % X.escape(req.action or ""))
             if kind == "p":
                 target.touched = now
-            h = op[1]
+            h = op[0]
             if h[0] == "_":
                 out = getattr(self, h)(req, target, now, actions)
             else:
@@ -295,8 +295,8 @@ class Producer:
         except Fault as f:
             return Response(f.status or fault_status(version, f), ns.content_type(version),
                             fault_envelope(version, f, now, mid).encode(), actions)
-        env = envelope(version, "http://docs.oasis-open.org/%s/%sResponse" % (_PORTS[op[2]], el.name),
-                       out, mid)
+        env = envelope(version, "http://docs.oasis-open.org/%s/%sResponse" % (
+            _PORTS[int(op[1])], el.name), out, mid)
         return Response(200, ns.content_type(version),
                         [p.encode() for p in env] if isinstance(env, list) else env.encode(),
                         actions)
