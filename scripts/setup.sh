@@ -31,6 +31,8 @@ java_ok || need_pkgs+=(openjdk-17-jre-headless)
 for p in wrk mosquitto mosquitto-clients; do
   have_pkg "$p" || need_pkgs+=("$p")
 done
+# tests/gateway/test_delivery_tls.py makes its consumer's self-signed certificate with it
+have_pkg openssl || need_pkgs+=(openssl)
 if [ "$WANT_MP" = 1 ]; then
   for p in gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm gcc-multilib dpkg-dev make; do
     have_pkg "$p" || need_pkgs+=("$p")
