@@ -9,7 +9,7 @@
 #   a ResourceUnknownFault or 404 (registration forgotten, e.g. a gateway restart without
 #   state) means register again; so does a push answered that way;
 # - send: the outbox in order, up to batch_max readings per Notify (one NotificationMessage
-#   each);
+#   each), with a wsa:MessageID that a resend of the same readings repeats (_batch);
 # - while the gateway is unreachable, retry every gateway_retry_s (doubling up to
 #   gateway_retry_max_s) with a renewal first: the first success after an outage is a renewal,
 #   which detects a restarted gateway.
@@ -21,9 +21,9 @@
 # publisher just publishes, the broker does all subscription work), serves no Subscribe and
 # opens no HTTP server. What must survive deep sleep is a small JSON file (state_file):
 # registration and consumer addresses with their reference parameters, termination time, the
-# readings not yet accepted, the wake counter, drops. It is written to FILE.tmp and renamed over
-# FILE (atomic on LittleFS, the ESP32/Pico W default): a power cut mid-write leaves the previous
-# state, so it loses at most the readings of that wake.
+# readings not yet accepted, the wake counter, drops, the batch not answered yet (_batch). It is
+# written to FILE.tmp and renamed over FILE (atomic on LittleFS, the ESP32/Pico W default): a
+# power cut mid-write leaves the previous state, so it loses at most the readings of that wake.
 import asyncio
 import binascii
 import gc
@@ -55,7 +55,7 @@ class Link:
             ("%s:%s" % (u, c("gateway_password") or "")).encode()).decode().strip()
         self.auth = "Authorization: %s\r\n" % a if a else ""
         self.batch_max = max(1, int(c("batch_max", 16)))
-        self.reg = None  # registration address (None: register first)
+        self.reg = self.mid = None  # registration address (None: register first)
         self.reg_rp = ""
         self.expires = self.seq = self.requests = 0
         self.registrations = self.renewals = self.delivered = self.batches = 0
@@ -123,12 +123,28 @@ class Link:
             return True
         self._forgotten("renew", st, body)
 
+    def _batch(self):
+        # The batch not answered yet: [wsa:MessageID, its readings, the buffer's drops then],
+        # made when there is none. Until the gateway answers, a resend is the same readings with
+        # the same MessageID (WS-Addressing 1.0 Core §3.2), so a Notify whose answer was lost
+        # is published once (docs/device.md); in sleepy mode _save keeps it before it is sent.
+        # The full buffer drops its oldest readings: those of this batch, first.
+        ob = self.p.outbox
+        m = self.mid
+        if len(ob) and not (m and m[1] + m[2] > ob.dropped):
+            m = self.mid = ["urn:wsn-edge:" + binascii.hexlify(os.urandom(8)).decode(),
+                            min(len(ob), self.batch_max), ob.dropped]
+        return m
+
     async def _send(self):
-        # One batched Notify: up to batch_max readings of the outbox, oldest first -> readings
-        # the gateway accepted, -1 if it forgot the registration. A refusal for what the
-        # messages are would be answered forever: they are dropped (counted). Raises when the
-        # gateway is unreachable (they stay).
-        items, url, body, ctype = self.p.gateway_batch(self.batch_max, self.version)
+        # One batched Notify: the readings of _batch, oldest first -> readings the gateway
+        # accepted, -1 if it forgot the registration. A refusal for what the messages are would
+        # be answered forever: they are dropped (counted). Raises when the gateway is unreachable
+        # (they stay, and so does the batch).
+        ob = self.p.outbox
+        m = self._batch()
+        items, url, body, ctype = self.p.gateway_batch(m[1] + m[2] - ob.dropped, self.version, m[0])
+        self.mid = [m[0], len(items), ob.dropped]
         st, resp = await self._post(url, body, ctype)
         body = None
         n = len(items)
@@ -141,10 +157,10 @@ class Link:
             self.rejected += n
             self.p.push_failed += n
             n = 0
-        ob = self.p.outbox
         for it in items:  # the full buffer may have dropped some meanwhile: those are gone
             if ob.peek() is it:
                 ob.pop()
+        self.mid = None
         return n
 
     # ------------------------------------------------------------------ awake
@@ -202,6 +218,7 @@ class Link:
 
     # ------------------------------------------------------------------ sleepy
     def _save(self):
+        self._batch()  # saved before it is sent
         p = self.p
         ob = p.outbox
         pend = []
@@ -213,7 +230,7 @@ class Link:
         with open(tmp, "w") as f:
             json.dump({"reg": self.reg, "reg_rp": self.reg_rp, "con": p.gateway,
                        "con_rp": p.gateway_rp, "expires": self.expires, "seq": self.seq,
-                       "pending": pend, "dropped": ob.dropped}, f)
+                       "pending": pend, "dropped": ob.dropped, "mid": self.mid}, f)
         if hasattr(os, "sync"):
             os.sync()
         os.rename(tmp, self.path)
@@ -238,6 +255,7 @@ class Link:
             for ti, payload, t in pend:
                 ob.push((None, ti, payload, t))
             ob.dropped = dropped
+            self.mid = d.get("mid")  # (absent in the file of an older version: a new batch)
             break
         print("sleepy %s gateway %s period %s s" % (p.device_id, self.url, period))
         how = c("sleep", "deep")

@@ -131,7 +131,11 @@ async def test_pushes_wait_for_the_gateway_in_order(start_device: Callable[..., 
         await gateway.start()  # back, same port, same state
         values, notifies = await _values(gateway, 5)
         assert values == ["2", "3", "4", "5", "6"]  # nothing lost, in order
-        assert notifies == 1  # issue 16: the buffered readings go as one batched Notify
+        # issue 16: the buffered readings go batched, not one Notify each. The readings of the
+        # first attempt in the outage (whose answer the device cannot know) go again as they
+        # went, with the same wsa:MessageID, so the gateway publishes them once; the rest follow
+        # in one Notify: two requests, or one if the first attempt came after all five samples
+        assert notifies <= 2, notifies
         st = await cl.status()
         assert st["gateway"]["buffered"] == 0 and st["gatewayDropped"] == 0
 

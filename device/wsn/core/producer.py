@@ -457,9 +457,10 @@ class Producer:
             "wsnt:Notify", wrap("wsnt:NotificationMessage", self.nm_content(item))), None, url, hdr)
         return url, env.encode(), ns.content_type(s.version)
 
-    def gateway_batch(self, batch_max, version):
+    def gateway_batch(self, batch_max, version, mid):
         # The next push to the gateway: up to batch_max buffered readings, oldest first, as one
-        # wsnt:Notify with one NotificationMessage each (§3.2: a Notify carries one or more).
+        # wsnt:Notify with one NotificationMessage each (§3.2: a Notify carries one or more),
+        # with wsa:MessageID mid (the same for a resend: the gateway publishes it once).
         # A raw item (a UseRaw subscription aimed at the gateway) cannot share a Notify and
         # goes alone. -> (items, url, [envelope chunks as bytes], content type); items () if
         # nothing is buffered. The items stay buffered until the caller pops them (sent).
@@ -478,7 +479,8 @@ class Producer:
         s = items[0][0]
         if s is not None:
             version = s.version
-        head, tail = envelope(version, _NOTIFY, [], None, self.gateway, self.gateway_rp)
+        head, tail = envelope(version, _NOTIFY, [], None, self.gateway,
+                              self.gateway_rp + wrap("wsa:MessageID", mid))
         out = [head.encode()]
         head = None
         if s is not None and s.raw:

@@ -377,9 +377,11 @@ def test_gateway_batch_packs_buffered_readings_into_one_notify():
     subscribe(p, consumer="http://127.0.0.1:9/wsn/registrations/r1", topic=None)
     for i in range(7):
         p.publish(i % 3, PAYLOAD.replace(">1<", ">%d<" % i), NOW)
-    items, url, body, ctype = p.gateway_batch(5, 12)
+    items, url, body, ctype = p.gateway_batch(5, 12, "urn:x:1")
     assert len(items) == 5 and url.endswith("/r1") and ctype.startswith("application/soap+xml")
     root = X.parse(b"".join(body))
+    # the batch's wsa:MessageID (WS-Addressing 1.0 Core §3.2; the same for a resend)
+    assert root.children[0].find(ns.WSA, "MessageID").value() == "urn:x:1"
     nms = body_of(root).findall(WSNT, "NotificationMessage")
     assert len(nms) == 5
     assert [nm.find(WSNT, "Message").children[0].children[0].value() for nm in nms] == \
@@ -388,13 +390,13 @@ def test_gateway_batch_packs_buffered_readings_into_one_notify():
     assert len(p.outbox) == 7  # the caller pops what was accepted
     for _ in items:
         p.outbox.pop()
-    items, _, body, _ = p.gateway_batch(5, 12)
+    items, _, body, _ = p.gateway_batch(5, 12, "urn:x:2")
     assert len(items) == 2
     # sleepy mode: readings without a subscription, no SubscriptionReference
     q = make_producer()
     q.set_gateway("http://127.0.0.1:9/wsn/registrations/r2", "")
     q.buffer_for_gateway(1, PAYLOAD, NOW)
-    items, _, body, _ = q.gateway_batch(16, 11)
+    items, _, body, _ = q.gateway_batch(16, 11, "urn:x:3")
     nm = body_of(X.parse(b"".join(body))).find(WSNT, "NotificationMessage")
     assert nm.find(WSNT, "SubscriptionReference") is None
     assert nm.find(WSNT, "Topic").value() == "dt:humidity"
@@ -411,7 +413,7 @@ def test_gateway_batch_sends_a_raw_item_alone():
     p.publish(0, PAYLOAD, NOW)
     sizes = []
     while len(p.outbox):
-        items, _, _, _ = p.gateway_batch(16, 12)
+        items, _, _, _ = p.gateway_batch(16, 12, "urn:x:4")
         sizes.append(len(items))
         for _ in items:
             p.outbox.pop()

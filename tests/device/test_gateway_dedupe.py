@@ -1,0 +1,202 @@
+"""Exactly once when the gateway's answer to a batched Notify is lost (docs/device.md "The
+gateway link", docs/gateway.md "Exactly once when an answer is lost"): the real device on
+MicroPython, a real gateway (`python -m gateway`), and between them a TCP proxy that passes the
+device's Notify to the gateway whole, waits for the gateway's answer (so the gateway has
+committed it: it answers only after the commit) and then closes the device's connection without
+passing the answer on. The device cannot know the readings were accepted and sends them again;
+they reach the landing zone and the subscriber once each, in order.
+
+The proxy only carries the device's own requests (its `gateway` URL, and the registration
+address: the gateway's --public-url names the proxy); the gateway's requests to the device and
+to the subscriber go direct."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from devtest import Client, Consumer, DeviceProcess, sleepy_cycles
+from gwproc import GatewayProcess, start_gateway_process
+from test_gateway_batching import delivered_values, landed_values, subscribe_at_gateway
+
+from tests.polling import until
+
+pytestmark = pytest.mark.timeout(180)
+
+HEARTBEAT = [{"topic": "heartbeat", "kind": "heartbeat"}]
+GW_ARGS = ["--backoff-initial", "0.1", "--backoff-max", "1"]
+
+
+class LossyProxy:
+    """127.0.0.1:port -> the gateway. While `drop` > 0, the answer to a Notify is swallowed:
+    the request went through whole, the gateway answered (it answers after its commit), and
+    the device's connection is closed instead of answered; `on_drop` runs first (e.g. to
+    kill the device while it waits)."""
+
+    def __init__(self) -> None:
+        self.drop = 0
+        self.dropped = 0
+        self.notifies = 0
+        self.upstream = 0
+        self.port = 0
+        self.on_drop: Callable[[], None] | None = None
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> LossyProxy:
+        self._server = await asyncio.start_server(self._conn, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def _conn(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+        ur, uw = await asyncio.open_connection("127.0.0.1", self.upstream)
+        head = bytearray()  # enough of the request to see whether it is a Notify
+
+        async def up() -> None:
+            while data := await cr.read(65536):
+                if len(head) < 4096:
+                    head.extend(data)
+                uw.write(data)
+                await uw.drain()
+
+        pump = asyncio.ensure_future(up())
+        try:
+            first = True
+            while data := await ur.read(65536):
+                if first and b"<wsnt:Notify>" in head:
+                    self.notifies += 1
+                    if self.drop > 0:  # the gateway answered: it has committed
+                        self.drop -= 1
+                        self.dropped += 1
+                        if self.on_drop is not None:
+                            self.on_drop()
+                        return
+                first = False
+                cw.write(data)
+                await cw.drain()
+        except OSError:
+            pass
+        finally:
+            pump.cancel()
+            for w in (cw, uw):
+                with contextlib.suppress(Exception):
+                    w.close()
+
+
+async def start_behind_proxy(tmp_path: Path) -> tuple[LossyProxy, GatewayProcess]:
+    proxy = await LossyProxy().start()
+    gw = start_gateway_process(
+        tmp_path / "gw", [*GW_ARGS, "--public-url", f"http://127.0.0.1:{proxy.port}"],
+        ready_timeout=30,
+    )
+    proxy.upstream = gw.port
+    return proxy, gw
+
+
+async def test_awake_readings_whose_answer_was_lost_arrive_once(
+        start_device: Callable[..., DeviceProcess], tmp_path: Path) -> None:
+    proxy, gw = await start_behind_proxy(tmp_path)
+    consumer = await Consumer().start()
+    try:
+        dev = start_device(gateway=f"http://127.0.0.1:{proxy.port}/wsn/broker",
+                           gateway_retry_s=0.2, gateway_retry_max_s=0.4, gateway_timeout_s=5,
+                           sensors=HEARTBEAT, gateway_buffer=64, batch_max=4)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
+            cl = Client(dev, s)
+
+            async def resumed() -> bool:
+                st = await cl.status()
+                return any("/wsn/registrations/" in x["consumer"] and not x["paused"]
+                           for x in st["subscription_list"])
+
+            await dev.await_line(r"^registered at ", 20)
+            await subscribe_at_gateway(s, gw, consumer.url, "dev:dev-test/heartbeat")
+            await until(resumed, "the gateway's subscription at the device resumed", 20)
+            proxy.drop = 2  # the answers to the next two Notify are lost
+            assert await cl.sample("heartbeat", 10) == 10
+
+            async def all_sent() -> bool:
+                return (await cl.status())["gateway"]["delivered"] == 10
+
+            await until(all_sent, "10 readings delivered to the gateway", 30)
+            assert proxy.dropped == 2 and proxy.notifies >= 5, (proxy.dropped, proxy.notifies)
+            await until(lambda: len(delivered_values(consumer)) >= 10, "10 deliveries", 20)
+            await asyncio.sleep(0.5)  # time for a wrong eleventh delivery
+            assert delivered_values(consumer) == list(range(1, 11))
+        gw.stop()  # flushes the landing zone
+        values, ids = landed_values(gw)
+        assert values == list(range(1, 11))
+        assert len(set(ids)) == 10
+    finally:
+        gw.stop(signal.SIGKILL)
+        await consumer.stop()
+        await proxy.stop()
+
+
+def _last(dev: DeviceProcess) -> dict[str, int]:
+    c = sleepy_cycles(dev)
+    return c[-1] if c else {"seq": 0, "pending": 0, "sent": 0}
+
+
+async def test_sleepy_readings_whose_answer_was_lost_arrive_once_across_a_restart(
+        start_device: Callable[..., DeviceProcess], tmp_path: Path) -> None:
+    """The device is killed (kill -9) while it waits for the answer that the proxy swallows:
+    the restarted device sends the same readings with the same MessageID from its state file,
+    and then new ones with a new one."""
+    proxy, gw = await start_behind_proxy(tmp_path)
+    consumer = await Consumer().start()
+    state = tmp_path / "sleepy-state.json"
+    conf: dict[str, Any] = {
+        "mode": "sleepy", "gateway": f"http://127.0.0.1:{proxy.port}/wsn/broker",
+        "sample_period_s": 0.3, "sensors": HEARTBEAT, "state_file": str(state),
+        "batch_max": 4, "gateway_timeout_s": 5, "registration_ttl_s": 120,
+    }
+    try:
+        dev = start_device(**conf)
+        await dev.await_line(r"registered at .* \(Demand=false\)", 20)  # (the proxy runs in this loop)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
+            await subscribe_at_gateway(s, gw, consumer.url, "dev:dev-test/heartbeat")
+        await until(lambda: _last(dev)["seq"] >= 3, "three wakes", 20)
+        killed: list[dict[str, Any]] = []
+
+        def kill_device() -> None:  # while it waits for the answer: it never sees one
+            dev.proc.send_signal(signal.SIGKILL)
+            dev.proc.wait(5)
+            killed.append(json.loads(state.read_text()))
+
+        proxy.on_drop = kill_device
+        proxy.drop = 1
+        await until(lambda: killed, "a Notify answered, the answer lost, the device killed", 20)
+        saved = killed[0]
+        assert saved["pending"] and saved["mid"], saved  # the batch in flight, and its id
+
+        dev2 = start_device(**conf)
+        await until(lambda: _last(dev2)["seq"] >= saved["seq"] + 3 and _last(dev2)["pending"] == 0,
+                    "the restarted device sent everything", 20)
+        assert "registered at" not in dev2.output()  # the same registration: the same key
+        dev2.proc.send_signal(signal.SIGKILL)
+        dev2.proc.wait(5)
+        last_seq = json.loads(state.read_text())["seq"]
+        await until(lambda: delivered_values(consumer)[-1:] == [last_seq],
+                    "the last reading delivered", 20)
+        await asyncio.sleep(0.5)
+        got = delivered_values(consumer)
+        assert got == list(range(got[0], last_seq + 1)), got  # each once, in order
+        gw.stop()
+        values, ids = landed_values(gw)
+        assert values == list(range(1, last_seq + 1))  # each exactly once, in order
+        assert len(set(ids)) == len(ids)
+    finally:
+        gw.stop(signal.SIGKILL)
+        await consumer.stop()
+        await proxy.stop()
