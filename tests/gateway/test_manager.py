@@ -22,6 +22,7 @@ from gwtest import (
     validate,
 )
 
+from tests.polling import until
 from tests.wsdl_actions import action as wsdl_action
 
 
@@ -147,13 +148,20 @@ async def test_pause_resume_policy(gw, consumer):
 
 
 async def test_messages_queued_before_pause_wait_for_resume(gw, make_consumer):
-    slow = await make_consumer(fail=1)  # first attempt fails, so the message stays queued
+    # the consumer fails every attempt until the subscription is paused, so the message stays
+    # queued whatever the retry timer does (no race of the Pause against the backoff)
+    slow = await make_consumer(fail=10**9)
     addr, sid = await _sub(gw, slow)
     await _publish(gw, 1)
-    await asyncio.sleep(0.01)
+    await until(lambda: slow.requests >= 1, "a first, failed attempt")
     assert (await call(addr, "<wsnt:PauseSubscription/>")).status == 200
-    await asyncio.sleep(0.5)  # the retry is held while paused
-    assert slow.messages() == []
+    # every attempt the gateway started (before the pause) has reached the consumer and failed
+    stats = gw.broker.delivery.stats
+    await until(lambda: stats(sid)["requests"] == slow.requests, "no attempt in flight")
+    slow.fail = 0  # from now on the consumer would accept: only the pause holds the message
+    tried = slow.requests
+    await asyncio.sleep(0.5)  # > --backoff-max (0.2 s): an unheld retry would have come
+    assert slow.messages() == [] and slow.requests == tried
     assert gw.broker.delivery.backlog(sid) == 1
     assert (await call(addr, "<wsnt:ResumeSubscription/>")).status == 200
     await slow.wait_for(1)
