@@ -192,3 +192,14 @@ async def test_wsa_2004_headers_with_must_understand_are_understood(gw, consumer
     r = await call(gw.url, subscribe_body(consumer.url), 12, headers=hdr)
     assert r.status == 200, r.text
     assert r.header("RelatesTo") == "urn:uuid:old-style"
+
+
+async def test_empty_or_blank_http_body_is_400_not_soap(gw):
+    # nothing, or only whitespace, is no envelope at all: 400 with a reason, not a fault
+    for data in (b"", b" \r\n\t \x0b\x0c"):
+        r = await post(gw.url, data)
+        assert r.status == 400 and not r.is_fault, (data, r.status, r.text)
+        assert "empty request body" in r.text
+    # one non-blank byte is parsed (and refused as not XML)
+    r = await post(gw.url, b" x ")
+    assert r.status == 400 and "not XML" in r.text, r.text
