@@ -65,9 +65,9 @@ def cut(tree: Path, rel: str, old: str, new: str = "") -> None:
 def pull_point(t: Path) -> None:
     drop(t, "core/rare.py", "PullPoint", "create_pullpoint", "get_messages", "destroy_pullpoint",
          "notify_pp")
-    for row in ('    ("- wsnt:CreatePullPoint", "create_pullpoint", 1),\n',
-                '    ("p wsnt:GetMessages", "get_messages", 6),\n',
-                '    ("p wsnt:DestroyPullPoint", "destroy_pullpoint", 6),\n',
+    for row in ('    "\\n- wsnt:CreatePullPoint create_pullpoint 1"\n',
+                '    "\\np wsnt:GetMessages get_messages 6"\n',
+                '    "\\np wsnt:DestroyPullPoint destroy_pullpoint 6"\n',
                 ' "wsn/bw-2/CreatePullPoint",', '\n                "wsn/bw-2/PullPoint"',
                 '            "max_pullpoints": 2,\n',
                 '            "pullpoint_size": 32,  # messages per pull point (ring, drops the '
@@ -84,7 +84,7 @@ def pull_point(t: Path) -> None:
             kind, rid = "p", path[16:]
 ''')
     cut(t, P, '''                if kind == "p":  # Notify into a pull point (§5.1.1): HTTP 202, no envelope
-                    from wsn.core import rare
+                    from . import rare
                     rare.notify_pp(self, req, target)
                     return Response(202, ns.content_type(version), b"", actions)
 ''')
@@ -136,7 +136,7 @@ def pull_point(t: Path) -> None:
 
 def get_current(t: Path) -> None:
     drop(t, "core/rare.py", "get_current")
-    cut(t, "core/producer.py", '    ("- wsnt:GetCurrentMessage", "get_current", 0),\n')
+    cut(t, "core/producer.py", '    "\\n- wsnt:GetCurrentMessage get_current 0"\n')
     cut(t, "core/producer.py", '''        self.current = [None] * len(topics.names)  # last payload per topic
 ''')
     cut(t, "core/producer.py", '        self.current[ti] = payload\n        self.published += 1\n'
@@ -148,16 +148,16 @@ def get_current(t: Path) -> None:
 def resource_properties(t: Path) -> None:
     drop(t, "core/rare.py", "_exprs", "get_rp")
     drop(t, "core/topics.py", "TopicSet.topic_set_xml")
-    cut(t, "core/producer.py", '    ("- wsrf-rp:GetResourceProperty", "get_rp", 2),\n')
-    cut(t, "core/producer.py", '    ("s wsrf-rp:GetResourceProperty", "get_rp", 2),\n')
+    cut(t, "core/producer.py", '    "\\n- wsrf-rp:GetResourceProperty get_rp 2"\n')
+    cut(t, "core/producer.py", '    "\\ns wsrf-rp:GetResourceProperty get_rp 2"\n')
     cut(t, "core/producer.py", '\n                "wsrf/rpw-2/GetResourceProperty",', '')
     cut(t, "core/ns.py", 'WSRF_RP = "http://docs.oasis-open.org/wsrf/rp-2"\n')
 
 
 def pause_resume(t: Path) -> None:
     P = "core/producer.py"
-    cut(t, P, '    ("s wsnt:PauseSubscription", "_state", 4),\n')
-    cut(t, P, '    ("s wsnt:ResumeSubscription", "_state", 4),\n')
+    cut(t, P, '    "\\ns wsnt:PauseSubscription _state 4"\n')
+    cut(t, P, '    "\\ns wsnt:ResumeSubscription _state 4"\n')
     cut(t, P, ' "wsn/bw-2/PausableSubscriptionManager",', '')
     cut(t, P, '''
         else:
@@ -177,7 +177,7 @@ def pause_resume(t: Path) -> None:
 
 
 def destroy(t: Path) -> None:
-    cut(t, "core/producer.py", '    ("s wsrf-rl:Destroy", "_state", 5),\n')
+    cut(t, "core/producer.py", '    "\\ns wsrf-rl:Destroy _state 5"\n')
     cut(t, "core/producer.py", ' "wsrf/rlw-2/ImmediateResourceTermination",', '')
 
 
@@ -319,7 +319,7 @@ def gateway_link(t: Path) -> None:
             raise ValueError("config: mode 'awake', or 'sleepy' with a 'gateway'")
 ''')
     cut(t, D, '''        if g("gateway"):
-            from wsn import gateway
+            from . import gateway
             self.link = gateway.Link(self)
             if g("mode") == "sleepy":
                 await self.link.sleepy()
@@ -402,7 +402,7 @@ def _optional_ops(t: Path) -> None:
                 out = getattr(self, h)(req, target, now, actions)
             else:
                 # the rarely used operations, imported on first use (then in sys.modules)
-                from wsn.core import rare
+                from . import rare
                 out = getattr(rare, h)(self, req, target, now, actions)
 ''', '''            out = getattr(self, h)(req, target, now, actions)
 ''')
