@@ -20,6 +20,8 @@ from gwtest import (
     validate,
 )
 
+from tests.polling import until
+
 
 async def _subscribe(
     gw, url: str, version: int = 12, epr_extra: str = "", topic: str = "tns:t"
@@ -59,10 +61,11 @@ async def test_retry_until_the_consumer_recovers(gw, make_consumer):
     await c.wait_for(1, timeout=5)
     assert c.requests == 4
     assert c.messages()[0].findtext(".//{urn:wsn-edge:reading}value") == "42"
-    await asyncio.sleep(0.1)
-    assert gw.broker.delivery.backlog(sid) == 0
+    # the gateway reads the 2xx after the consumer got the message, and deletes the row in
+    # the background: awaited, not slept on (a fixed 0.1 s failed whenever that took longer)
+    await until(lambda: gw.broker.delivery.backlog(sid) == 0, "the message out of the backlog")
     # delivered rows are gone from storage
-    assert gw.broker.storage.load().deliveries == []
+    await until(lambda: gw.broker.storage.load().deliveries == [], "the delivered row deleted")
 
 
 async def test_slow_or_dead_consumer_does_not_delay_others(make_gateway, make_consumer):
@@ -164,10 +167,12 @@ async def test_one_notify_larger_than_the_backlog_keeps_only_the_newest(make_gat
     gw = await make_gateway(max_backlog=2)
     sid = await _subscribe(gw, "http://127.0.0.1:9/dead")
     await _publish(gw, *range(5))
-    await asyncio.sleep(0.2)
     assert gw.broker.delivery.stats(sid)["queued"] == 2
-    rows = [r for r in gw.broker.storage.load().deliveries if r[1] == sid]
-    assert len(rows) == 2  # dropped rows are gone from storage too
+    # dropped rows are gone from storage too (deleted in the background: awaited)
+    await until(
+        lambda: len([r for r in gw.broker.storage.load().deliveries if r[1] == sid]) == 2,
+        "the 3 dropped rows deleted",
+    )
 
 
 RD = "{urn:wsn-edge:reading}"
