@@ -1,0 +1,120 @@
+"""What the Notify seen-set (gateway/dedupe.py) costs the gateway (plain script, not collected
+by pytest).
+
+    python tests/bench/dedupe_bench.py [--quick] [--rounds N]
+
+One `python -m gateway` at its durable defaults (tests/bench/gateway_bench.py `Gateway`);
+wrk -t1 -c16 POSTs a single-message Notify of about 1 KB, no subscriber, in three forms, alternating
+in the same sitting (none / fresh, N rounds, then repeated once):
+
+* `none`: no wsa:MessageID (the same bytes every time, as gateway_bench's `http` section);
+* `fresh`: a new wsa:MessageID per request (a wrk Lua `request()` numbering them): each is
+  looked up in the seen-set, and recorded in its group commit, then pruned by the bounds;
+* `repeat`: the same wsa:MessageID every time: after the first, each is a duplicate (looked
+  up, answered 202, nothing written).
+
+Prints requests/s and requests per CPU-second of the gateway process (user + system of all
+its threads), steadier than rates while other work shares the cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gateway_bench import (
+    A_NOTIFY,
+    CT,
+    Gateway,
+    WrkResult,
+    cpu_seconds,
+    envelope,
+    notify_body,
+    payload,
+)
+
+MARK = "@@MID@@"
+
+
+def _lua_fresh(body: bytes) -> str:
+    """A wrk script that POSTs `body` with MARK replaced by a new id per request."""
+    pre, post = body.decode().split(MARK)
+    tag = uuid.uuid4().hex
+    return (
+        f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "{CT}"\n'
+        f"local pre, post = [==[{pre}]==], [==[{post}]==]\nlocal n = 0\n"
+        "request = function()\n  n = n + 1\n"
+        f'  return wrk.format(nil, nil, nil, pre .. "urn:bench:{tag}:" .. n .. post)\nend\n'
+    )
+
+
+def _lua_fixed(body: bytes) -> str:
+    return (
+        f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "{CT}"\n'
+        f"wrk.body = [==[{body.decode()}]==]\n"
+    )
+
+
+async def run_wrk(url: str, script: str, seconds: float) -> WrkResult:
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write(script)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "wrk", "-t1", "-c16", f"-d{max(1, round(seconds))}s", "-s", f.name, url,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out = (await proc.communicate())[0].decode()
+    finally:
+        os.unlink(f.name)
+    m = re.search(r"(\d+) requests in ([\d.]+)(m?s)", out)
+    if not m:
+        raise RuntimeError(f"wrk output not understood:\n{out}")
+    n, secs = int(m.group(1)), float(m.group(2)) / (1000 if m.group(3) == "ms" else 1)
+    errors = 0
+    if e := re.search(r"Non-2xx or 3xx responses: (\d+)", out):
+        errors += int(e.group(1))
+    if e := re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out):
+        errors += sum(int(x) for x in e.groups())
+    return WrkResult(n, secs, n / secs if secs else 0.0, errors)
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="shorter runs")
+    ap.add_argument("--rounds", type=int, default=3, help="none/fresh pairs (default 3)")
+    args = ap.parse_args()
+    secs = 3.0 if args.quick else 10.0
+    # the same ~1 KB message; the forms differ only by the wsa:MessageID header
+    msg = notify_body(("tns:bench", payload(0, 220)))
+    bare = envelope(msg, action=A_NOTIFY, message_id=None)
+    with_id = envelope(msg, action=A_NOTIFY, message_id=MARK)
+    forms = {
+        "none": _lua_fixed(bare),
+        "fresh": "",  # made per run: ids never seen before
+        "repeat": _lua_fixed(with_id.replace(MARK.encode(), b"urn:bench:the-same-one")),
+    }
+    print(f"dedupe bench: wrk -t1 -c16 -d{secs:.0f}s, a single-message Notify of {len(bare)} "
+          f"bytes (+ its wsa:MessageID header), no subscriber\n"
+          f"{'form':<8}{'requests/s':>12}{'per CPU-second':>16}")  # fmt: skip
+    with Gateway() as gw:
+        await run_wrk(gw.url, _lua_fresh(with_id), 1)  # warm-up; the seen-set not empty
+        order = ["none", "fresh"] * args.rounds + ["repeat"]
+        for form in order:
+            c0 = cpu_seconds(gw.pid)
+            script = _lua_fresh(with_id) if form == "fresh" else forms[form]
+            r = await run_wrk(gw.url, script, secs)
+            per_cpu = r.requests / max(1e-9, cpu_seconds(gw.pid) - c0)
+            err = f"   ({r.errors} errors!)" if r.errors else ""
+            print(f"{form:<8}{r.rps:>12,.0f}{per_cpu:>16,.0f}{err}", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
