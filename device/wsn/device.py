@@ -15,11 +15,11 @@ import os
 import sys
 import time
 
-from .core import httpmsg as H
-from .core import ns as NS
-from .core.producer import PRODUCER_PATH, Producer
-from .core.reading import reading
-from .core.topics import TopicSet, load_namespace
+from wsn.core import httpmsg as H
+from wsn.core import ns as NS
+from wsn.core.producer import PRODUCER_PATH, Producer
+from wsn.core.reading import reading
+from wsn.core.topics import TopicSet, load_namespace
 
 # The clock: integer seconds since 2000-01-01T00:00:00Z for the core (its XML Schema times are in
 # wsn.core.xml), ticks for intervals. Ports differ in their epoch (unix: 1970, most boards: 2000;
@@ -442,7 +442,7 @@ class Device:
         base = "http://%s:%d" % (adv, port)
         p = self.producer = Producer(self.device_id, self.topicset, base, os.urandom, self.limits)
         if g("gateway"):
-            from . import gateway
+            from wsn import gateway
             self.link = gateway.Link(self)
             if g("mode") == "sleepy":
                 await self.link.sleepy()

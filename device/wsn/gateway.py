@@ -31,11 +31,11 @@ import json
 import os
 import time
 
-from .core import ns
-from .core.registration import read_registration, register_publisher, set_termination_time
-from .core.soap import fault_name
-from .core.topics import TopicSet
-from .device import ms_since, now, post
+from wsn.core import ns
+from wsn.core.registration import read_registration, register_publisher, set_termination_time
+from wsn.core.soap import fault_name
+from wsn.core.topics import TopicSet
+from wsn.device import ms_since, now, post
 
 
 class Link:

@@ -17,10 +17,10 @@ from binascii import hexlify
 
 from micropython import const
 
-from . import ns
-from . import xml as X
-from .httpmsg import split_url
-from .soap import Fault, NotSoap, envelope, epr, fault_envelope, fault_status, parse_request, read_epr, wrap
+from wsn.core import ns
+from wsn.core import xml as X
+from wsn.core.httpmsg import split_url
+from wsn.core.soap import Fault, NotSoap, envelope, epr, fault_envelope, fault_status, parse_request, read_epr, wrap
 
 # namespaces and actions only this module uses: const(), no global in wsn.core.ns
 _XSI = const("http://www.w3.org/2001/XMLSchema-instance")
@@ -274,7 +274,7 @@ class Producer:
                                 _WSRF_R)
             if op is None:
                 if kind == "p":  # Notify into a pull point (§5.1.1): HTTP 202, no envelope
-                    from . import rare
+                    from wsn.core import rare
                     rare.notify_pp(self, req, target)
                     return Response(202, ns.content_type(version), b"", actions)
                 raise Fault("ActionNotSupported", "no operation {%s}%s here" % (el.ns, el.name),
@@ -288,7 +288,7 @@ class Producer:
                 out = getattr(self, h)(req, target, now, actions)
             else:
                 # the rarely used operations, imported on first use (then in sys.modules)
-                from . import rare
+                from wsn.core import rare
                 out = getattr(rare, h)(self, req, target, now, actions)
         except NotSoap as e:
             return _text(400, str(e))

@@ -10,10 +10,10 @@
 # Notify) or a tuple (subscription, topic index, payload, time) delivered in memory by one of
 # the device's own subscriptions; the NotificationMessage is rendered only when fetched, to keep
 # 32 messages small on a 64 KiB heap.
-from . import ns
-from . import xml as X
-from .producer import Ring, new_id, time_el
-from .soap import Fault, epr, wrap
+from wsn.core import ns
+from wsn.core import xml as X
+from wsn.core.producer import Ring, new_id, time_el
+from wsn.core.soap import Fault, epr, wrap
 
 
 class PullPoint:

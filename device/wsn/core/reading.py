@@ -1,7 +1,7 @@
 # The reading payload (design.md):
 # <rd:Reading xmlns:rd="urn:wsn-edge:reading" device="ID"><rd:value>21.5</rd:value>
 #   <rd:unit>Cel</rd:unit><rd:time>2026-11-21T05:00:00Z</rd:time></rd:Reading>
-from . import xml as X
+from wsn.core import xml as X
 
 
 def format_value(v, decimals=2):

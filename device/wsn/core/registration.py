@@ -3,9 +3,9 @@
 # SetTerminationTime for renewing the registration.
 from micropython import const
 
-from . import ns
-from . import xml as X
-from .soap import envelope, fault_name, parse_request, read_epr, wrap
+from wsn.core import ns
+from wsn.core import xml as X
+from wsn.core.soap import envelope, fault_name, parse_request, read_epr, wrap
 
 # namespaces and actions only this module uses: const(), no global in wsn.core.ns
 _BR = const("http://docs.oasis-open.org/wsn/br-2")

@@ -7,8 +7,8 @@
 # Writing: envelope() and fault_envelope() build strings; the caller encodes.
 from micropython import const
 
-from . import ns
-from . import xml as X
+from wsn.core import ns
+from wsn.core import xml as X
 
 # namespaces and actions only this module uses: const(), no global in wsn.core.ns
 _SOAP12 = const("http://www.w3.org/2003/05/soap-envelope")

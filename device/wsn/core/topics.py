@@ -6,9 +6,9 @@
 # int bit mask (at most 30 topics keep it a small int on 32-bit boards).
 from micropython import const
 
-from . import ns
-from . import xml as X
-from .soap import Fault
+from wsn.core import ns
+from wsn.core import xml as X
+from wsn.core.soap import Fault
 
 # namespaces and actions only this module uses: const(), no global in wsn.core.ns
 _WSTOP = const("http://docs.oasis-open.org/wsn/t-1")
