@@ -84,7 +84,7 @@ def pull_point(t: Path) -> None:
             kind, rid = "p", path[16:]
 ''')
     cut(t, P, '''                if kind == "p":  # Notify into a pull point (§5.1.1): HTTP 202, no envelope
-                    from . import rare
+                    from wsn.core import rare
                     rare.notify_pp(self, req, target)
                     return Response(202, ns.content_type(version), b"", actions)
 ''')
@@ -319,7 +319,7 @@ def gateway_link(t: Path) -> None:
             raise ValueError("config: mode 'awake', or 'sleepy' with a 'gateway'")
 ''')
     cut(t, D, '''        if g("gateway"):
-            from . import gateway
+            from wsn import gateway
             self.link = gateway.Link(self)
             if g("mode") == "sleepy":
                 await self.link.sleepy()
@@ -402,7 +402,7 @@ def _optional_ops(t: Path) -> None:
                 out = getattr(self, h)(req, target, now, actions)
             else:
                 # the rarely used operations, imported on first use (then in sys.modules)
-                from . import rare
+                from wsn.core import rare
                 out = getattr(rare, h)(self, req, target, now, actions)
 ''', '''            out = getattr(self, h)(req, target, now, actions)
 ''')
