@@ -168,14 +168,19 @@ async def test_destroy_registration(gw):
 
 
 async def test_registration_renewal_and_expiry(gw):
-    soon = (datetime.now(UTC) + timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # the broker's clock is the test's: the registration expires when the test moves the
+    # clock past its termination time, not in a race of these requests against one second
+    t0 = datetime.now(UTC)
+    clock = [t0]
+    gw.broker.clock = lambda: clock[0]
+    soon = (t0 + timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     reg = await _register(gw, itt=soon)
     rid = reg.rsplit("/", 1)[1]
     body = (
         "<rl:SetTerminationTime><rl:RequestedTerminationTime>{}</rl:RequestedTerminationTime>"
         "</rl:SetTerminationTime>"
     )
-    later = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    later = (t0 + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
     r = await call(
         reg,
         body.format(later),
@@ -184,7 +189,8 @@ async def test_registration_renewal_and_expiry(gw):
     assert r.status == 200, r.text
     assert r.body.findtext(f"{{{RL}}}NewTerminationTime") == later
     assert r.body.findtext(f"{{{RL}}}CurrentTime")
-    await asyncio.sleep(1.3)
+    clock[0] = t0 + timedelta(seconds=1.3)  # past the initial termination time
+    await asyncio.sleep(0.3)  # sweeps (every 0.1 s) at that time
     assert rid in gw.broker.registrations  # renewed: still there
     r = await call(
         reg,
@@ -192,8 +198,7 @@ async def test_registration_renewal_and_expiry(gw):
         "</rl:RequestedLifetimeDuration></rl:SetTerminationTime>",
     )
     assert r.status == 200, r.text
-    # ended by the sweeper once the 0.5 s have passed: awaited, not a fixed 1 s that a
-    # sweep delayed by load misses
+    clock[0] = t0 + timedelta(seconds=2)  # the 0.5 s have passed: the sweeper ends it
     await until(lambda: rid not in gw.broker.registrations, "the registration expired", 10)
     r = await call(reg, body.format(later))
     assert r.fault_name == "ResourceUnknownFault"  # the device registers again on this
