@@ -209,3 +209,25 @@ async def test_get_current_message_resolves_aliases(make_gateway, tmp_path: Path
     # a wildcard that selects one topic (tns:a/b) references one topic (§4.3): answered
     r = await call(gw.url, _gcm("tns:a/*", FULL))
     assert r.body.findtext(".//{urn:wsn-edge:reading}value") == "2", r.text
+
+
+def test_a_wsnt_topic_read_is_kept_only_when_its_key_is_small() -> None:
+    # gateway.notify keeps the topics of the wsnt:Topic elements it read, keyed with their
+    # in-scope declarations: one with a huge declaration in scope is read, not kept
+    from lxml import etree
+
+    from gateway import notify
+
+    def topic_el(uri: str) -> etree._Element:
+        nm = etree.fromstring(
+            f'<wsnt:NotificationMessage xmlns:wsnt="{WSNT}" xmlns:big="{uri}">'
+            f'<wsnt:Topic Dialect="{CONCRETE}" xmlns:tns="urn:keep">tns:k</wsnt:Topic>'
+            "</wsnt:NotificationMessage>"
+        )
+        return nm[0]
+
+    notify._topics_read.clear()
+    assert str(notify._topic_of(topic_el("urn:small"))) == "{urn:keep}k"
+    assert len(notify._topics_read) == 1
+    assert str(notify._topic_of(topic_el("urn:" + "x" * 100_000))) == "{urn:keep}k"
+    assert len(notify._topics_read) == 1
