@@ -16,7 +16,8 @@ A caller may rely on:
   e.g. after its registration lapsed while it slept, keeps its key); else by the
   ProducerReference address of its first NotificationMessage; else "" (an anonymous
   publisher: the MessageID alone, whose uniqueness is the sender's duty). Two publishers
-  that happen to use the same MessageID therefore never suppress each other's messages;
+  known by a registration or a ProducerReference that happen to use the same MessageID
+  therefore never suppress each other's messages;
 * `accept_once` runs `accept` at most once per key at a time and not at all for a key in
   the seen-set (gateway.storage_seen: durable, bounded, written in the accept's own
   transaction); a concurrent Notify with the same key waits for the first one's commit
