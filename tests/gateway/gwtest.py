@@ -213,10 +213,12 @@ def validate(el: etree._Element) -> None:
 @dataclass
 class Consumer:
     """A real NotificationConsumer over HTTP. `fail` N first requests with 500,
-    `delay` each answer, record every received envelope."""
+    `delay` each answer, hold each answer until `hold` is set, record every received
+    envelope."""
 
     fail: int = 0
     delay: float = 0.0
+    hold: asyncio.Event | None = None
     status: int = 200
     received: list[etree._Element] = field(default_factory=list)
     requests: int = 0
@@ -229,6 +231,8 @@ class Consumer:
         data = await request.read()
         if self.delay:
             await asyncio.sleep(self.delay)
+        if self.hold is not None:
+            await self.hold.wait()
         if self.fail > 0:
             self.fail -= 1
             return web.Response(status=500, text="try later")
