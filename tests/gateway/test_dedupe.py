@@ -215,3 +215,15 @@ async def test_a_database_without_the_seen_set_opens_and_dedupes(make_gateway, c
     await consumer.wait_for(1)
     await asyncio.sleep(0.3)
     assert values(consumer) == ["1"]
+
+
+async def test_the_seen_set_can_be_turned_off(make_gateway, consumer):
+    """--notify-dedupe-ids 0: every Notify is published, as before the seen-set."""
+    gw = await make_gateway(notify_dedupe_ids=0)
+    assert (await call(gw.url, subscribe_body(consumer.url))).status == 200
+    data = notify_env(1, message_id=mid())
+    await notify(gw.url, data)
+    await notify(gw.url, data)
+    await consumer.wait_for(2)
+    assert values(consumer) == ["1", "1"] and gw.broker.duplicates == 0
+    assert gw.broker.storage._reader.execute("SELECT count(*) FROM notify_seen").fetchone()[0] == 0
