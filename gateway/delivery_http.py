@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import hdrs
+from aiohttp.http_exceptions import HttpProcessingError
 from yarl import URL
 
 from gateway import consumer_policy, loops
@@ -197,6 +198,8 @@ class NotifySender:
                 status, peer = await self._post(r, data)
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
             return False, f"{type(e).__name__}: {e}", None
+        except HttpProcessingError as e:  # an answer that is not HTTP (the parser's verdict)
+            return False, f"{type(e).__name__}: {' '.join(str(e.message).split())}", None
         if 200 <= status < 300:
             return True, "", peer
         return False, f"HTTP {status}", peer

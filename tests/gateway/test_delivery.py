@@ -333,3 +333,44 @@ def test_endpoint_key_is_what_one_notify_request_can_address():
     assert key("s1", [k1]) != key("s2", [k1], version=SOAP11)
     assert key("s1", []) != key("s2", [], raw=True)
     assert key("s1", [], raw=True) != key("s2", [], raw=True)  # raw: one message per request
+
+
+async def test_an_answer_that_is_not_http_is_retried_and_delivery_goes_on(gw):
+    """A consumer whose first answer is not HTTP at all (the response parser's error, not a
+    client error): the attempt fails like any other, the message is sent again, and the
+    consumer's worker goes on delivering."""
+    bodies: list[bytes] = []
+
+    async def consumer(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await r.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                bodies.append(await r.readexactly(length))
+                if len(bodies) == 1:
+                    w.write(b"NOT HTTP AT ALL\r\n\r\n")
+                    await w.drain()
+                    w.close()
+                    return
+                w.write(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")
+                await w.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            w.close()
+
+    server = await asyncio.start_server(consumer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        sid = await _subscribe(gw, f"http://127.0.0.1:{port}/consumer")
+        await _publish(gw, 1)
+        await until(lambda: len(bodies) >= 2, "the retry after the non-HTTP answer", timeout=5)
+        await _publish(gw, 2)
+        await until(lambda: len(bodies) >= 3, "the next message on the same worker", timeout=5)
+        assert [b"<rd:value>1</rd:value>" in b for b in bodies] == [True, True, False]
+        assert b"<rd:value>2</rd:value>" in bodies[2]
+        await until(lambda: gw.broker.delivery.backlog(sid) == 0, "an empty backlog", timeout=5)
+    finally:
+        server.close()
