@@ -377,7 +377,12 @@ class NotificationBroker:
             s = self.subs.get(sid)
             if s is None or s.paused or s.expired(now):
                 continue
-            if topic is not None and any(not e.matches(topic, self.ts) for e in s.topic_exprs[1:]):
+            exprs = s.topic_exprs
+            if (
+                topic is not None
+                and len(exprs) > 1
+                and any(not e.matches(topic, self.ts) for e in exprs[1:])
+            ):
                 continue
             out.append(s)
         return out

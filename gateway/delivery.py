@@ -43,7 +43,7 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Hashable, Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from operator import itemgetter
 
@@ -286,23 +286,37 @@ class DeliveryManager:
         return drop
 
     def enqueue(self, sub_id: str, seq: int, xml: str, via: tuple[str, ...] = ()) -> None:
-        q = self._queues.get(sub_id)
-        if q is None:
-            return
-        if via:
-            self._via[seq] = via
-        bisect.insort(q.items, (seq, xml))
-        q.queued_at[seq] = time.monotonic()
-        if len(q.items) > self.max_backlog:  # concurrent Notify raced past overflow()
-            excess = len(q.items) - self.max_backlog
-            drop = [s for s, _ in q.items[:excess]]
-            del q.items[:excess]
-            q.dropped += excess
-            self._dropped(q, drop)
-            for s in drop:
-                self._via.pop(s, None)
-            self._forget(drop)
-        q.endpoint.wake.set()
+        self.enqueue_many([(sub_id, seq, xml)], via)
+
+    def enqueue_many(
+        self, entries: Iterable[tuple[str, int, str]], via: tuple[str, ...] = ()
+    ) -> None:
+        """Queue committed messages, (sub_id, seq, xml) each (a subscription that is gone
+        is skipped); one Notify's entries with one clock reading."""
+        now = time.monotonic()
+        queues = self._queues
+        for sub_id, seq, xml in entries:
+            q = queues.get(sub_id)
+            if q is None:
+                continue
+            if via:
+                self._via[seq] = via
+            items = q.items
+            if not items or items[-1][0] < seq:  # the usual case: the newest so far
+                items.append((seq, xml))
+            else:
+                bisect.insort(items, (seq, xml))
+            q.queued_at[seq] = now
+            if len(items) > self.max_backlog:  # concurrent Notify raced past overflow()
+                excess = len(items) - self.max_backlog
+                drop = [s for s, _ in items[:excess]]
+                del items[:excess]
+                q.dropped += excess
+                self._dropped(q, drop)
+                for s in drop:
+                    self._via.pop(s, None)
+                self._forget(drop)
+            q.endpoint.wake.set()
 
     def _dropped(self, q: _Queue, seqs: list[int]) -> None:
         for s in seqs:

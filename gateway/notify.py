@@ -413,9 +413,8 @@ async def commit(b: NotificationBroker, p: Plan, via: tuple[str, ...] = ()) -> N
         res = await b.storage.accept(batch)
     except StorageError as e:
         raise WsnFault(ns.BF, "BaseFault", f"notification not accepted: {e}", RECEIVER) from None
-    seqs = res.delivery_seqs
-    for (sid, _r), xml, seq in zip(batch.deliveries, p.delivery_xmls, seqs, strict=True):
-        b.delivery.enqueue(sid, seq, xml, via)
+    subs = [sid for sid, _r in batch.deliveries]
+    b.delivery.enqueue_many(zip(subs, res.delivery_seqs, p.delivery_xmls, strict=True), via)
     b.current.update(p.current)
     touched: set[str] = set()
     for pid, _s, _r in batch.pp_messages:
@@ -440,7 +439,8 @@ async def commit(b: NotificationBroker, p: Plan, via: tuple[str, ...] = ()) -> N
 def wrapped_message(b: NotificationBroker, sub_id: str, rest: str) -> str:
     """The whole wsnt:NotificationMessage of subscription `sub_id` whose part after the
     SubscriptionReference is `rest` (`render_rest`; stored as storage_schema.AFTER_SUBREF)."""
-    return _NM_START + subscription_reference(b, sub_id) + rest
+    ref = b._subref_xml.get(sub_id)  # per message and subscriber: the cache read inline
+    return "".join((_NM_START, ref or subscription_reference(b, sub_id), rest))
 
 
 def stored_message(b: NotificationBroker, m: Pending) -> str:
