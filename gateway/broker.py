@@ -163,7 +163,8 @@ class NotificationBroker:
             for seq, xml in by_sub.get(sub.id, []):
                 self.delivery.enqueue(sub.id, seq, xml)
         if unusable:
-            await self.storage.delete_subscriptions(unusable)
+            seqs = [seq for sid in unusable for seq, _x in by_sub.get(sid, [])]
+            await self.storage.delete_subscriptions(unusable, seqs)
         if self.landing is not None:
             self.landing.recover()
             self.landing.start()
@@ -236,7 +237,10 @@ class NotificationBroker:
         return sub
 
     async def _destroy_subscriptions(self, ids: list[str]) -> None:
-        await self.storage.delete_subscriptions(ids)
+        # the rows queued now go in the same transaction; any committed after it are
+        # deleted when the queue is removed (DeliveryManager.remove) or skipped (enqueue)
+        seqs = [seq for i in ids for seq in self.delivery.pending_seqs(i)]
+        await self.storage.delete_subscriptions(ids, seqs)
         for i in ids:
             self._deactivate(i)
         self._recompute_demand()

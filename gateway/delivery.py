@@ -218,6 +218,8 @@ class DeliveryManager:
             )  # fmt: skip
         for seq, _x in q.items:
             self._via.pop(seq, None)
+        if q.items:  # rows committed after the subscription's own deletion (a no-op else)
+            self._forget([seq for seq, _x in q.items])
         ep = q.endpoint
         ep.queues.pop(sub_id, None)
         if not ep.queues:
@@ -231,6 +233,11 @@ class DeliveryManager:
         if q is not None:
             q.paused = paused
             q.endpoint.wake.set()
+
+    def pending_seqs(self, sub_id: str) -> list[int]:
+        """The seqs of a subscription's queued messages (oldest first)."""
+        q = self._queues.get(sub_id)
+        return [seq for seq, _x in q.items] if q else []
 
     def backlog(self, sub_id: str) -> int:
         q = self._queues.get(sub_id)
@@ -295,9 +302,11 @@ class DeliveryManager:
         is skipped); one Notify's entries with one clock reading."""
         now = time.monotonic()
         queues = self._queues
+        gone: list[int] = []
         for sub_id, seq, xml in entries:
             q = queues.get(sub_id)
-            if q is None:
+            if q is None:  # it ended while the Notify committed: its row must not stay
+                gone.append(seq)
                 continue
             if via:
                 self._via[seq] = via
@@ -317,6 +326,8 @@ class DeliveryManager:
                     self._via.pop(s, None)
                 self._forget(drop)
             q.endpoint.wake.set()
+        if gone:
+            self._forget(gone)
 
     def _dropped(self, q: _Queue, seqs: list[int]) -> None:
         for s in seqs:

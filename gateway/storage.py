@@ -267,11 +267,14 @@ class Storage(DemandTables):
 
         await self._run(fn)
 
-    async def delete_subscriptions(self, ids: Sequence[str]) -> None:
+    async def delete_subscriptions(self, ids: Sequence[str], seqs: Sequence[int] = ()) -> None:
+        """Delete subscriptions and their pending deliveries `seqs` (the delivery queues
+        know them; `deliveries` has no index by subscription, storage_schema)."""
+
         def fn(c: sqlite3.Connection) -> None:
             for i in ids:
                 c.execute("DELETE FROM subscriptions WHERE id=?", (i,))
-                c.execute("DELETE FROM deliveries WHERE sub_id=?", (i,))
+            c.executemany("DELETE FROM deliveries WHERE seq=?", [(s,) for s in seqs])
 
         await self._run(fn)
 
@@ -359,9 +362,8 @@ class Storage(DemandTables):
         def fn(c: sqlite3.Connection) -> None:
             c.execute("DELETE FROM pullpoints WHERE id=?", (pp_id,))
             c.execute("DELETE FROM pp_messages WHERE pp_id=?", (pp_id,))
-            for i in sub_ids:
+            for i in sub_ids:  # they fed the pull point: no rows in deliveries
                 c.execute("DELETE FROM subscriptions WHERE id=?", (i,))
-                c.execute("DELETE FROM deliveries WHERE sub_id=?", (i,))
 
         await self._run(fn)
 

@@ -44,7 +44,6 @@ CREATE TABLE IF NOT EXISTS renderings(
 CREATE TABLE IF NOT EXISTS deliveries(
   seq INTEGER PRIMARY KEY AUTOINCREMENT, sub_id TEXT NOT NULL, ref INTEGER NOT NULL,
   created REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS deliveries_sub ON deliveries(sub_id, seq);
 CREATE TRIGGER IF NOT EXISTS deliveries_unref AFTER DELETE ON deliveries BEGIN
   UPDATE renderings SET refs = refs - 1 WHERE id = OLD.ref;
   DELETE FROM renderings WHERE id = OLD.ref AND refs <= 0;
@@ -92,6 +91,14 @@ def prepare(c: sqlite3.Connection) -> None:
             _migrate_v0(c)
         for stmt in _statements(SCHEMA):
             c.execute(stmt)
+        # no index on deliveries(sub_id): kept per row, it doubled the work of writing and
+        # deleting a row; a subscription's rows are deleted by seq (storage.Storage
+        # .delete_subscriptions, gateway.delivery); files written before had it
+        c.execute("DROP INDEX IF EXISTS deliveries_sub")
+        # rows whose subscription or pull point is gone (a Notify committed just after it
+        # ended; deleted at run time too, this catches a crash in between): a scan, at start
+        c.execute("DELETE FROM deliveries WHERE sub_id NOT IN (SELECT id FROM subscriptions)")
+        c.execute("DELETE FROM pp_messages WHERE pp_id NOT IN (SELECT id FROM pullpoints)")
         c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         c.execute("COMMIT")
     except BaseException:

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 from gwtest import WSA, WSNT, call, notify_body, reading, subscribe_body, topic_filter
 
-from gateway.storage import Storage
-from gateway.storage_schema import SCHEMA_VERSION, SchemaError
+from gateway.delivery import DeliveryManager
+from gateway.storage import AcceptBatch, Storage
+from gateway.storage_schema import SCHEMA_VERSION, WHOLE, SchemaError
 
 V0_DUMP = Path(__file__).parent / "data" / "outbox_v0.sql"
 WRAPPED_SUB = "33ef4c0e7a4246baa2ce9f77930bf6f6"
@@ -139,3 +140,46 @@ def test_a_file_of_a_newer_schema_is_refused(tmp_path):
     with sqlite3.connect(path) as c:  # untouched
         assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
         assert c.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+
+
+async def test_rows_of_a_subscription_that_is_gone_are_deleted_at_start(make_gateway, tmp_path):
+    """A Notify committed just after its subscription ended leaves rows no queue holds; the
+    gateway deletes them at run time, and at start those a crash left behind."""
+    data_dir = tmp_path / "gw"
+    gw = await make_gateway(data_dir=data_dir)
+    r = await call(gw.url, subscribe_body("http://127.0.0.1:9/dead", topic_filter("tns:t")))
+    assert r.status == 200, r.text
+    for v in range(2):
+        assert (await call(gw.url, notify_body(("tns:t", reading(v))))).status == 202
+    await gw.stop()
+    with _db(data_dir) as c:  # as if the subscription's end had committed before them
+        c.execute("DELETE FROM subscriptions")
+        indexes = [r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='index'")]
+    assert "deliveries_sub" not in indexes  # rows are deleted by seq (storage_schema)
+    assert _count(data_dir, "deliveries") == 2 and _count(data_dir, "renderings") == 2
+    gw = await make_gateway(data_dir=data_dir)
+    await gw.stop()
+    assert _count(data_dir, "deliveries") == 0 and _count(data_dir, "renderings") == 0
+
+
+async def test_rows_committed_for_a_subscription_that_just_ended_are_deleted(tmp_path):
+    """The run-time half: the delivery queues skip a committed row whose subscription has
+    no queue any more, and delete it (and its rendering) instead of leaving it."""
+    st = Storage(tmp_path / "broker.sqlite3")
+    st.open()
+    dm = DeliveryManager(st)
+    await dm.start()
+    try:
+        res = await st.accept(
+            AcceptBatch(renderings=[(WHOLE, "<m/>")], deliveries=[("ended", 0), ("ended", 0)])
+        )
+        assert _count(tmp_path, "deliveries") == 2
+        dm.enqueue_many([("ended", seq, "<m/>") for seq in res.delivery_seqs])
+        for _ in range(50):
+            if _count(tmp_path, "deliveries") == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert _count(tmp_path, "deliveries") == 0 and _count(tmp_path, "renderings") == 0
+    finally:
+        await dm.stop()
+        st.close()
