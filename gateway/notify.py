@@ -32,6 +32,7 @@ from gateway.producer import producer_rp_document
 from gateway.publishers import Registration
 from gateway.storage import AcceptBatch, Pending, StorageError
 from gateway.storage_schema import AFTER_SUBREF, WHOLE
+from gateway.topics.compile import cacheable
 from gateway.wire import faults, ns
 from gateway.wire.addressing import Epr, parse_epr, resource_epr
 from gateway.wire.faults import RECEIVER, SENDER, WsnFault
@@ -134,11 +135,9 @@ def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | No
 
 
 #: the concrete topics of the wsnt:Topic elements read so far, by what their meaning depends
-#: on (_TopicKey); bounded, cleared when full
+#: on (_TopicKey); bounded, cleared when full, small keys only (topics.compile.cacheable)
 _topics_read: dict[_TopicKey, topics.ConcreteTopic] = {}
 _TOPICS_READ_MAX = 4096
-#: a key is kept only up to this many characters (text and namespace declarations)
-_KEY_CHARS_MAX = 4096
 
 
 def _topic_of(tel: Element) -> topics.ConcreteTopic:
@@ -164,22 +163,11 @@ def _topic_of(tel: Element) -> topics.ConcreteTopic:
             "InvalidTopicExpressionFault",
             f"the wsnt:Topic of a Notify must name one concrete topic, not {expr.text!r}",
         )
-    if key is not None and _keepable(key):
+    if key is not None and cacheable(key[2], key[3]):
         if len(_topics_read) >= _TOPICS_READ_MAX:
             _topics_read.clear()
         _topics_read[key] = topic
     return topic
-
-
-def _keepable(key: _TopicKey) -> bool:
-    """A key small enough to keep (a hostile wsnt:Topic with a huge text or thousands of
-    declarations in scope is read each time, not kept in `_topics_read`)."""
-    size = len(key[2] or "")
-    for prefix, uri in key[3]:
-        size += len(prefix or "") + len(uri)
-        if size > _KEY_CHARS_MAX:
-            return False
-    return size <= _KEY_CHARS_MAX
 
 
 def registration_for(b: NotificationBroker, producer: Epr | None) -> Registration | None:

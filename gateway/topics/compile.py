@@ -31,6 +31,22 @@ from .xpath import XPathExpression
 #: longest expression text accepted (hostile sizes; the XPath dialect is
 #: evaluated over the whole Topic Set)
 MAX_EXPRESSION_LENGTH = 4096
+#: a compiled expression is kept in the caches below only when its text and the namespace
+#: declarations of its key come to at most this many characters: a hostile request could
+#: otherwise park a key as large as the request (a long namespace URI in scope) in each
+#: of their entries
+MAX_CACHED_KEY_CHARS = 4096
+
+
+def cacheable(text: str | None, ns_items: tuple[tuple[str | None, str], ...]) -> bool:
+    """Whether a compile key of `text` and `ns_items` is small enough to keep (see
+    MAX_CACHED_KEY_CHARS)."""
+    size = len(text or "")
+    for prefix, uri in ns_items:
+        size += len(prefix or "") + len(uri)
+        if size > MAX_CACHED_KEY_CHARS:
+            return False
+    return size <= MAX_CACHED_KEY_CHARS
 
 
 def compile_expression(
@@ -50,7 +66,10 @@ def compile_expression(
     ns = clean_nsmap(nsmap)
     # Compiled expressions are immutable (their caches are keyed on the Topic
     # Set version), so identical text + prefixes share one compiled object.
-    return _compile(canon, text.strip(), tuple(sorted(ns.items())))
+    key = tuple(sorted(ns.items()))
+    if cacheable(text, key):
+        return _compile(canon, text.strip(), key)
+    return _compile.__wrapped__(canon, text.strip(), key)
 
 
 @lru_cache(maxsize=16384)
@@ -81,7 +100,10 @@ def parse_topic_expression_element(el: etree._Element) -> TopicExpression:
                 f"child element {kid.tag!r}"
             )
         text += kid.tail or ""  # comments and PIs are not part of the text
-    return _compile_element(dialect, text, tuple(el.nsmap.items()))
+    ns_items = tuple(el.nsmap.items())
+    if cacheable(text, ns_items):
+        return _compile_element(dialect, text, ns_items)
+    return compile_expression(dialect, text, dict(ns_items))
 
 
 @lru_cache(maxsize=4096)

@@ -480,3 +480,30 @@ def test_topic_expression_element_edge_cases() -> None:
         b'<Topic xmlns:tns="http://example.org/topicSpace/example1" dialect="http://www.ibm.com/'
         b'xmlns/stdwip/web-services/WS-Topics/TopicExpression/simple">tns:t1</Topic>'))
     assert expr.dialect == SIMPLE and expr.single_topic() == T("t1")
+
+
+def test_expressions_with_huge_keys_are_compiled_but_not_kept() -> None:
+    # the compile caches (bounded LRUs) keep an expression by its text and namespace
+    # declarations: one read with a huge declaration in scope is compiled each time, so a
+    # hostile request cannot park a key of its own size in each entry
+    from gateway.topics import compile as tc
+
+    def topic_el(uri: str) -> etree._Element:
+        return etree.fromstring(
+            f'<wsnt:Topic xmlns:wsnt="http://docs.oasis-open.org/wsn/b-2" xmlns:big="{uri}" '
+            f'xmlns:tns="urn:keep" Dialect="{CONCRETE}">tns:a/b</wsnt:Topic>'
+        )
+
+    tc._compile_element.cache_clear()
+    tc._compile.cache_clear()
+    huge = "urn:" + "x" * 100_000
+    assert str(tc.parse_topic_expression_element(topic_el(huge)).single_topic()) == "{urn:keep}a/b"
+    assert str(tc.compile_expression(CONCRETE, "big:a", {"big": huge}).single_topic()) == (
+        "{" + huge + "}a"
+    )
+    assert tc._compile_element.cache_info().currsize == 0
+    assert tc._compile.cache_info().currsize == 0
+    small = tc.parse_topic_expression_element(topic_el("urn:s"))
+    assert str(small.single_topic()) == "{urn:keep}a/b"
+    assert tc._compile_element.cache_info().currsize == 1
+    assert tc._compile.cache_info().currsize == 1
