@@ -401,7 +401,8 @@ class DemandManager(PublisherClient):
         consumer = resource_epr(self.broker.urls("registrations", pub.reg.id), pub.reg.id)
         sent_at = time.time()
         resp = await self._call(
-            pub.reg.publisher, ns.A_SUBSCRIBE,
+            pub.reg.publisher,
+            ns.A_SUBSCRIBE,
             messages.subscribe_request(consumer, t, self.lifetime.total_seconds()),
         )
         epr = messages.subscription_reference(resp)

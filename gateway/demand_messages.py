@@ -119,7 +119,7 @@ def subscription_reference(resp: Element) -> Epr:
 
 
 def termination(
-resp: Element, sent_at: float, renew_fraction: float
+    resp: Element, sent_at: float, renew_fraction: float
 ) -> tuple[float | None, float | None]:
     """(termination, renew_at) in broker-clock seconds from a SubscribeResponse or
     RenewResponse: TerminationTime is read relative to the answer's CurrentTime

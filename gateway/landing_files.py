@@ -36,9 +36,7 @@ class OutboxWriter:
     suffix = ""
     what = "landing file"
 
-    def __init__(
-        self, directory: Path, storage: Storage, max_bytes: int, max_age: float
-    ) -> None:
+    def __init__(self, directory: Path, storage: Storage, max_bytes: int, max_age: float) -> None:
         self.dir = directory
         self.storage = storage
         self.max_bytes = max_bytes

@@ -49,6 +49,7 @@ def record_seen(
 
 
 def is_seen(c: sqlite3.Connection, key: SeenKey) -> bool:
-    return c.execute(
-        "SELECT 1 FROM notify_seen WHERE publisher=? AND message_id=?", key
-    ).fetchone() is not None
+    return (
+        c.execute("SELECT 1 FROM notify_seen WHERE publisher=? AND message_id=?", key).fetchone()
+        is not None
+    )

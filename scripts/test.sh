@@ -8,6 +8,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 export SPARK_LOCAL_IP=127.0.0.1
 echo "== ruff"
 ruff check gateway spark_ingest wsncli tests
+ruff format --check gateway spark_ingest wsncli tests
 echo "== mypy"
 mypy
 echo "== pytest"

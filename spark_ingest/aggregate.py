@@ -64,9 +64,7 @@ def window_aggregates(meas: DataFrame, window: str) -> DataFrame:
         F.min("value").alias("min"),
         F.max("value").alias("max"),
         F.avg("value").alias("mean"),
-        F.max(F.struct("at", "id", "value_str", "value", "producer", "gateway_id")).alias(
-            "_last"
-        ),
+        F.max(F.struct("at", "id", "value_str", "value", "producer", "gateway_id")).alias("_last"),
     )
     return finish(grouped)
 

@@ -281,10 +281,18 @@ def run_batch(
         # ids are UUIDs, so this is the same as comparing ids. Only when there are
         # duplicates is a deduplicated copy materialized.
         msgs = valid_messages(staged)
-        summary.duplicates = int(
-            msgs.groupBy("key", "id").count().where(F.col("count") > 1)
-            .agg(F.sum(F.col("count") - 1).alias("n")).collect()[0]["n"] or 0
-        ) if valid else 0
+        summary.duplicates = (
+            int(
+                msgs.groupBy("key", "id")
+                .count()
+                .where(F.col("count") > 1)
+                .agg(F.sum(F.col("count") - 1).alias("n"))
+                .collect()[0]["n"]
+                or 0
+            )
+            if valid
+            else 0
+        )
         summary.messages = valid - summary.duplicates
         if summary.duplicates:
             msgs = materialize(spark, msgs.dropDuplicates(["key", "id"]))
@@ -307,7 +315,8 @@ def run_batch(
         devices = device_summary(msgs, gap_factor)
         devices.coalesce(1).write.mode("overwrite").parquet(f"{out}/devices")
         devs = (
-            spark.read.schema(devices.schema).parquet(f"{out}/devices")
+            spark.read.schema(devices.schema)
+            .parquet(f"{out}/devices")
             .select(
                 "device_id",
                 "producer",

@@ -69,9 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    b = sub.add_parser(
-        "batch", parents=[spark_opts, src], help="aggregate the whole landing zone"
-    )
+    b = sub.add_parser("batch", parents=[spark_opts, src], help="aggregate the whole landing zone")
     b.add_argument("--out", required=True, help="output directory (rewritten)")
     b.add_argument(
         "--require-input",
@@ -129,11 +127,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check_durations(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject a bad --window/--watermark/--trigger before Spark starts (exit 2)."""
-    checks = [("--window", getattr(args, "window", None)),
-              ("--watermark", getattr(args, "watermark", None))]
+    checks = [
+        ("--window", getattr(args, "window", None)),
+        ("--watermark", getattr(args, "watermark", None)),
+    ]
     trigger = getattr(args, "trigger", None)
     if trigger is not None and trigger.strip().lower().replace("_", "-") not in (
-        "available-now", "availablenow", "once"
+        "available-now",
+        "availablenow",
+        "once",
     ):
         checks.append(("--trigger", trigger))
     if not any(v is not None for _, v in checks):
@@ -183,8 +185,10 @@ def _synth(args: argparse.Namespace) -> int:
     files = write_synthetic(
         Path(args.landing), args.rows, files=args.files, devices=args.devices, fmt=args.format
     )
-    print(f"wrote {args.rows} rows in {len(files)} files to {args.landing} "
-          f"in {time.monotonic() - t:.1f} s")
+    print(
+        f"wrote {args.rows} rows in {len(files)} files to {args.landing} "
+        f"in {time.monotonic() - t:.1f} s"
+    )
     return 0
 
 
@@ -199,13 +203,19 @@ def _spark(args: argparse.Namespace) -> int:
         from spark_ingest.batch import run_batch
 
         summary = run_batch(
-            spark, args.landing, args.out, window=args.window, gap_factor=args.gap_factor,
-            progress=_progress, time=args.time,
+            spark,
+            args.landing,
+            args.out,
+            window=args.window,
+            gap_factor=args.gap_factor,
+            progress=_progress,
+            time=args.time,
         )
         print(json.dumps(summary.to_dict(), indent=2) if args.json else summary.render())
         if not summary.files:
             print(
-                "wsn-ingest: no landing file was read from " + " ".join(args.landing)
+                "wsn-ingest: no landing file was read from "
+                + " ".join(args.landing)
                 + " (files must be named landing-*.jsonl or landing-*.parquet)",
                 file=sys.stderr,
             )

@@ -54,14 +54,17 @@ class HFS:
         found = self._fs(jp).globStatus(jp)
         if found is None:
             return []
-        return [(str(s.getPath().toString()), bool(s.isDirectory()), int(s.getLen()))
-                for s in found]
+        return [
+            (str(s.getPath().toString()), bool(s.isDirectory()), int(s.getLen())) for s in found
+        ]
 
     def entries(self, directory: str) -> list[tuple[str, bool, int]]:
         """(qualified path, is a directory, bytes) of each entry of `directory`."""
         jp = self._path(directory)
-        return [(str(s.getPath().toString()), bool(s.isDirectory()), int(s.getLen()))
-                for s in self._fs(jp).listStatus(jp)]
+        return [
+            (str(s.getPath().toString()), bool(s.isDirectory()), int(s.getLen()))
+            for s in self._fs(jp).listStatus(jp)
+        ]
 
     def mkdirs(self, p: str) -> None:
         jp = self._path(p)

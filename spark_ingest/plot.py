@@ -38,8 +38,18 @@ def load(out: str, field: str, producer: str | None, topic: str | None) -> list[
         raise PlotError(f"{root} does not exist: run `wsn-ingest batch` or `stream` first")
     dataset = ds.dataset(root, format="parquet", partitioning="hive")
     has_device = "device_id" in dataset.schema.names  # aggregates written before issue 15
-    cols = ["window_start", "window_end", "producer", "topic_path", "field", "min", "max",
-            "mean", "numeric_count", *(["device_id"] if has_device else [])]
+    cols = [
+        "window_start",
+        "window_end",
+        "producer",
+        "topic_path",
+        "field",
+        "min",
+        "max",
+        "mean",
+        "numeric_count",
+        *(["device_id"] if has_device else []),
+    ]
     flt = ds.field("field") == field
     if producer is not None:  # a device id or a producer address
         who = ds.field("producer") == producer
@@ -50,8 +60,11 @@ def load(out: str, field: str, producer: str | None, topic: str | None) -> list[
     if not rows:
         fields = sorted(set(dataset.to_table(columns=["field"]).column("field").to_pylist()))
         prods = sorted(
-            {p for p in dataset.to_table(columns=["producer"]).column("producer").to_pylist()
-             if p is not None}
+            {
+                p
+                for p in dataset.to_table(columns=["producer"]).column("producer").to_pylist()
+                if p is not None
+            }
         )
         what = f"field {field!r}" + (f" of producer {producer!r}" if producer else "")
         raise PlotError(
@@ -94,11 +107,15 @@ def plot(
         for prod in sorted(by_series):
             g = by_series[prod]
             mid = [r["window_start"] + (r["window_end"] - r["window_start"]) / 2 for r in g]
-            (line,) = ax.plot(mid, [r["mean"] for r in g], marker=".", linewidth=1.2,
-                              label=prod)
+            (line,) = ax.plot(mid, [r["mean"] for r in g], marker=".", linewidth=1.2, label=prod)
             if len(by_series) <= 4:  # more bands than that hide each other
-                ax.fill_between(mid, [r["min"] for r in g], [r["max"] for r in g],
-                                alpha=0.15, color=line.get_color())
+                ax.fill_between(
+                    mid,
+                    [r["min"] for r in g],
+                    [r["max"] for r in g],
+                    alpha=0.15,
+                    color=line.get_color(),
+                )
             series += 1
         band = ", band = min..max" if len(by_series) <= 4 else ""
         ax.set_title(f"{t}: {field} (window mean{band})", fontsize=10)

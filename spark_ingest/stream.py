@@ -32,7 +32,6 @@ windows (end > watermark) stay in the state until newer data arrives, and the su
 many groups are waiting.
 """
 
-
 from __future__ import annotations
 
 import json
@@ -78,8 +77,12 @@ class _Aggregate:
             if n:
                 # dynamic overwrite: replaces exactly (date=*, batch=N), what a failed
                 # attempt of this batch may have left, and nothing else
-                (df.write.mode("overwrite").option("partitionOverwriteMode", "dynamic")
-                 .partitionBy("date", "batch").parquet(f"{self.p.out}/aggregates"))
+                (
+                    df.write.mode("overwrite")
+                    .option("partitionOverwriteMode", "dynamic")
+                    .partitionBy("date", "batch")
+                    .parquet(f"{self.p.out}/aggregates")
+                )
         finally:
             df.unpersist()
         self.batches.append(batch_id)
@@ -92,8 +95,12 @@ def refresh_devices(spark: SparkSession, paths: StreamPaths, gap_factor: float) 
     if not any(n.startswith("b-") for n in hfs.names(paths.staged)):
         return 0
     # each id once, as in batch (a batch read of everything staged, so this is exact)
-    msgs = (spark.read.schema(STAGED).option("recursiveFileLookup", "true")
-            .parquet(paths.staged).dropDuplicates(["id"]))
+    msgs = (
+        spark.read.schema(STAGED)
+        .option("recursiveFileLookup", "true")
+        .parquet(paths.staged)
+        .dropDuplicates(["id"])
+    )
     rows = device_summary(msgs, gap_factor).coalesce(1)
     rows.write.mode("overwrite").parquet(f"{paths.out}/devices")
     return int(spark.read.parquet(f"{paths.out}/devices").count())
@@ -104,10 +111,20 @@ def _source(spark: SparkSession, landings: list[str], opts: StreamOptions) -> Da
     file source each: the set of locations must stay the same for a checkpoint."""
     parts: list[DataFrame] = []
     for landing in landings:
-        parts.append(classify_lines(stream_jsonl(spark, landing, opts.max_files_per_trigger),
-                                    keep_raw=True, time=opts.time))
-        parts.append(classify_parquet(stream_parquet(spark, landing, opts.max_files_per_trigger),
-                                      keep_raw=True, time=opts.time))
+        parts.append(
+            classify_lines(
+                stream_jsonl(spark, landing, opts.max_files_per_trigger),
+                keep_raw=True,
+                time=opts.time,
+            )
+        )
+        parts.append(
+            classify_parquet(
+                stream_parquet(spark, landing, opts.max_files_per_trigger),
+                keep_raw=True,
+                time=opts.time,
+            )
+        )
     df = parts[0]
     for p in parts[1:]:
         df = df.unionByName(p)
@@ -178,15 +195,24 @@ def run_stream(
         say(f"WARNING: --landing {m} matches nothing (yet)")
     for d in (paths.staged, paths.state):
         hfs.mkdirs(d)
-    summary = StreamSummary(landing=" ".join(landings), out=paths.out, checkpoint=paths.ckpt,
-                            window=opts.window, watermark_delay=opts.watermark,
-                            trigger=opts.trigger)
+    summary = StreamSummary(
+        landing=" ".join(landings),
+        out=paths.out,
+        checkpoint=paths.ckpt,
+        window=opts.window,
+        watermark_delay=opts.watermark,
+        trigger=opts.trigger,
+    )
     split = Split(spark, paths, opts, say)
     agg = _Aggregate(paths, say)
 
     def start_split() -> Any:
-        w = (_source(spark, landings, opts).writeStream.queryName("wsn-ingest-split")
-             .option("checkpointLocation", paths.split_ckpt).foreachBatch(split))
+        w = (
+            _source(spark, landings, opts)
+            .writeStream.queryName("wsn-ingest-split")
+            .option("checkpointLocation", paths.split_ckpt)
+            .foreachBatch(split)
+        )
         return _trigger(w, opts.trigger).start()
 
     def start_aggregate() -> Any:
@@ -194,13 +220,16 @@ def run_stream(
             measurements(_staged_source(spark, paths, opts).withWatermark("at", opts.watermark)),
             opts.window,
         )
-        w = (aggs.writeStream.queryName("wsn-ingest-aggregate").outputMode("append")
-             .option("checkpointLocation", paths.agg_ckpt).foreachBatch(agg))
+        w = (
+            aggs.writeStream.queryName("wsn-ingest-aggregate")
+            .outputMode("append")
+            .option("checkpointLocation", paths.agg_ckpt)
+            .foreachBatch(agg)
+        )
         return _trigger(w, opts.trigger).start()
 
     queries: list[Any] = []
-    if opts.trigger.strip().lower().replace("_", "-") in ("available-now", "availablenow",
-                                                           "once"):
+    if opts.trigger.strip().lower().replace("_", "-") in ("available-now", "availablenow", "once"):
         say("split: reading new landing files")
         q1 = start_split()
         q1.awaitTermination()
@@ -259,8 +288,13 @@ def run_stream(
         summary.duplicates += int(st.get("duplicates", 0))
         for k, v in dict(st.get("quarantined", {})).items():
             summary.quarantined[k] = summary.quarantined.get(k, 0) + int(v)
-    totals: dict[str, int] = {"lines": 0, "messages": 0, "late": 0, "duplicates": 0,
-                              "quarantined": 0}
+    totals: dict[str, int] = {
+        "lines": 0,
+        "messages": 0,
+        "late": 0,
+        "duplicates": 0,
+        "quarantined": 0,
+    }
     for name in hfs.names(paths.state):
         if name.endswith(".json") and name[:-5].isdigit():
             st = split.state(int(name[:-5])) or {}
@@ -277,11 +311,13 @@ def run_stream(
     summary.dropped_by_watermark = _progress_sum(q2, "numRowsDroppedByWatermark")
     last = q2.lastProgress
     if isinstance(last, dict):
-        summary.open_groups = sum(int(op.get("numRowsTotal", 0) or 0)
-                                  for op in last.get("stateOperators", []))
+        summary.open_groups = sum(
+            int(op.get("numRowsTotal", 0) or 0) for op in last.get("stateOperators", [])
+        )
         wm = (last.get("eventTime") or {}).get("watermark")
         summary.watermark = wm
     summary.seconds = time.monotonic() - t0
-    hfs.write_text(f"{paths.out}/_stream_summary.json",
-                   json.dumps(summary.to_dict(), indent=2) + "\n")
+    hfs.write_text(
+        f"{paths.out}/_stream_summary.json", json.dumps(summary.to_dict(), indent=2) + "\n"
+    )
     return summary

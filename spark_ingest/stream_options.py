@@ -97,8 +97,13 @@ def iso_us(us: int | None) -> str | None:
 
 
 _UNITS_US = {
-    "microsecond": 1, "millisecond": 1_000, "second": 1_000_000, "minute": 60_000_000,
-    "hour": 3_600_000_000, "day": 86_400_000_000, "week": 604_800_000_000,
+    "microsecond": 1,
+    "millisecond": 1_000,
+    "second": 1_000_000,
+    "minute": 60_000_000,
+    "hour": 3_600_000_000,
+    "day": 86_400_000_000,
+    "week": 604_800_000_000,
 }
 _INTERVAL = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]+?)s?\b")
 
@@ -107,14 +112,14 @@ def interval_us(text: str) -> int:
     """`"5 minutes"`, `"1 hour 30 minutes"`, `"10 seconds"` -> microseconds, for the same
     strings that withWatermark and window accept (fixed units only: no months)."""
     t = text.strip().lower()
-    t = t[len("interval"):].strip() if t.startswith("interval") else t
+    t = t[len("interval") :].strip() if t.startswith("interval") else t
     total, pos = 0.0, 0
     for m in _INTERVAL.finditer(t):
-        if t[pos:m.start()].strip() or m.group(2) not in _UNITS_US:
+        if t[pos : m.start()].strip() or m.group(2) not in _UNITS_US:
             break
         total += float(m.group(1)) * _UNITS_US[m.group(2)]
         pos = m.end()
     else:
         if pos and not t[pos:].strip() and total > 0:
             return int(total)
-    raise ValueError(f"not a duration: {text!r} (e.g. \"1 minute\", \"30 seconds\")")
+    raise ValueError(f'not a duration: {text!r} (e.g. "1 minute", "30 seconds")')

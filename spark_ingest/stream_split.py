@@ -45,8 +45,9 @@ class StreamPaths:
 class Split:
     """foreachBatch of the split query (see this module's docstring)."""
 
-    def __init__(self, spark: SparkSession, paths: StreamPaths, opts: StreamOptions,
-                 say: Progress) -> None:
+    def __init__(
+        self, spark: SparkSession, paths: StreamPaths, opts: StreamOptions, say: Progress
+    ) -> None:
         self.spark = spark
         self.p = paths
         self.opts = opts
@@ -61,8 +62,11 @@ class Split:
         return None if text is None else dict(json.loads(text))
 
     def previous_state(self, batch_id: int) -> dict[str, Any] | None:
-        ids = [int(n[:-5]) for n in self.hfs.names(self.p.state)
-               if n.endswith(".json") and n[:-5].isdigit()]
+        ids = [
+            int(n[:-5])
+            for n in self.hfs.names(self.p.state)
+            if n.endswith(".json") and n[:-5].isdigit()
+        ]
         before = [i for i in ids if i < batch_id]
         return self.state(max(before)) if before else None
 
@@ -76,15 +80,24 @@ class Split:
         Spark skips each staged file whose `at` statistics fall outside the span, so
         the cost follows the overlap with this micro-batch, not the length of the history.
         """
-        dirs = [f"{self.p.staged}/{n}" for n in self.hfs.names(self.p.staged)
-                if n.startswith("b-") and n[2:].isdigit() and int(n[2:]) < batch_id]
+        dirs = [
+            f"{self.p.staged}/{n}"
+            for n in self.hfs.names(self.p.staged)
+            if n.startswith("b-") and n[2:].isdigit() and int(n[2:]) < batch_id
+        ]
         if not dirs:
             return None
         span = F.col("at").between(
             F.timestamp_micros(F.lit(lo_us)), F.timestamp_micros(F.lit(hi_us))
         )
-        return (self.spark.read.schema(STAGED).parquet(*dirs).where(span).select("id")
-                .distinct().withColumn("_seen", F.lit(True)))
+        return (
+            self.spark.read.schema(STAGED)
+            .parquet(*dirs)
+            .where(span)
+            .select("id")
+            .distinct()
+            .withColumn("_seen", F.lit(True))
+        )
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         prev = self.previous_state(batch_id)
@@ -107,14 +120,21 @@ class Split:
             # duplicate when an earlier micro-batch staged its id or another line of this one
             # comes first (by source file); duplicates are counted, not staged, not late.
             # Quarantined lines are never duplicates (not messages; their id may be null).
-            seen = (self.seen_ids(batch_id, int(span["lo"]), int(span["hi"]))
-                    if span["lo"] is not None else None)
+            seen = (
+                self.seen_ids(batch_id, int(span["lo"]), int(span["hi"]))
+                if span["lo"] is not None
+                else None
+            )
             if seen is not None:
                 df = base.join(seen, "id", "left")
             else:
                 df = base.withColumn("_seen", F.lit(None).cast("boolean"))
-            first = F.row_number().over(
-                Window.partitionBy("id").orderBy("source_file", "received_at", "raw")) == 1
+            first = (
+                F.row_number().over(
+                    Window.partitionBy("id").orderBy("source_file", "received_at", "raw")
+                )
+                == 1
+            )
             dup = valid & (F.coalesce(F.col("_seen"), F.lit(False)) | ~first)
             df = (
                 df.withColumn("_wend", F.timestamp_micros(wend_us))
@@ -129,8 +149,9 @@ class Split:
         finally:
             base.unpersist()
 
-    def _write(self, df: DataFrame, batch_id: int, prev: dict[str, Any] | None,
-               wm_us: int | None) -> None:
+    def _write(
+        self, df: DataFrame, batch_id: int, prev: dict[str, Any] | None, wm_us: int | None
+    ) -> None:
         stats = (
             df.groupBy("reason", "_late", "_dup")
             .agg(
@@ -145,33 +166,53 @@ class Split:
         messages = sum(int(r["n"]) for r in stats if r["reason"] is None and not r["_dup"])
         duplicates = sum(int(r["n"]) for r in stats if r["reason"] is None and r["_dup"])
         files = {f for r in stats for f in r["files"]}
-        maxes = [r["max_us"] for r in stats
-                 if r["reason"] is None and not r["_dup"] and r["max_us"] is not None]
+        maxes = [
+            r["max_us"]
+            for r in stats
+            if r["reason"] is None and not r["_dup"] and r["max_us"] is not None
+        ]
         prev_max = prev["max_event_us"] if prev else None
         new_max = max([*maxes, *([prev_max] if prev_max is not None else [])], default=None)
 
         if quarantined:
-            (df.where(F.col("reason").isNotNull()).select("reason", "source_file", "raw")
-             .write.mode("overwrite").json(f"{self.p.out}/quarantine/batch={batch_id}"))
+            (
+                df.where(F.col("reason").isNotNull())
+                .select("reason", "source_file", "raw")
+                .write.mode("overwrite")
+                .json(f"{self.p.out}/quarantine/batch={batch_id}")
+            )
         if late:
-            (df.where("_late").select(
-                F.lit("late").alias("reason"),
-                F.date_format("received_at", "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'")
-                .alias("received_at"),
-                F.date_format("_wend", "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'")
-                .alias("window_end"),
-                F.lit(iso_us(wm_us)).alias("watermark"),
-                F.date_format("at", "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").alias("at"),
-                "id", "device_id", "producer", "topic_path", "source_file", "raw",
-            ).write.mode("overwrite").json(f"{self.p.out}/late/batch={batch_id}"))
+            (
+                df.where("_late")
+                .select(
+                    F.lit("late").alias("reason"),
+                    F.date_format("received_at", "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").alias(
+                        "received_at"
+                    ),
+                    F.date_format("_wend", "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").alias("window_end"),
+                    F.lit(iso_us(wm_us)).alias("watermark"),
+                    F.date_format("at", "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").alias("at"),
+                    "id",
+                    "device_id",
+                    "producer",
+                    "topic_path",
+                    "source_file",
+                    "raw",
+                )
+                .write.mode("overwrite")
+                .json(f"{self.p.out}/late/batch={batch_id}")
+            )
         # every valid message, flagged: the aggregate query takes the on-time ones, the
         # device summary all of them
         final = f"{self.p.staged}/b-{batch_id:010d}"
         if messages and not self.hfs.exists(final):
             tmp = f"{self.p.staged}/_tmp-{batch_id:010d}"  # `_`: invisible to the reader
-            (df.where(F.col("reason").isNull() & ~F.col("_dup"))
-             .select(*MESSAGE.fieldNames(), F.col("_late").alias("late"))
-             .write.mode("overwrite").parquet(tmp))
+            (
+                df.where(F.col("reason").isNull() & ~F.col("_dup"))
+                .select(*MESSAGE.fieldNames(), F.col("_late").alias("late"))
+                .write.mode("overwrite")
+                .parquet(tmp)
+            )
             self.hfs.rename(tmp, final)
         state = {
             "batch": batch_id,

@@ -78,9 +78,7 @@ def iso_z(t: datetime) -> str:
 
 def reading_xml(fields: dict[str, str]) -> str:
     dev = fields.get("device", "")
-    inner = "".join(
-        f"<rd:{k}>{v}</rd:{k}>" for k, v in fields.items() if k != "device"
-    )
+    inner = "".join(f"<rd:{k}>{v}</rd:{k}>" for k, v in fields.items() if k != "device")
     return f'<rd:Reading xmlns:rd="{READING_NS}" device="{dev}">{inner}</rd:Reading>'
 
 
@@ -165,7 +163,9 @@ def write_lines(directory: Path, name: str, lines: Iterable[str]) -> Path:
 # with only its own namespace declaration
 _TEMPLATE = (
     '{"id":"%032x","received_at":"%s.%06dZ","event_time":"%s.000000Z","producer":"%s",'
-    '"device_id":"%s","gateway_id":"' + GATEWAY_ID + '","topic_namespace":"'
+    '"device_id":"%s","gateway_id":"'
+    + GATEWAY_ID
+    + '","topic_namespace":"'
     + DEVICE_NS
     + '","topic_path":"%s/%s","message_type":"'
     + READING_TYPE
@@ -230,8 +230,24 @@ def write_synthetic(
             if fmt == "jsonl":
                 parts.append(
                     _TEMPLATE
-                    % (i, hhmmss, frac, hhmmss, prods[d], dev, dev, topic, dev, value, unit,
-                       hhmmss, dev, value, unit, hhmmss)
+                    % (
+                        i,
+                        hhmmss,
+                        frac,
+                        hhmmss,
+                        prods[d],
+                        dev,
+                        dev,
+                        topic,
+                        dev,
+                        value,
+                        unit,
+                        hhmmss,
+                        dev,
+                        value,
+                        unit,
+                        hhmmss,
+                    )
                 )
             else:
                 cols["id"].append(f"{i:032x}")

@@ -11,8 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 
-async def until(pred: Callable[[], Any], what: str, timeout: float = 15.0,
-                every: float = 0.1) -> Any:
+async def until(
+    pred: Callable[[], Any], what: str, timeout: float = 15.0, every: float = 0.1
+) -> Any:
     """Call `pred` (sync, or returning an awaitable) every `every` seconds until it returns
     something truthy, and return that; raise AssertionError naming `what` once `timeout`
     seconds have passed without it."""

@@ -10,8 +10,7 @@ def test_pause_and_resume_live_in_the_pausable_port_type() -> None:
     table = official_actions()
     assert ("SubscriptionManager", "PauseSubscription") not in table
     assert action("PausableSubscriptionManager", "PauseSubscription", "output") == (
-        "http://docs.oasis-open.org/wsn/bw-2/PausableSubscriptionManager/"
-        "PauseSubscriptionResponse"
+        "http://docs.oasis-open.org/wsn/bw-2/PausableSubscriptionManager/PauseSubscriptionResponse"
     )
 
 

@@ -213,10 +213,23 @@ def _authorization(a: argparse.Namespace) -> str | None:
 def _command(a: argparse.Namespace, client: Client) -> Awaitable[int]:
     nsmap = dict(getattr(a, "ns", []))
     table: dict[str, Callable[[], Awaitable[int]]] = {
-        "sub": lambda: sub.run(client, sub.SubOptions(
-            a.broker, a.topic, a.dialect, nsmap, a.filter, a.raw, a.count, a.json,
-            a.push, a.lifetime, a.wait, a.interval,
-        )),
+        "sub": lambda: sub.run(
+            client,
+            sub.SubOptions(
+                a.broker,
+                a.topic,
+                a.dialect,
+                nsmap,
+                a.filter,
+                a.raw,
+                a.count,
+                a.json,
+                a.push,
+                a.lifetime,
+                a.wait,
+                a.interval,
+            ),
+        ),
         "pub": lambda: commands.pub(
             client, a.broker, a.topic, a.dialect, nsmap, a.message, a.producer
         ),

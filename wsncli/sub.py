@@ -277,6 +277,4 @@ async def _cleanup(client: Client, sub: Epr | None, pp: Epr | None) -> None:
         try:
             await client.call(epr, action, wsnt(local))
         except WsnError as e:
-            print(
-                f"wsn: warning: {what} at {epr.address} is left behind: {e}", file=sys.stderr
-            )
+            print(f"wsn: warning: {what} at {epr.address} is left behind: {e}", file=sys.stderr)

@@ -51,7 +51,6 @@ def canonical_dialect(uri: str) -> str:
     canon = _ALIASES.get(uri.strip()) if isinstance(uri, str) else None
     if canon is None:
         raise TopicExpressionDialectUnknown(
-            f"topic expression dialect {uri!r} is not supported; use one of "
-            + ", ".join(DIALECTS)
+            f"topic expression dialect {uri!r} is not supported; use one of " + ", ".join(DIALECTS)
         )
     return canon

@@ -62,8 +62,9 @@ class _Trie(Generic[K]):
     def __init__(self) -> None:
         self.root: _Node[K] = _Node()
 
-    def _step(self, node: _Node[K], tok: tuple[int, str | None, str | None],
-              create: bool) -> _Node[K] | None:
+    def _step(
+        self, node: _Node[K], tok: tuple[int, str | None, str | None], create: bool
+    ) -> _Node[K] | None:
         kind, ns, local = tok
         if kind == DOS:
             if node.dos_child is None and create:

@@ -73,8 +73,10 @@ def _bool(el: etree._Element, attr: str) -> bool:
 
 def _where(el: etree._Element) -> str:
     name = el.get("name")
-    return f"{etree.QName(el).localname}" + (f" {name!r}" if name else "") + (
-        f" (line {el.sourceline})" if el.sourceline else ""
+    return (
+        f"{etree.QName(el).localname}"
+        + (f" {name!r}" if name else "")
+        + (f" (line {el.sourceline})" if el.sourceline else "")
     )
 
 
@@ -194,14 +196,12 @@ def load_topic_namespace(data: bytes | str | etree._Element) -> TopicNamespace:
         if root.getroottree().docinfo.internalDTD is not None:
             raise InvalidTopicNamespace("topic namespace documents may not carry a DTD")
     if not _is(root, "TopicNamespace", "topicSpace"):
-        raise InvalidTopicNamespace(
-            f"expected wstop:TopicNamespace ({WSTOP}), found {root.tag!r}"
-        )
+        raise InvalidTopicNamespace(f"expected wstop:TopicNamespace ({WSTOP}), found {root.tag!r}")
     tns = (root.get("targetNamespace") or "").strip()
     if not tns:
         raise InvalidTopicNamespace(
             "wstop:TopicNamespace needs a non-empty @targetNamespace (WS-Topics 1.3 §5; the "
-            "ad-hoc namespace \"\" of §10 is built in)"
+            'ad-hoc namespace "" of §10 is built in)'
         )
     ns = TopicNamespace(target_namespace=tns, name=root.get("name"), final=_bool(root, "final"))
     loader = _Loader(tns)

@@ -139,8 +139,9 @@ class _Parser:
             raise self.error(part, i, f"expected {what}")
         if m.end() < len(part) and part[m.end()] == ":":
             if part.startswith("*", m.end() + 1):
-                raise self.error(part, m.end() + 1, "a prefixed wildcard is only allowed on "
-                                 "the root topic")
+                raise self.error(
+                    part, m.end() + 1, "a prefixed wildcard is only allowed on the root topic"
+                )
             m2 = _NCNAME.match(part, m.end() + 1)
             if not m2:
                 raise self.error(part, m.end() + 1, "expected a topic name after the prefix")
@@ -198,8 +199,12 @@ class _Parser:
                 lit.append(local)
         if self.dialect == SIMPLE and i < len(part):
             if part[i] == "/":
-                raise self.error(part, i, "the Simple dialect addresses root topics only "
-                                 "(use the Concrete dialect for a path)")
+                raise self.error(
+                    part,
+                    i,
+                    "the Simple dialect addresses root topics only "
+                    "(use the Concrete dialect for a path)",
+                )
             raise self.error(part, i, "unexpected character")
         # ChildTopicExpression ::= '/' '/'? (QName | NCName | '*' | '.')  §8.3 [7]
         while i < len(part):
@@ -286,14 +291,10 @@ class PathExpression(TopicExpression):
         parser.parse()
         seen: dict[Branch, None] = dict.fromkeys(parser.branches)
         self.branches: tuple[Branch, ...] = tuple(seen)
-        self.concrete: tuple[ConcreteTopic | None, ...] = tuple(
-            _concrete(b) for b in self.branches
-        )
+        self.concrete: tuple[ConcreteTopic | None, ...] = tuple(_concrete(b) for b in self.branches)
         self._explicit = parser.explicit
         self.prefixed_descendant = parser.uses_prefixed_descendant
-        self._single: ConcreteTopic | None = (
-            self.concrete[0] if len(self.branches) == 1 else None
-        )
+        self._single: ConcreteTopic | None = self.concrete[0] if len(self.branches) == 1 else None
 
     def single_topic(self) -> ConcreteTopic | None:
         return self._single

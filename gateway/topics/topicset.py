@@ -243,8 +243,7 @@ class TopicSet:
             unknown = wanted - placed.keys()
             if unknown:
                 raise TopicNotSupported(
-                    f"topics {sorted(map(str, unknown))} are not defined by topic namespace "
-                    f"{tns!r}"
+                    f"topics {sorted(map(str, unknown))} are not defined by topic namespace {tns!r}"
                 )
         for ct, d in placed.items():
             if wanted is None or ct in wanted:
@@ -377,8 +376,9 @@ class TopicSet:
                 if k == 1:
                     e = etree.SubElement(root, make_step(t.namespace or None, t.path[0]))
                 else:
-                    e = etree.SubElement(els[ConcreteTopic(t.namespace, t.path[: k - 1])],
-                                         t.path[k - 1])
+                    e = etree.SubElement(
+                        els[ConcreteTopic(t.namespace, t.path[: k - 1])], t.path[k - 1]
+                    )
                 els[sub] = e
             return els[t]
 

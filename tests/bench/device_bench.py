@@ -69,9 +69,21 @@ print("total", prev - base)
 
 # the order the device imports its modules in (awake mode, then the gateway link, sleepy mode and
 # the operations imported on first use); modules not named here come last
-_ORDER = ("wsn", "wsn.core", "wsn.core.ns", "wsn.core.xml", "wsn.core.soap",
-          "wsn.core.httpmsg", "wsn.core.topics", "wsn.core.reading", "wsn.core.producer",
-          "wsn.device", "wsn.core.registration", "wsn.gateway", "wsn.core.rare")
+_ORDER = (
+    "wsn",
+    "wsn.core",
+    "wsn.core.ns",
+    "wsn.core.xml",
+    "wsn.core.soap",
+    "wsn.core.httpmsg",
+    "wsn.core.topics",
+    "wsn.core.reading",
+    "wsn.core.producer",
+    "wsn.device",
+    "wsn.core.registration",
+    "wsn.gateway",
+    "wsn.core.rare",
+)
 
 
 def import_heap(binary: Path, mods: list[str], path: str | None) -> dict[str, int]:
@@ -81,8 +93,14 @@ def import_heap(binary: Path, mods: list[str], path: str | None) -> dict[str, in
         # the names as literals: module names split from sys.argv crash 1.25 (uncaught NLR)
         probe.write_text(f"MODS = {tuple(mods)!r}\n" + _IMPORT_PROBE)
         env = {**os.environ, "MICROPYPATH": path or ".frozen"}
-        out = subprocess.run([str(binary), "-X", "heapsize=256K", str(probe)],
-                             capture_output=True, text=True, env=env, cwd=tmp, timeout=60)
+        out = subprocess.run(
+            [str(binary), "-X", "heapsize=256K", str(probe)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp,
+            timeout=60,
+        )
     if out.returncode:
         print(f"   (import probe failed on {binary.name}: {out.stderr.strip()[-200:]})")
     res: dict[str, int] = {}
@@ -102,10 +120,14 @@ def mpy_buckets(mpydir: Path, rows: list[tuple[str, int]]) -> None:
     if tool is None:
         print("   (no MicroPython source in .cache: no byte breakdown)")
         return
-    print("   where the bytes are (qstr names: new ones spelled out in the file; "
-          "constants: strings, bytes, tuples):")
-    print(f"   {'module':28s} {'names':>11s} {'constants':>9s} {'bytecode':>8s} "
-          f"{'lines':>6s} {'headers':>7s} {'funcs':>5s}")
+    print(
+        "   where the bytes are (qstr names: new ones spelled out in the file; "
+        "constants: strings, bytes, tuples):"
+    )
+    print(
+        f"   {'module':28s} {'names':>11s} {'constants':>9s} {'bytecode':>8s} "
+        f"{'lines':>6s} {'headers':>7s} {'funcs':>5s}"
+    )
     sums = [0] * 6
     core = [0] * 6  # d1's share of issue 16: wsn/core without httpmsg
     seen: dict[str, list[str]] = {}
@@ -130,20 +152,27 @@ def mpy_buckets(mpydir: Path, rows: list[tuple[str, int]]) -> None:
         sums = [a + b for a, b in zip(sums, row, strict=True)]
         if rel.startswith("wsn/core/") and not rel.endswith("httpmsg.py"):
             core = [a + b for a, b in zip(core, row, strict=True)]
-        print(f"   {rel:28s} {names:5d} ({len(new):3d}) {consts:9d} {code:8d} {lines:6d} "
-              f"{heads:7d} {funcs:5d}")
+        print(
+            f"   {rel:28s} {names:5d} ({len(new):3d}) {consts:9d} {code:8d} {lines:6d} "
+            f"{heads:7d} {funcs:5d}"
+        )
     for title, t in (("core without httpmsg", core), ("all", sums)):
         print(f"   {title:28s} {t[0]:11d} {t[1]:9d} {t[2]:8d} {t[3]:6d} {t[4]:7d} {t[5]:5d}")
-    rep = sorted(((len(m) - 1) * (len(q.encode()) + 2), q, len(m)) for q, m in seen.items()
-                 if len(m) > 1)
-    print(f"   names spelled out in more than one module: {len(rep)}, "
-          f"{sum(r[0] for r in rep)} B beyond the first copy; largest: "
-          + ", ".join(f"{q} x{n}" for _, q, n in rep[::-1][:12]))
+    rep = sorted(
+        ((len(m) - 1) * (len(q.encode()) + 2), q, len(m)) for q, m in seen.items() if len(m) > 1
+    )
+    print(
+        f"   names spelled out in more than one module: {len(rep)}, "
+        f"{sum(r[0] for r in rep)} B beyond the first copy; largest: "
+        + ", ".join(f"{q} x{n}" for _, q, n in rep[::-1][:12])
+    )
 
 
 def mpy_sizes() -> None:
-    print("== 1. code size (.mpy, mpy-cross at its defaults, `-s wsn/...` as flash.sh) and "
-          "import heap (bytes after gc.collect(), 32-bit)")
+    print(
+        "== 1. code size (.mpy, mpy-cross at its defaults, `-s wsn/...` as flash.sh) and "
+        "import heap (bytes after gc.collect(), 32-bit)"
+    )
     total = 0
     rows = []
     dev = ROOT / "device"
@@ -159,8 +188,9 @@ def mpy_sizes() -> None:
             rows.append((rel, size))
         # dependency order: each module's figure is what it adds beyond those before it
         names = [r[:-3].replace("/", ".").removesuffix(".__init__") for r, _ in rows]
-        mods = ["asyncio"] + [m for m in _ORDER if m in names] + [
-            m for m in names if m not in _ORDER]
+        mods = (
+            ["asyncio"] + [m for m in _ORDER if m in names] + [m for m in names if m not in _ORDER]
+        )
         frozen: dict[str, int] = {}
         try:
             frozen = import_heap(fwbuild.device_firmware(), mods, None)
@@ -172,8 +202,9 @@ def mpy_sizes() -> None:
         mpy_account.report(mpydir, rows)
 
 
-def print_sizes(rows: list[tuple[str, int]], total: int, frozen: dict[str, int],
-                asmpy: dict[str, int]) -> None:
+def print_sizes(
+    rows: list[tuple[str, int]], total: int, frozen: dict[str, int], asmpy: dict[str, int]
+) -> None:
     print(f"   {'module':28s} {'.mpy':>6s}   {'frozen':>6s}   {'.mpy heap':>9s}")
     for name, size in rows:
         m = name[:-3].replace("/", ".").removesuffix(".__init__")
@@ -182,8 +213,10 @@ def print_sizes(rows: list[tuple[str, int]], total: int, frozen: dict[str, int],
     print(f"   core (wsn/core, sans-I/O)     {core:6d} B")
     fz = frozen.get("total", 0) - frozen.get("asyncio", 0)
     am = asmpy.get("total", 0) - asmpy.get("asyncio", 0)
-    print(f"   total                        {total:6d} B {fz:6d} B {am:7d} B   "
-          f"(+ asyncio {frozen.get('asyncio', 0)} B frozen)")
+    print(
+        f"   total                        {total:6d} B {fz:6d} B {am:7d} B   "
+        f"(+ asyncio {frozen.get('asyncio', 0)} B frozen)"
+    )
 
 
 async def heap_run(binary: Path, mode: str, heapsize: str | None, nsubs: int) -> dict[str, Any]:
@@ -191,13 +224,20 @@ async def heap_run(binary: Path, mode: str, heapsize: str | None, nsubs: int) ->
     cons = await Consumer().start()
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            dev = launch(binary, Path(tmp), started, heapsize, mode,
-                         limits={"max_subscriptions": 8, "queue_len": 4})
+            dev = launch(
+                binary,
+                Path(tmp),
+                started,
+                heapsize,
+                mode,
+                limits={"max_subscriptions": 8, "queue_len": 4},
+            )
             async with aiohttp.ClientSession() as s:
                 cl = Client(dev, s)
                 for i in range(nsubs):
-                    await cl.subscribe(cons.url, raw=bool(i % 2), topic=None,
-                                       version=11 if i % 3 else 12)
+                    await cl.subscribe(
+                        cons.url, raw=bool(i % 2), topic=None, version=11 if i % 3 else 12
+                    )
                 async with s.get(dev.base + "/status?reset_peak=1") as r:
                     await r.read()
                 for _ in range(8):
@@ -214,18 +254,27 @@ async def heap_run(binary: Path, mode: str, heapsize: str | None, nsubs: int) ->
 
 
 async def heap_table(quick: bool) -> None:
-    print("== 2. heap (bytes): steady = gc.mem_alloc() after GC with readings delivered; "
-          "peak = highest gc.mem_alloc() sampled by the device (before GC)")
+    print(
+        "== 2. heap (bytes): steady = gc.mem_alloc() after GC with readings delivered; "
+        "peak = highest gc.mem_alloc() sampled by the device (before GC)"
+    )
     runs: list[tuple[str, Path, str, str | None]] = []
     try:
-        runs.append(("frozen firmware, 32-bit, -X heapsize=64K", fwbuild.device_firmware(),
-                     "frozen", "64K"))
+        runs.append(
+            ("frozen firmware, 32-bit, -X heapsize=64K", fwbuild.device_firmware(), "frozen", "64K")
+        )
     except fwbuild.FirmwareUnavailable as e:
         print(f"   (frozen firmware unavailable: {e})")
     if MP_UNIX32.exists():
         # what a board running the .mpy files flash.sh copies needs (bytecode in the heap)
-        runs.append(("32-bit build, .mpy as flash.sh installs them, -X heapsize=256K",
-                     MP_UNIX32, "mpy", "256K"))
+        runs.append(
+            (
+                "32-bit build, .mpy as flash.sh installs them, -X heapsize=256K",
+                MP_UNIX32,
+                "mpy",
+                "256K",
+            )
+        )
     runs.append(("unix port 64-bit (.venv), source, 2 MB heap", MP_UNIX, "source", None))
     if not quick:
         runs.append(("unix port 64-bit (.venv), .mpy, 2 MB heap", MP_UNIX, "mpy", None))
@@ -234,8 +283,10 @@ async def heap_table(quick: bool) -> None:
         for n in (0, 4, 8):
             st = await heap_run(binary, mode, heap, n)
             pushes = sum(x["delivered"] for x in st["subscription_list"])
-            print(f"     {n} subscriptions: steady {st['mem_alloc']:7d}   peak {st['mem_peak']:7d}"
-                  f"   free {st['mem_free']:7d}   pushes {pushes}")
+            print(
+                f"     {n} subscriptions: steady {st['mem_alloc']:7d}   peak {st['mem_peak']:7d}"
+                f"   free {st['mem_free']:7d}   pushes {pushes}"
+            )
 
 
 async def throughput(quick: bool, gc_each: bool = True) -> None:
@@ -244,9 +295,15 @@ async def throughput(quick: bool, gc_each: bool = True) -> None:
     cons = await Consumer().start()
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            dev = launch(MP_UNIX, Path(tmp), started, None, "source",
-                         limits={"queue_len": n, "push_concurrency": 2,
-                                 "gc_collect_each": gc_each}, verbose=False)
+            dev = launch(
+                MP_UNIX,
+                Path(tmp),
+                started,
+                None,
+                "source",
+                limits={"queue_len": n, "push_concurrency": 2, "gc_collect_each": gc_each},
+                verbose=False,
+            )
             async with aiohttp.ClientSession() as s:
                 cl = Client(dev, s)
                 await cl.subscribe(cons.url, raw=True, topic="dt:temperature")
@@ -262,9 +319,11 @@ async def throughput(quick: bool, gc_each: bool = True) -> None:
                 for _ in range(n):
                     await cons.next(30)
                 dt = time.perf_counter() - t0
-                print(f"== 3. raw pushes/s (unix port, 1 raw subscription, aiohttp consumer, "
-                      f"new connection per push, gc_collect_each={gc_each}): {n / dt:.0f}/s "
-                      f"({n} pushes in {dt:.2f} s)")
+                print(
+                    f"== 3. raw pushes/s (unix port, 1 raw subscription, aiohttp consumer, "
+                    f"new connection per push, gc_collect_each={gc_each}): {n / dt:.0f}/s "
+                    f"({n} pushes in {dt:.2f} s)"
+                )
 
                 rtts: list[float] = []
                 reps = 50 if quick else 200
@@ -275,10 +334,12 @@ async def throughput(quick: bool, gc_each: bool = True) -> None:
                     await cl.soap("<wsnt:Unsubscribe/>", sub)
                 rtts.sort()
                 p50, p95 = rtts[len(rtts) // 2], rtts[int(len(rtts) * 0.95)]
-                print(f"== 4. Subscribe round trip (unix port, gc_collect_each={gc_each}, "
-                      f"{reps} sequential, HTTP/1.1 new "
-                      f"connection each): mean {statistics.mean(rtts):.2f} ms, "
-                      f"p50 {p50:.2f} ms, p95 {p95:.2f} ms")
+                print(
+                    f"== 4. Subscribe round trip (unix port, gc_collect_each={gc_each}, "
+                    f"{reps} sequential, HTTP/1.1 new "
+                    f"connection each): mean {statistics.mean(rtts):.2f} ms, "
+                    f"p50 {p50:.2f} ms, p95 {p95:.2f} ms"
+                )
     finally:
         for d in started:
             d.stop()
@@ -291,35 +352,47 @@ async def sleepy(quick: bool) -> None:
     cycles = 20 if quick else 60
     started: list[DeviceProcess] = []
     with tempfile.TemporaryDirectory() as tmp:
-        gw = start_gateway_process(Path(tmp) / "gw", ["--backoff-initial", "0.1"],
-                                   ready_timeout=30)
+        gw = start_gateway_process(Path(tmp) / "gw", ["--backoff-initial", "0.1"], ready_timeout=30)
         try:
             kinds: list[tuple[Path, str, str, str | None]] = [
-                (MP_UNIX, "unix port 64-bit, source", "source", None)]
+                (MP_UNIX, "unix port 64-bit, source", "source", None)
+            ]
             try:
-                kinds.append((fwbuild.device_firmware(), "frozen 32-bit, 64 KiB heap", "frozen",
-                              "64K"))
+                kinds.append(
+                    (fwbuild.device_firmware(), "frozen 32-bit, 64 KiB heap", "frozen", "64K")
+                )
             except fwbuild.FirmwareUnavailable as e:
                 print(f"   (frozen firmware unavailable: {e})")
             if MP_UNIX32.exists():
                 kinds.append((MP_UNIX32, ".mpy on the 32-bit build, 256 KiB heap", "mpy", "256K"))
             for binary, name, install, heap in kinds:
-                dev = launch(binary, Path(tmp), started, heap, install, mode="sleepy",
-                             gateway=gw.url, sample_period_s=0.2, gateway_timeout_s=2,
-                             state_file=str(Path(tmp) / f"state-{install}.json"),
-                             verbose=False)
+                dev = launch(
+                    binary,
+                    Path(tmp),
+                    started,
+                    heap,
+                    install,
+                    mode="sleepy",
+                    gateway=gw.url,
+                    sample_period_s=0.2,
+                    gateway_timeout_s=2,
+                    state_file=str(Path(tmp) / f"state-{install}.json"),
+                    verbose=False,
+                )
                 while len(sleepy_cycles(dev)) < cycles:
                     await asyncio.sleep(0.2)
                 c = sleepy_cycles(dev)[1:cycles]  # the first wake also registers
                 reads = sum(x["readings"] for x in c)
                 reqs = sum(x["requests"] for x in c)
                 awake = sorted(x["awake_ms"] for x in c)
-                print(f"== 5. sleepy mode ({name}, 3 sensors, real gateway on loopback, "
-                      f"{len(c)} wakes): {reqs / reads:.2f} requests per reading "
-                      f"(awake mode: 1 per reading per subscriber), awake per cycle "
-                      f"mean {statistics.mean(awake):.1f} ms, p50 {awake[len(awake) // 2]} ms, "
-                      f"max {awake[-1]} ms; heap in use at the end of a wake "
-                      f"max {max(x['mem'] for x in c)} B")
+                print(
+                    f"== 5. sleepy mode ({name}, 3 sensors, real gateway on loopback, "
+                    f"{len(c)} wakes): {reqs / reads:.2f} requests per reading "
+                    f"(awake mode: 1 per reading per subscriber), awake per cycle "
+                    f"mean {statistics.mean(awake):.1f} ms, p50 {awake[len(awake) // 2]} ms, "
+                    f"max {awake[-1]} ms; heap in use at the end of a wake "
+                    f"max {max(x['mem'] for x in c)} B"
+                )
                 gw.stop()
                 mark = len(dev.lines)
                 while len(sleepy_cycles(dev, mark)) < 10:
@@ -328,17 +401,30 @@ async def sleepy(quick: bool) -> None:
                 while not [x for x in sleepy_cycles(dev, mark) if x["sent"] > 0]:
                     await asyncio.sleep(0.2)
                 back = next(x for x in sleepy_cycles(dev, mark) if x["sent"] > 0)
-                print(f"   after a gateway outage of 10 wakes: {back['sent']} readings sent in "
-                      f"{back['requests']} requests, awake {back['awake_ms']} ms that wake")
+                print(
+                    f"   after a gateway outage of 10 wakes: {back['sent']} readings sent in "
+                    f"{back['requests']} requests, awake {back['awake_ms']} ms that wake"
+                )
                 dev.stop()
-            dev = launch(MP_UNIX, Path(tmp), started, None, "source", gateway=gw.url,
-                         gateway_retry_s=0.2, gateway_retry_max_s=0.4, gateway_buffer=64,
-                         sensors=[{"topic": "heartbeat", "kind": "heartbeat"}], verbose=False)
+            dev = launch(
+                MP_UNIX,
+                Path(tmp),
+                started,
+                None,
+                "source",
+                gateway=gw.url,
+                gateway_retry_s=0.2,
+                gateway_retry_max_s=0.4,
+                gateway_buffer=64,
+                sensors=[{"topic": "heartbeat", "kind": "heartbeat"}],
+                verbose=False,
+            )
             async with aiohttp.ClientSession() as s:
                 cl = Client(dev, s)
                 await asyncio.sleep(1.0)
                 cons = await Consumer().start()
                 from test_gateway_batching import subscribe_at_gateway
+
                 await subscribe_at_gateway(s, gw, cons.url, "dev:dev-test/heartbeat")
                 for _ in range(100):
                     st = await cl.status()
@@ -353,9 +439,11 @@ async def sleepy(quick: bool) -> None:
                     if g["delivered"] >= 64:
                         break
                     await asyncio.sleep(0.1)
-                print(f"== 6. awake mode, 64 readings buffered during a gateway outage: "
-                      f"{g['delivered']} delivered in {g['batches']} Notify requests "
-                      f"(batch_max 16)")
+                print(
+                    f"== 6. awake mode, 64 readings buffered during a gateway outage: "
+                    f"{g['delivered']} delivered in {g['batches']} Notify requests "
+                    f"(batch_max 16)"
+                )
                 await cons.stop()
         finally:
             for d in started:
@@ -364,8 +452,12 @@ async def sleepy(quick: bool) -> None:
 
 
 async def main(quick: bool) -> None:
-    out = subprocess.run([str(MP_UNIX), "-c", "import sys; print(sys.version)"],
-                         capture_output=True, text=True, check=True).stdout.strip()
+    out = subprocess.run(
+        [str(MP_UNIX), "-c", "import sys; print(sys.version)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     print(f"device benchmark: micropython {out}")
     mpy_sizes()
     await heap_table(quick)

@@ -116,12 +116,21 @@ def landing_line_bytes() -> None:
     from gateway import landing
 
     pl = lb.device_payload()
-    args = ("0" * 32, datetime.now(UTC), "http://127.0.0.1:32905/wsn/producer",
-            "urn:wsn-edge:devices", "sim-01/temperature", pl)
+    args = (
+        "0" * 32,
+        datetime.now(UTC),
+        "http://127.0.0.1:32905/wsn/producer",
+        "urn:wsn-edge:devices",
+        "sim-01/temperature",
+        pl,
+    )
     before = len(lb.record_before(*args).encode())
     after = len(landing.record(*args, device_id="sim-01", gateway_id="gw-01").encode())
-    print(f"bytes per landing line (a device reading, gateway-written): before {before}, "
-          f"after {after} ({after / before:.0%})", flush=True)
+    print(
+        f"bytes per landing line (a device reading, gateway-written): before {before}, "
+        f"after {after} ({after / before:.0%})",
+        flush=True,
+    )
 
 
 def main() -> int:
@@ -143,18 +152,24 @@ def main() -> int:
             land = work / f"landing-{fmt}"
             shutil.rmtree(land, ignore_errors=True)
             t = time.perf_counter()
-            files = write_synthetic(land, args.rows, files=args.files, devices=args.devices,
-                                    fmt=fmt)
+            files = write_synthetic(
+                land, args.rows, files=args.files, devices=args.devices, fmt=fmt
+            )
             size = sum(f.stat().st_size for f in files)
-            print(f"generated {args.rows:,} rows as {fmt}: {len(files)} files, "
-                  f"{size / 1e6:,.0f} MB ({size / args.rows:,.0f} bytes per row) in "
-                  f"{time.perf_counter() - t:.1f} s", flush=True)
+            print(
+                f"generated {args.rows:,} rows as {fmt}: {len(files)} files, "
+                f"{size / 1e6:,.0f} MB ({size / args.rows:,.0f} bytes per row) in "
+                f"{time.perf_counter() - t:.1f} s",
+                flush=True,
+            )
             lands[fmt] = land
 
         t = time.perf_counter()
         spark = spark_session(args.memory)
-        print(f"Spark {spark.version} local[2] session start: {time.perf_counter() - t:.1f} s",
-              flush=True)
+        print(
+            f"Spark {spark.version} local[2] session start: {time.perf_counter() - t:.1f} s",
+            flush=True,
+        )
         from spark_ingest.batch import run_batch
 
         warm = work / "warm"
@@ -169,8 +184,7 @@ def main() -> int:
             # like for like with DuckDB: parse, explode, aggregate, write aggregates only
             t = time.perf_counter()
             n = spark_aggregates_only(spark, land, work / f"spark-agg-{fmt}")
-            results.append((f"spark aggregates ({fmt})", "aggregates", time.perf_counter() - t,
-                            n))
+            results.append((f"spark aggregates ({fmt})", "aggregates", time.perf_counter() - t, n))
         spark.stop()
 
         for fmt, land in lands.items():
@@ -181,8 +195,11 @@ def main() -> int:
             shutil.rmtree(work, ignore_errors=True)
 
     print()
-    duck = {name.split("(")[1].rstrip(")"): args.rows / dt
-            for name, _, dt, _ in results if name.startswith("duckdb")}
+    duck = {
+        name.split("(")[1].rstrip(")"): args.rows / dt
+        for name, _, dt, _ in results
+        if name.startswith("duckdb")
+    }
     refs = [f for f in ("jsonl", "parquet") if f in duck]
     head = "".join(f" {'/duckdb ' + f:>15}" for f in refs)
     print(f"{'engine':<28} {'outputs':<12} {'seconds':>8} {'rows/s':>10} {'agg rows':>10}{head}")

@@ -69,7 +69,7 @@ def _vuint(n: int) -> int:
 
 def _short(x: object, n: int = 60) -> str:
     s = repr(x)
-    return s if len(s) <= n else s[:n - 3] + "..."
+    return s if len(s) <= n else s[: n - 3] + "..."
 
 
 def report(mpydir: Path, rows: list[tuple[str, int]], top: int = 15) -> None:
@@ -106,28 +106,38 @@ def report(mpydir: Path, rows: list[tuple[str, int]], top: int = 15) -> None:
             if len(uses) > 1:
                 rep.append((sum(b for _, b in uses[1:]), k, [m for m, _ in uses]))
     rep.sort(reverse=True)
-    print(f"   (a) stored in more than one .mpy: {len(rep)} items, "
-          f"{sum(r[0] for r in rep)} B beyond their first copy; largest:")
+    print(
+        f"   (a) stored in more than one .mpy: {len(rep)} items, "
+        f"{sum(r[0] for r in rep)} B beyond their first copy; largest:"
+    )
     for extra, k, mods in rep[:top]:
         print(f"       {extra:5d} B  {_short(k, 50):50s} {' '.join(mods)}")
     cost = sorted(((sum(b for _, b in u), q, len(u)) for q, u in names.items()), reverse=True)
-    print(f"   (b) non-builtin names: {len(cost)}, {sum(c[0] for c in cost)} B in all; "
-          "most costly (bytes over all files, files):")
-    print("       " + ", ".join(f"{q} {b}/{n}" for b, q, n in cost[:top * 2]))
+    print(
+        f"   (b) non-builtin names: {len(cost)}, {sum(c[0] for c in cost)} B in all; "
+        "most costly (bytes over all files, files):"
+    )
+    print("       " + ", ".join(f"{q} {b}/{n}" for b, q, n in cost[: top * 2]))
     big = sorted(((u[0][1], k, u[0][0]) for k, u in consts.items()), reverse=True)
     print(f"   (c) constants: {len(big)} distinct, {sum(b for b, _, _ in big)} B; longest:")
     for b, k, mod in big[:top]:
         print(f"       {b:5d} B  {mod:16s} {_short(k, 70)}")
     funcs.sort(reverse=True)
-    print(f"   (d) functions: {len(funcs)}, {sum(f[0] for f in funcs)} B of code "
-          "(bytecode, prelude, line table); biggest:")
-    print("       " + ", ".join(f"{n} {b}" for b, n in funcs[:top * 2]))
+    print(
+        f"   (d) functions: {len(funcs)}, {sum(f[0] for f in funcs)} B of code "
+        "(bytecode, prelude, line table); biggest:"
+    )
+    print("       " + ", ".join(f"{n} {b}" for b, n in funcs[: top * 2]))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("src", nargs="?", default=str(ROOT / "device"),
-                    help="a directory holding wsn/ (default: device/)")
+    ap.add_argument(
+        "src",
+        nargs="?",
+        default=str(ROOT / "device"),
+        help="a directory holding wsn/ (default: device/)",
+    )
     ap.add_argument("--top", type=int, default=15)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

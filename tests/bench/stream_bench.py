@@ -40,34 +40,47 @@ def main() -> int:
         from spark_ingest.session import get_session
         from spark_ingest.stream import StreamOptions, run_stream
 
-        spark = get_session(master="local[2]", conf={
-            "spark.ui.enabled": "false",
-            "spark.driver.memory": args.memory,
-            "spark.sql.shuffle.partitions": "2",
-        })
+        spark = get_session(
+            master="local[2]",
+            conf={
+                "spark.ui.enabled": "false",
+                "spark.driver.memory": args.memory,
+                "spark.sql.shuffle.partitions": "2",
+            },
+        )
         marks: list[tuple[float, str]] = []
 
         def say(msg: str) -> None:
             marks.append((time.perf_counter(), msg))
 
         t0 = time.perf_counter()
-        s = run_stream(spark, str(land), str(work / "out"), str(work / "ckpt"),
-                       StreamOptions(max_files_per_trigger=1), progress=say)
+        s = run_stream(
+            spark,
+            str(land),
+            str(work / "out"),
+            str(work / "ckpt"),
+            StreamOptions(max_files_per_trigger=1),
+            progress=say,
+        )
         total = time.perf_counter() - t0
         spark.stop()
         # split batch N ends with its "split batch N:" line; it starts after the previous one
         ends = [t for t, m in marks if m.startswith("split batch")]
         starts = [t0, *ends[:-1]]
         per = [e - b for b, e in zip(starts, ends, strict=True)]
-        print(f"{args.rows:,} rows in {args.files} files, one file per micro-batch: "
-              f"{len(per)} split batches, {s.messages:,} messages, {total:.1f} s in all")
+        print(
+            f"{args.rows:,} rows in {args.files} files, one file per micro-batch: "
+            f"{len(per)} split batches, {s.messages:,} messages, {total:.1f} s in all"
+        )
         for i, dt in enumerate(per):
             print(f"  split batch {i:3d}: {dt:6.2f} s  ({i} staged batches behind it)")
         if len(per) >= 6:
             first = sum(per[1:4]) / 3
             last = sum(per[-3:]) / 3
-            print(f"mean of batches 1-3: {first:.2f} s; of the last 3: {last:.2f} s "
-                  f"({last / first:.2f}x)")
+            print(
+                f"mean of batches 1-3: {first:.2f} s; of the last 3: {last:.2f} s "
+                f"({last / first:.2f}x)"
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -95,30 +95,45 @@ def subscription(i: int, rnd: random.Random, broad: bool) -> tuple[str, str]:
         return CONCRETE, f"dev:{d}/{k}"
     if which == 2:
         if broad:
-            return FULL, rnd.choice([
-                f"dev:*/{k}", f"dev:{d}//.", f"dev:{d}/*", f"//{k}",
-                f"dev:{d}/{k}|dev:esp32-{rnd.randrange(DEVICES):04d}/{k}", "dev://*",
-            ])
-        return FULL, rnd.choice([
-            f"dev:{d}//.", f"dev:{d}/*", f"dev:{d}/*|dev:esp32-{rnd.randrange(DEVICES):04d}/{k}",
-            f"dev:{d}//{k}",
-        ])
+            return FULL, rnd.choice(
+                [
+                    f"dev:*/{k}",
+                    f"dev:{d}//.",
+                    f"dev:{d}/*",
+                    f"//{k}",
+                    f"dev:{d}/{k}|dev:esp32-{rnd.randrange(DEVICES):04d}/{k}",
+                    "dev://*",
+                ]
+            )
+        return FULL, rnd.choice(
+            [
+                f"dev:{d}//.",
+                f"dev:{d}/*",
+                f"dev:{d}/*|dev:esp32-{rnd.randrange(DEVICES):04d}/{k}",
+                f"dev:{d}//{k}",
+            ]
+        )
     if broad:
-        return XPATH, rnd.choice([
-            f"dev:{d}/{k}",  # a location path: matched like Full
-            f"dev:*/{k}",
-            # real XPath: predicates over the TopicSet document; 10 x 5 distinct texts
-            f"dev:*[substring(local-name(), 10) = '{rnd.randrange(10)}']/{k}",
-            f"//*[@wstop:topic='true'][local-name()='{k}'][not(*)]",
-        ])
-    return XPATH, rnd.choice([
-        f"dev:{d}/{k}",
-        f"dev:{d}/*[local-name() != '{k}']",  # real XPath, one per (device, kind)
-    ])
+        return XPATH, rnd.choice(
+            [
+                f"dev:{d}/{k}",  # a location path: matched like Full
+                f"dev:*/{k}",
+                # real XPath: predicates over the TopicSet document; 10 x 5 distinct texts
+                f"dev:*[substring(local-name(), 10) = '{rnd.randrange(10)}']/{k}",
+                f"//*[@wstop:topic='true'][local-name()='{k}'][not(*)]",
+            ]
+        )
+    return XPATH, rnd.choice(
+        [
+            f"dev:{d}/{k}",
+            f"dev:{d}/*[local-name() != '{k}']",  # real XPath, one per (device, kind)
+        ]
+    )
 
 
-def build(n: int, ts: TopicSet, seed: int, broad: bool
-          ) -> tuple[SubscriptionIndex[int], dict[str, float], dict[str, int]]:
+def build(
+    n: int, ts: TopicSet, seed: int, broad: bool
+) -> tuple[SubscriptionIndex[int], dict[str, float], dict[str, int]]:
     rnd = random.Random(seed)
     specs = [subscription(i, rnd, broad) for i in range(n)]
     idx: SubscriptionIndex[int] = SubscriptionIndex(ts)
@@ -150,19 +165,27 @@ def bench(n: int, seconds: float, broad: bool) -> None:
     idx, cost, count = build(n, ts, seed=n, broad=broad)
     short = {SIMPLE: "Simple", CONCRETE: "Concrete", FULL: "Full", XPATH: "XPath"}
     total = sum(cost.values())
-    print(f"\n== {n:,} subscriptions ({'broad wildcards' if broad else 'device-specific'}) "
-          f"over {len(ts):,} topics "
-          f"({', '.join(f'{count[d]:,} {short[d]}' for d in cost)})")
-    print(f"compile+index per subscription: {total / n * 1e6:8.1f} us (all)  " + "  ".join(
-        f"{short[d]} {cost[d] / max(count[d], 1) * 1e6:.1f} us" for d in cost))
-    print(f"memory per subscription: {mem / n:8.0f} B (tracemalloc, Python heap)   "
-          f"RSS growth {(rss1 - rss0) / n:.0f} B/sub (includes libxml2, allocator noise)")
+    print(
+        f"\n== {n:,} subscriptions ({'broad wildcards' if broad else 'device-specific'}) "
+        f"over {len(ts):,} topics "
+        f"({', '.join(f'{count[d]:,} {short[d]}' for d in cost)})"
+    )
+    print(
+        f"compile+index per subscription: {total / n * 1e6:8.1f} us (all)  "
+        + "  ".join(f"{short[d]} {cost[d] / max(count[d], 1) * 1e6:.1f} us" for d in cost)
+    )
+    print(
+        f"memory per subscription: {mem / n:8.0f} B (tracemalloc, Python heap)   "
+        f"RSS growth {(rss1 - rss0) / n:.0f} B/sub (includes libxml2, allocator noise)"
+    )
     # first match after a change: XPath groups evaluated once for this version
     rnd = random.Random(1)
     t0 = time.perf_counter()
     idx.match(topics[0])
-    print(f"first match at a new Topic Set version: {(time.perf_counter() - t0) * 1e3:8.1f} ms "
-          f"({len(idx._xgroups)} distinct XPath-only expressions re-evaluated)")
+    print(
+        f"first match at a new Topic Set version: {(time.perf_counter() - t0) * 1e3:8.1f} ms "
+        f"({len(idx._xgroups)} distinct XPath-only expressions re-evaluated)"
+    )
     # steady state: one notification at a time against all subscriptions
     sample = [rnd.choice(topics) for _ in range(1000)]
     matched = 0
@@ -175,9 +198,11 @@ def bench(n: int, seconds: float, broad: bool) -> None:
         calls += 100
         sample.append(sample.pop(0))
     dt = time.perf_counter() - t0
-    print(f"matches/s (one notification vs all {n:,}), warm: {calls / dt:10,.0f}   "
-          f"mean {matched / calls:.0f} subscriptions selected per notification, "
-          f"{dt / calls * 1e6:.1f} us per match")
+    print(
+        f"matches/s (one notification vs all {n:,}), warm: {calls / dt:10,.0f}   "
+        f"mean {matched / calls:.0f} subscriptions selected per notification, "
+        f"{dt / calls * 1e6:.1f} us per match"
+    )
     # cold: the per-topic result cache emptied before every notification (as
     # after a Subscribe/Unsubscribe): the index walk itself
     matched = 0
@@ -191,15 +216,19 @@ def bench(n: int, seconds: float, broad: bool) -> None:
         calls += 100
         sample.append(sample.pop(0))
     dt = time.perf_counter() - t0
-    print(f"matches/s (one notification vs all {n:,}), cold: {calls / dt:10,.0f}   "
-          f"{dt / calls * 1e6:.1f} us per match")
+    print(
+        f"matches/s (one notification vs all {n:,}), cold: {calls / dt:10,.0f}   "
+        f"{dt / calls * 1e6:.1f} us per match"
+    )
     # growth: a new device topic; wildcard subscriptions see it (§9)
     new = ConcreteTopic(DEV, ("esp32-9999", "temperature"))
     ts.grow(new)
     t0 = time.perf_counter()
     hits = idx.match(new)
-    print(f"after grow(): first match {(time.perf_counter() - t0) * 1e3:.1f} ms, "
-          f"{len(hits):,} subscriptions select the new topic")
+    print(
+        f"after grow(): first match {(time.perf_counter() - t0) * 1e3:.1f} ms, "
+        f"{len(hits):,} subscriptions select the new topic"
+    )
     t0 = time.perf_counter()
     for _ in range(1000):
         idx.match(new)

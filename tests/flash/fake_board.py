@@ -88,8 +88,11 @@ class FakeBoard:
     def _soft_reboot(self) -> None:
         self._kill_agent()
         self.agent = subprocess.Popen(
-            [str(self.micropython), "-c", AGENT], cwd=self.root, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            [str(self.micropython), "-c", AGENT],
+            cwd=self.root,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             env=dict(os.environ, MICROPYPATH=f".frozen:{self.root}"),
         )
 

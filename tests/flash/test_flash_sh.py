@@ -37,14 +37,21 @@ STAGE = Path(tempfile.mkdtemp(prefix="wsn-flash-stage-"))
 atexit.register(shutil.rmtree, STAGE, True)
 
 
-def flash(*args: str, path: str | None = None, env: dict[str, str] | None = None,
-          timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def flash(
+    *args: str, path: str | None = None, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     e = dict(os.environ)
     e["PATH"] = path if path is not None else f"{VENV_BIN}:{os.environ['PATH']}"
     e["WSN_FLASH_STAGE"] = str(STAGE / args[0]) if args else str(STAGE)
     e.update(env or {})
-    return subprocess.run(["bash", str(FLASH), *args], capture_output=True, text=True,
-                          timeout=timeout, env=e, cwd=ROOT)
+    return subprocess.run(
+        ["bash", str(FLASH), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=e,
+        cwd=ROOT,
+    )
 
 
 def commands(out: str) -> list[list[str]]:
@@ -78,16 +85,46 @@ def only_tools(tmp_path: Path, *names: str) -> str:
 def test_help_explains_every_target_and_option() -> None:
     r = flash("--help")
     assert r.returncode == 0, r.stderr
-    for word in ("esp32", "rp2", "unix", "qemu", "--config", "--port", "--firmware", "--chip",
-                 "--baud", "--drive", "--no-compile", "--mpy-cross", "--heap", "--32bit",
-                 "--micropython", "--no-build", "--timeout", "--dry-run", "0x1000", "RPI-RP2",
-                 "MICROPYPATH=.frozen:device", "Exit status"):
+    for word in (
+        "esp32",
+        "rp2",
+        "unix",
+        "qemu",
+        "--config",
+        "--port",
+        "--firmware",
+        "--chip",
+        "--baud",
+        "--drive",
+        "--no-compile",
+        "--mpy-cross",
+        "--heap",
+        "--32bit",
+        "--micropython",
+        "--no-build",
+        "--timeout",
+        "--dry-run",
+        "0x1000",
+        "RPI-RP2",
+        "MICROPYPATH=.frozen:device",
+        "Exit status",
+    ):
         assert word in r.stdout, f"--help does not mention {word}"
     # Every option the parser accepts is documented.
     src = FLASH.read_text()
     parsed = set(re.findall(r"^\s+(--[a-z0-9-]+)\)", src, flags=re.MULTILINE))
-    parsed |= {"--config", "--port", "--firmware", "--chip", "--baud", "--drive", "--mpy-cross",
-               "--heap", "--micropython", "--timeout"}
+    parsed |= {
+        "--config",
+        "--port",
+        "--firmware",
+        "--chip",
+        "--baud",
+        "--drive",
+        "--mpy-cross",
+        "--heap",
+        "--micropython",
+        "--timeout",
+    }
     for opt in parsed:
         assert opt in r.stdout, f"{opt} is parsed but not in --help"
     assert flash("esp32", "--help").stdout == r.stdout
@@ -132,12 +169,20 @@ def test_esp32_dry_run_sequence(config: Path) -> None:
     assert len(compiled) == len(mods) and mods
     for c, src in zip(compiled, mods, strict=True):
         rel = src.relative_to(ROOT / "device").as_posix()
-        assert c == ["mpy-cross", "-march=xtensawin", "-s", rel, "-o",
-                     f"{stage}/{rel[:-3]}.mpy", str(src)]
-    tail = cmds[2 + len(compiled) + 1:]
+        assert c == [
+            "mpy-cross",
+            "-march=xtensawin",
+            "-s",
+            rel,
+            "-o",
+            f"{stage}/{rel[:-3]}.mpy",
+            str(src),
+        ]
+    tail = cmds[2 + len(compiled) + 1 :]
     mp = ["mpremote", "connect", "/dev/ttyUSB0"]
     assert [c[:3] for c in tail if c[0] == "mpremote"] == [mp] * len(
-        [c for c in tail if c[0] == "mpremote"])
+        [c for c in tail if c[0] == "mpremote"]
+    )
     board_steps = [c[3:] for c in tail if c[0] == "mpremote"]
     assert board_steps[0][0] == "exec" and 'rm("wsn")' in board_steps[0][1]
     assert ["cp", "-r", f"{stage}/wsn", ":wsn"] in board_steps
@@ -147,16 +192,34 @@ def test_esp32_dry_run_sequence(config: Path) -> None:
     assert not any(c[0] == "esptool" for c in cmds), "no firmware asked for"
 
 
-@pytest.mark.parametrize(("chip", "offset", "march"), [
-    ("esp32", "0x1000", "xtensawin"), ("esp32s2", "0x1000", "xtensawin"),
-    ("esp32s3", "0x0", "xtensawin"), ("esp32c3", "0x0", "rv32imc"),
-])
+@pytest.mark.parametrize(
+    ("chip", "offset", "march"),
+    [
+        ("esp32", "0x1000", "xtensawin"),
+        ("esp32s2", "0x1000", "xtensawin"),
+        ("esp32s3", "0x0", "xtensawin"),
+        ("esp32c3", "0x0", "rv32imc"),
+    ],
+)
 def test_esp32_firmware_erase_then_write_at_the_chips_offset(
-        tmp_path: Path, config: Path, chip: str, offset: str, march: str) -> None:
+    tmp_path: Path, config: Path, chip: str, offset: str, march: str
+) -> None:
     fw = tmp_path / "ESP32_GENERIC-20250415-v1.25.0.bin"
     fw.write_bytes(b"\xe9" + bytes(255))
-    r = flash("esp32", "--dry-run", "--port", "/dev/ttyUSB0", "--config", str(config),
-              "--firmware", str(fw), "--chip", chip, "--baud", "921600")
+    r = flash(
+        "esp32",
+        "--dry-run",
+        "--port",
+        "/dev/ttyUSB0",
+        "--config",
+        str(config),
+        "--firmware",
+        str(fw),
+        "--chip",
+        chip,
+        "--baud",
+        "921600",
+    )
     assert r.returncode == 0, r.stderr
     cmds = commands(r.stdout)
     base = ["esptool", "--chip", chip, "--port", "/dev/ttyUSB0", "--baud", "921600"]
@@ -213,10 +276,13 @@ def test_acceptance_dry_runs_as_written() -> None:
     assert ["cp", "CONFIG.json", ":config.json"] in steps and steps[-1] == ["reset"]
 
 
-@pytest.mark.parametrize(("target", "port"), [("esp32", ("--port", "/dev/ttyUSB0")),
-                                              ("rp2", ()), ("unix", ()), ("qemu", ())])
-def test_dry_run_without_any_tool_prints_everything(tmp_path: Path, config: Path, target: str,
-                                                    port: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("target", "port"),
+    [("esp32", ("--port", "/dev/ttyUSB0")), ("rp2", ()), ("unix", ()), ("qemu", ())],
+)
+def test_dry_run_without_any_tool_prints_everything(
+    tmp_path: Path, config: Path, target: str, port: tuple[str, ...]
+) -> None:
     """Issue 11 point 10: no mpremote, mpy-cross, esptool, micropython or qemu on PATH."""
     bare = tmp_path / "bare"
     bare.mkdir()
@@ -240,13 +306,29 @@ def test_dry_run_without_any_tool_prints_everything(tmp_path: Path, config: Path
 
 
 def test_missing_firmware_file_and_wrong_kind(tmp_path: Path, config: Path) -> None:
-    r = flash("esp32", "--dry-run", "--port", "/dev/ttyUSB0", "--config", str(config),
-              "--firmware", str(tmp_path / "none.bin"))
+    r = flash(
+        "esp32",
+        "--dry-run",
+        "--port",
+        "/dev/ttyUSB0",
+        "--config",
+        str(config),
+        "--firmware",
+        str(tmp_path / "none.bin"),
+    )
     assert r.returncode == 2 and "none.bin' not found" in r.stderr
     uf2 = tmp_path / "fw.uf2"
     uf2.write_bytes(b"UF2\n")
-    r = flash("esp32", "--dry-run", "--port", "/dev/ttyUSB0", "--config", str(config),
-              "--firmware", str(uf2))
+    r = flash(
+        "esp32",
+        "--dry-run",
+        "--port",
+        "/dev/ttyUSB0",
+        "--config",
+        str(config),
+        "--firmware",
+        str(uf2),
+    )
     assert r.returncode == 2 and "is a .bin image" in r.stderr
 
 
@@ -255,30 +337,45 @@ def test_missing_tools_via_path(tmp_path: Path, config: Path) -> None:
     r = flash("esp32", "--port", "/dev/null", "--config", str(config), path="/usr/bin:/bin")
     assert r.returncode == 3 and "mpremote not found on PATH" in r.stderr, r.stderr
     # mpremote but no mpy-cross.
-    r = flash("rp2", "--port", "/dev/null", "--config", str(config),
-              path=only_tools(tmp_path, "mpremote"))
+    r = flash(
+        "rp2", "--port", "/dev/null", "--config", str(config), path=only_tools(tmp_path, "mpremote")
+    )
     assert r.returncode == 3 and "mpy-cross not found on PATH" in r.stderr, r.stderr
     # Firmware asked for, but no esptool: refused before anything touches the board.
     fw = tmp_path / "fw.bin"
     fw.write_bytes(b"\xe9")
-    r = flash("esp32", "--port", "/dev/null", "--config", str(config), "--firmware", str(fw),
-              path=only_tools(tmp_path, "mpremote", "mpy-cross"))
+    r = flash(
+        "esp32",
+        "--port",
+        "/dev/null",
+        "--config",
+        str(config),
+        "--firmware",
+        str(fw),
+        path=only_tools(tmp_path, "mpremote", "mpy-cross"),
+    )
     assert r.returncode == 3 and "esptool not found on PATH" in r.stderr, r.stderr
     assert not commands(r.stdout)
     # An explicit tool that does not exist.
-    r = flash("esp32", "--port", "/dev/null", "--config", str(config),
-              env={"MPREMOTE": str(tmp_path / "no-mpremote")})
+    r = flash(
+        "esp32",
+        "--port",
+        "/dev/null",
+        "--config",
+        str(config),
+        env={"MPREMOTE": str(tmp_path / "no-mpremote")},
+    )
     assert r.returncode == 3 and "no-mpremote not found" in r.stderr
 
 
 def test_no_compile_copies_sources(config: Path) -> None:
-    r = flash("esp32", "--dry-run", "--no-compile", "--port", "/dev/ttyUSB0",
-              "--config", str(config))
+    r = flash(
+        "esp32", "--dry-run", "--no-compile", "--port", "/dev/ttyUSB0", "--config", str(config)
+    )
     assert r.returncode == 0, r.stderr
     cmds = commands(r.stdout)
     assert not any(c[0] == "mpy-cross" for c in cmds)
-    assert ["cp", "-r", str(ROOT / "device" / "wsn"),
-            str(STAGE / "esp32" / "wsn")] in cmds
+    assert ["cp", "-r", str(ROOT / "device" / "wsn"), str(STAGE / "esp32" / "wsn")] in cmds
 
 
 def _run_printed_compile(out: str) -> Path:
@@ -317,8 +414,13 @@ def test_compiled_mpy_files_import_on_micropython(config: Path, target: str) -> 
                 if IN_CI:
                     pytest.fail(f"{mp} missing")
                 continue
-            p = subprocess.run([str(mp), "-c", script], capture_output=True, text=True,
-                               timeout=60, env=dict(os.environ, MICROPYPATH=f".frozen:{stage}"))
+            p = subprocess.run(
+                [str(mp), "-c", script],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=dict(os.environ, MICROPYPATH=f".frozen:{stage}"),
+            )
             assert p.returncode == 0 and f"imported {len(core)}" in p.stdout, (
                 f"{mp}: {p.stdout}{p.stderr}"
             )
@@ -351,14 +453,23 @@ def test_rp2_firmware_is_copied_to_the_drive_first(tmp_path: Path, config: Path)
     uf2 = tmp_path / "RPI_PICO_W-20250415-v1.25.0.uf2"
     uf2.write_bytes(b"UF2\n" + bytes(508))
     drive = _pico_drive(tmp_path)
-    r = flash("rp2", "--dry-run", "--config", str(config), "--firmware", str(uf2),
-              "--drive", str(drive), "--port", "/dev/ttyACM0")
+    r = flash(
+        "rp2",
+        "--dry-run",
+        "--config",
+        str(config),
+        "--firmware",
+        str(uf2),
+        "--drive",
+        str(drive),
+        "--port",
+        "/dev/ttyACM0",
+    )
     assert r.returncode == 0, r.stderr
     cmds = commands(r.stdout)
     assert cmds[0] == ["cp", str(uf2), f"{drive}/"] and cmds[1] == ["sync"]
     assert "wait (up to 30 s)" in r.stdout
-    assert all(c[:3] == ["mpremote", "connect", "/dev/ttyACM0"] for c in cmds
-               if c[0] == "mpremote")
+    assert all(c[:3] == ["mpremote", "connect", "/dev/ttyACM0"] for c in cmds if c[0] == "mpremote")
 
 
 def test_rp2_firmware_copy_for_real_then_no_board(tmp_path: Path, config: Path) -> None:
@@ -366,8 +477,18 @@ def test_rp2_firmware_copy_for_real_then_no_board(tmp_path: Path, config: Path) 
     uf2 = tmp_path / "fw.uf2"
     uf2.write_bytes(b"UF2\n" + bytes(508))
     drive = _pico_drive(tmp_path)
-    r = flash("rp2", "--config", str(config), "--firmware", str(uf2), "--drive", str(drive),
-              "--port", "/dev/null", env={"RP2_WAIT": "1"})
+    r = flash(
+        "rp2",
+        "--config",
+        str(config),
+        "--firmware",
+        str(uf2),
+        "--drive",
+        str(drive),
+        "--port",
+        "/dev/null",
+        env={"RP2_WAIT": "1"},
+    )
     assert (drive / "fw.uf2").read_bytes() == uf2.read_bytes()
     assert r.returncode == 4 and "did not come back on serial port /dev/null" in r.stderr, r.stderr
 
@@ -377,8 +498,17 @@ def test_rp2_drive_errors(tmp_path: Path, config: Path) -> None:
     uf2.write_bytes(b"UF2\n")
     not_pico = tmp_path / "usbstick"
     not_pico.mkdir()
-    r = flash("rp2", "--config", str(config), "--firmware", str(uf2), "--drive", str(not_pico),
-              "--port", "/dev/null")
+    r = flash(
+        "rp2",
+        "--config",
+        str(config),
+        "--firmware",
+        str(uf2),
+        "--drive",
+        str(not_pico),
+        "--port",
+        "/dev/null",
+    )
     assert r.returncode == 4 and "not an RPI-RP2 drive" in r.stderr and "BOOTSEL" in r.stderr
     assert not list(not_pico.iterdir())
     bin_fw = tmp_path / "fw.bin"
@@ -400,8 +530,15 @@ def test_unix_dry_run(config: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert commands(r.stdout) == [
         ["cd", str(ROOT)],
-        ["env", "MICROPYPATH=.frozen:device", "micropython", "-X", "heapsize=64K",
-         "device/main.py", str(config)],
+        [
+            "env",
+            "MICROPYPATH=.frozen:device",
+            "micropython",
+            "-X",
+            "heapsize=64K",
+            "device/main.py",
+            str(config),
+        ],
     ]
     r = flash("unix", "--dry-run", "--config", str(config), "--32bit")
     assert commands(r.stdout)[1][2] == str(BIN / "micropython32")
@@ -432,15 +569,19 @@ def test_unix_runs_main_py_with_the_right_path_and_heap(tmp_path: Path, config: 
     interpreter is wrapped to print what it got and then run `import wsn` for real.
     """
     mp = VENV_BIN / "micropython"
-    wrapper = _make_exe(tmp_path / "mp-wrapper", (
-        "#!/bin/sh\n"
-        'echo "cwd=$(pwd) path=$MICROPYPATH args=$*"\n'
-        f'exec {mp} -X heapsize=64K -c "import wsn; print(\'wsn\', wsn.__version__)"\n'
-    ))
+    wrapper = _make_exe(
+        tmp_path / "mp-wrapper",
+        (
+            "#!/bin/sh\n"
+            'echo "cwd=$(pwd) path=$MICROPYPATH args=$*"\n'
+            f"exec {mp} -X heapsize=64K -c \"import wsn; print('wsn', wsn.__version__)\"\n"
+        ),
+    )
     r = flash("unix", "--config", str(config), "--heap", "64K", "--micropython", str(wrapper))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert f"cwd={ROOT} path=.frozen:device args=-X heapsize=64K device/main.py {config}" \
-        in r.stdout
+    assert (
+        f"cwd={ROOT} path=.frozen:device args=-X heapsize=64K device/main.py {config}" in r.stdout
+    )
     assert "wsn " in r.stdout
 
 
@@ -462,8 +603,9 @@ def test_qemu_boots_and_runs_the_device_self_test(heap: str) -> None:
     r = flash("qemu", *(["--heap", heap] if heap else []), timeout=900)
     out = r.stdout + r.stderr
     summaries = [line for line in r.stdout.splitlines() if SUMMARY in line and "failed" in line]
-    flash_summaries.append(f"flash.sh qemu {'--heap ' + heap if heap else '(default heap)'}: "
-                           + " | ".join(summaries))
+    flash_summaries.append(
+        f"flash.sh qemu {'--heap ' + heap if heap else '(default heap)'}: " + " | ".join(summaries)
+    )
     assert r.returncode == 0, f"flash.sh qemu failed: {summaries}\n{out[-6000:]}"
     assert "booted, serial on /dev/pts/" in r.stdout
     assert summaries and all(s.endswith(" 0 failed") for s in summaries), out[-6000:]
@@ -477,8 +619,14 @@ def test_qemu_dry_run_and_missing_qemu(tmp_path: Path) -> None:
     cmds = commands(r.stdout)
     assert cmds[0] == ["bash", str(ROOT / "scripts" / "build_micropython.sh"), "--only", "qemu"]
     assert "-serial pty -kernel" in r.stdout and "qemu-mps2-an385-64k.elf" in r.stdout
-    assert cmds[-1][-8:-2] == ["--firmware", str(BIN / "qemu-mps2-an385-64k.elf"), "--tests",
-                             "all", "--timeout", "300"]
+    assert cmds[-1][-8:-2] == [
+        "--firmware",
+        str(BIN / "qemu-mps2-an385-64k.elf"),
+        "--tests",
+        "all",
+        "--timeout",
+        "300",
+    ]
     r = flash("qemu", "--no-build", env={"QEMU": str(tmp_path / "no-qemu")})
     assert r.returncode == 3 and "no-qemu not found" in r.stderr and "qemu-system-arm" in r.stderr
     r = flash("qemu", "--no-build", path="/usr/bin:/bin")
@@ -488,10 +636,10 @@ def test_qemu_dry_run_and_missing_qemu(tmp_path: Path) -> None:
 def test_qemu_failing_self_test_fails_flash_sh(tmp_path: Path) -> None:
     """A board that never opens its pty makes flash.sh qemu fail, clearly and without hanging."""
     _need_artifact("qemu-mps2-an385.elf")
-    fake = _make_exe(tmp_path / "qemu-system-arm", "#!/bin/sh\necho 'qemu: no pty today'\n"
-                     "exec sleep 600\n")
-    r = flash("qemu", "--no-build", env={"QEMU": str(fake), "QEMU_BOOT_TIMEOUT": "2"},
-              timeout=120)
+    fake = _make_exe(
+        tmp_path / "qemu-system-arm", "#!/bin/sh\necho 'qemu: no pty today'\nexec sleep 600\n"
+    )
+    r = flash("qemu", "--no-build", env={"QEMU": str(fake), "QEMU_BOOT_TIMEOUT": "2"}, timeout=120)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "no 'char device redirected" in r.stderr and "self-test on QEMU failed" in r.stderr
 
@@ -543,17 +691,22 @@ def test_unix_really_starts_the_device(tmp_path: Path, bits: str) -> None:
         _need_artifact("micropython32")
     base = json.loads((ROOT / "device" / "config.example.json").read_text())
     port = _free_port()
-    base.update(http_host="127.0.0.1", http_port=port, advertise_host="127.0.0.1",
-                gateway="http://127.0.0.1:9/wsn/broker",  # nothing listens: gateway down
-                sensors=[{"topic": "heartbeat", "kind": "heartbeat", "period_s": 60}])
+    base.update(
+        http_host="127.0.0.1",
+        http_port=port,
+        advertise_host="127.0.0.1",
+        gateway="http://127.0.0.1:9/wsn/broker",  # nothing listens: gateway down
+        sensors=[{"topic": "heartbeat", "kind": "heartbeat", "period_s": 60}],
+    )
     cfg = tmp_path / "unix.json"
     cfg.write_text(json.dumps(base))
     e = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}")
     args = ["bash", str(FLASH), "unix", "--config", str(cfg)]
     if bits == "32":
         args.append("--32bit")
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=e, cwd=tmp_path)  # any cwd: flash.sh runs from the repo root
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e, cwd=tmp_path
+    )  # any cwd: flash.sh runs from the repo root
     try:
         _wait_for_line(proc, f"http://127.0.0.1:{port}/wsn/producer")
         assert 200 <= _http_status(f"http://127.0.0.1:{port}/wsn/producer") < 600
@@ -583,9 +736,13 @@ def test_deploy_over_serial_then_the_deployed_tree_boots(tmp_path: Path, target:
     (flash_root / "keep.txt").write_text("user data\n")
     port = _free_port()
     cfg = json.loads((ROOT / "device" / "config.example.json").read_text())
-    cfg.update(http_host="127.0.0.1", http_port=port, advertise_host="127.0.0.1",
-               gateway="http://127.0.0.1:9/wsn/broker",
-               sensors=[{"topic": "heartbeat", "kind": "heartbeat", "period_s": 60}])
+    cfg.update(
+        http_host="127.0.0.1",
+        http_port=port,
+        advertise_host="127.0.0.1",
+        gateway="http://127.0.0.1:9/wsn/broker",
+        sensors=[{"topic": "heartbeat", "kind": "heartbeat", "period_s": 60}],
+    )
     cfg_file = tmp_path / "dev.json"
     cfg_file.write_text(json.dumps(cfg))
     with FakeBoard(flash_root, _board_micropython()) as board:
@@ -597,12 +754,20 @@ def test_deploy_over_serial_then_the_deployed_tree_boots(tmp_path: Path, target:
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-5000:]
     assert resets == 1, out[-3000:]
-    deployed = sorted(p.relative_to(flash_root).as_posix() for p in flash_root.rglob("*")
-                      if p.is_file() and p.name != ".fake-board-resets")
-    want_mpy = sorted(f"{p.relative_to(ROOT / 'device').as_posix()[:-3]}.mpy"
-                      for p in device_modules())
-    extras = ["config.json", "keep.txt", "main.py",
-              *sorted(p.name for p in (ROOT / "device").glob("*.xml"))]
+    deployed = sorted(
+        p.relative_to(flash_root).as_posix()
+        for p in flash_root.rglob("*")
+        if p.is_file() and p.name != ".fake-board-resets"
+    )
+    want_mpy = sorted(
+        f"{p.relative_to(ROOT / 'device').as_posix()[:-3]}.mpy" for p in device_modules()
+    )
+    extras = [
+        "config.json",
+        "keep.txt",
+        "main.py",
+        *sorted(p.name for p in (ROOT / "device").glob("*.xml")),
+    ]
     assert deployed == sorted(want_mpy + extras)
     assert json.loads((flash_root / "config.json").read_text()) == cfg
     assert (flash_root / "main.py").read_bytes() == (ROOT / "device" / "main.py").read_bytes()
@@ -610,9 +775,14 @@ def test_deploy_over_serial_then_the_deployed_tree_boots(tmp_path: Path, target:
         assert (flash_root / mpy).read_bytes()[:2] == b"M\x06", f"{mpy} is not .mpy v6"
 
     # Boot what was deployed, the way the board does (main.py, config.json next to it).
-    proc = subprocess.Popen([str(_board_micropython()), "main.py", "config.json"], cwd=flash_root,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, MICROPYPATH=".frozen"))
+    proc = subprocess.Popen(
+        [str(_board_micropython()), "main.py", "config.json"],
+        cwd=flash_root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, MICROPYPATH=".frozen"),
+    )
     try:
         _wait_for_line(proc, f"http://127.0.0.1:{port}/wsn/producer")
         assert 200 <= _http_status(f"http://127.0.0.1:{port}/wsn/producer") < 600
@@ -625,16 +795,27 @@ def test_mpy_version_mismatch_stops_before_copying(tmp_path: Path, config: Path)
     """The board is asked which .mpy version it loads; another mpy-cross is refused."""
     from fake_board import FakeBoard
 
-    old = _make_exe(tmp_path / "mpy-cross-old", (
-        "#!/bin/sh\n"
-        'if [ "$1" = --version ]; then\n'
-        '  echo "MicroPython v1.18 on 2022-01-17; mpy-cross emitting mpy v5"; exit 0\n'
-        "fi\nexit 1\n"
-    ))
+    old = _make_exe(
+        tmp_path / "mpy-cross-old",
+        (
+            "#!/bin/sh\n"
+            'if [ "$1" = --version ]; then\n'
+            '  echo "MicroPython v1.18 on 2022-01-17; mpy-cross emitting mpy v5"; exit 0\n'
+            "fi\nexit 1\n"
+        ),
+    )
     flash_root = tmp_path / "board-flash"
     with FakeBoard(flash_root, _board_micropython()) as board:
-        r = flash("esp32", "--port", board.port, "--config", str(config),
-                  "--mpy-cross", str(old), timeout=120)
+        r = flash(
+            "esp32",
+            "--port",
+            board.port,
+            "--config",
+            str(config),
+            "--mpy-cross",
+            str(old),
+            timeout=120,
+        )
     assert r.returncode == 1, r.stdout + r.stderr
     assert "the board loads .mpy v6 but" in r.stderr and "emits v5" in r.stderr, r.stderr
     assert not any(c[0] == str(old) for c in commands(r.stdout))

@@ -146,9 +146,7 @@ async def test_device_id_is_the_registered_devices_across_addresses(make_gateway
     # to the broker itself, naming the registered address as its producer
     r = await call(
         gw.url,
-        notify_body(
-            ("tns:t", reading(2, "sim-01")), producer="http://127.0.0.1:9002/wsn/producer"
-        ),
+        notify_body(("tns:t", reading(2, "sim-01")), producer="http://127.0.0.1:9002/wsn/producer"),
     )
     assert r.status == 202, r.text
     # an unregistered producer has no device id, whatever its payload says

@@ -107,9 +107,11 @@ async def test_backlog_gauges_and_drops(make_gateway: Any, make_consumer: Any) -
     r = await notify(gw, *[("tns:a", reading(i)) for i in range(5)])
     assert r.status == 202, r.text
     after = await scrape(gw)
-    assert v(after, "wsn_deliveries_total", outcome="dropped") - v(
-        before, "wsn_deliveries_total", outcome="dropped"
-    ) == 2
+    assert (
+        v(after, "wsn_deliveries_total", outcome="dropped")
+        - v(before, "wsn_deliveries_total", outcome="dropped")
+        == 2
+    )
     assert v(after, "wsn_backlog_messages") == 3
     assert v(after, "wsn_backlog_max_messages") == 3
     assert v(after, "wsn_pullpoints") == 1
@@ -135,12 +137,15 @@ async def test_inadmissible_notifications_are_counted(make_gateway: Any, tmp_pat
     r = await notify(gw, ("tns:B", bad), ("tns:B", good), ("tns:B", bad))
     assert r.status == 202, r.text
     after = await scrape(gw)
-    assert v(after, "wsn_notifications_inadmissible_total") - v(
-        before, "wsn_notifications_inadmissible_total"
-    ) == 2
-    assert v(after, "wsn_notifications_accepted_total") - v(
-        before, "wsn_notifications_accepted_total"
-    ) == 1
+    assert (
+        v(after, "wsn_notifications_inadmissible_total")
+        - v(before, "wsn_notifications_inadmissible_total")
+        == 2
+    )
+    assert (
+        v(after, "wsn_notifications_accepted_total") - v(before, "wsn_notifications_accepted_total")
+        == 1
+    )
 
 
 async def _raw(port: int, data: bytes) -> bytes:

@@ -181,14 +181,22 @@ async def test_lifecycle_logs_one_json_line_each_and_no_tracebacks(
         r = await call(gwp.url, register_body("dk", "http://127.0.0.1:9/p", demand=True),
                        action=A_REG)  # fmt: skip
         assert not r.is_fault, r.text
-        r = await call(gwp.url, subscribe_body(
-            "http://127.0.0.1:9/down",
-            topic_filter("dev:dk/temperature", CONCRETE, 'xmlns:dev="urn:wsn-edge:devices"')))
+        r = await call(
+            gwp.url,
+            subscribe_body(
+                "http://127.0.0.1:9/down",
+                topic_filter("dev:dk/temperature", CONCRETE, 'xmlns:dev="urn:wsn-edge:devices"'),
+            ),
+        )
         assert not r.is_fault, r.text
         dead_sub = (r.body.findtext(f".//{{{WSA}}}Address") or "").rsplit("/", 1)[1]
         # its consumer is down: a notification makes the gateway try, and give up at 0.3 s
-        r = await call(gwp.url, notify_body(("dev:dk/temperature", reading(1)),
-                                            nsdecl='xmlns:dev="urn:wsn-edge:devices"'))
+        r = await call(
+            gwp.url,
+            notify_body(
+                ("dev:dk/temperature", reading(1)), nsdecl='xmlns:dev="urn:wsn-edge:devices"'
+            ),
+        )
         assert r.status == 202, r.text
         r = await call(gwp.url, subscribe_body(c.url, topic_filter("tns:a")))
         sub_addr = r.body.findtext(f".//{{{WSA}}}Address") or ""
@@ -230,7 +238,9 @@ async def test_lifecycle_logs_one_json_line_each_and_no_tracebacks(
     assert [(r["device"], r["demanded"]) for r in demand] == [("dk", d) for d in (0, 1, 0)]
     created = [r for r in records if r.get("event") == "subscription_created"]
     assert [(r["consumer"], r["expression"]) for r in created] == [
-        ("http://127.0.0.1:9/down", "dev:dk/temperature"), (c.url, "tns:a"), (c.url, "tns:a")
+        ("http://127.0.0.1:9/down", "dev:dk/temperature"),
+        (c.url, "tns:a"),
+        (c.url, "tns:a"),
     ]
     assert created[1]["level"] == "INFO" and created[1]["time"].endswith("Z")
 
@@ -277,7 +287,9 @@ async def test_status_page_escapes_what_clients_sent(make_gateway: Any) -> None:
     """Publisher addresses and device ids come from clients: the page shows them as text,
     never as markup (jinja2 autoescape)."""
     gw = await make_gateway()
-    body = register_body("d&lt;i&gt;1", "http://127.0.0.1:9/p?q=&lt;script&gt;alert(1)&lt;/script&gt;")
+    body = register_body(
+        "d&lt;i&gt;1", "http://127.0.0.1:9/p?q=&lt;script&gt;alert(1)&lt;/script&gt;"
+    )
     r = await call(gw.url, body, action=A_REG)
     assert not r.is_fault, r.text
     status, page = await get(f"http://127.0.0.1:{gw.port}/status")

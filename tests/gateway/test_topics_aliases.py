@@ -126,8 +126,9 @@ def test_single_topic_operations(ts: TopicSet) -> None:
     with pytest.raises(TopicNotSupported, match="identifies no topic"):
         require_single_topic(compile_expression(SIMPLE, "tns:self", NS), ts)
     # a non-alias topic that is not a member yet (the broker grows it next)
-    assert require_single_topic(compile_expression(CONCRETE, "tns:t1/new", NS), ts) == \
-        T("t1", "new")
+    assert require_single_topic(compile_expression(CONCRETE, "tns:t1/new", NS), ts) == T(
+        "t1", "new"
+    )
 
 
 def test_matching_through_aliases(ts: TopicSet) -> None:

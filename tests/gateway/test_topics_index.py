@@ -45,14 +45,28 @@ def test_index_equals_reevaluation_across_dialects_and_growth() -> None:
     for k, e in subs.items():
         idx.add(k, e)
     assert len(idx) == len(subs)
-    topics = [dev("esp32-01"), dev("esp32-01", "temperature"), dev("esp32-01", "humidity"),
-              dev("pico-02", "light"), dev("pico-02", "temperature"), ConcreteTopic("", ("x",))]
+    topics = [
+        dev("esp32-01"),
+        dev("esp32-01", "temperature"),
+        dev("esp32-01", "humidity"),
+        dev("pico-02", "light"),
+        dev("pico-02", "temperature"),
+        ConcreteTopic("", ("x",)),
+    ]
     for t in topics:
         ts.grow(t)
         for u in topics:
             assert idx.match(u) == brute(subs, u, ts), (t, u)
     assert idx.match(dev("esp32-01", "temperature")) == {
-        "c1", "f1", "f2", "f2b", "f4", "x1", "x2", "x3"}
+        "c1",
+        "f1",
+        "f2",
+        "f2b",
+        "f4",
+        "x1",
+        "x2",
+        "x3",
+    }
     idx.remove("f2")
     idx.remove("x1")
     idx.remove("nope")

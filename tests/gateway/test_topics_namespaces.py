@@ -32,8 +32,11 @@ def doc(tns: str, body: str, final: bool = False, extra: str = "") -> bytes:
     ).encode()
 
 
-BASE = doc(EX1, '<wstop:Topic name="t1"><wstop:Topic name="c"/></wstop:Topic>'
-                '<wstop:Topic name="fin" final="true"/>')
+BASE = doc(
+    EX1,
+    '<wstop:Topic name="t1"><wstop:Topic name="c"/></wstop:Topic>'
+    '<wstop:Topic name="fin" final="true"/>',
+)
 EXT = doc(EX2, '<wstop:Topic name="t3" parent="tns1:t1"><wstop:Topic name="k"/></wstop:Topic>')
 
 
@@ -42,13 +45,20 @@ def ext_topic(*rest: str) -> ConcreteTopic:
 
 
 def test_topic_attributes_and_message_pattern() -> None:
-    ns = load_topic_namespace(doc(EX1, """
+    ns = load_topic_namespace(
+        doc(
+            EX1,
+            """
       <wstop:Topic name="a" final="1" messageTypes="tns1:m tns1:m tns2:n">
         <wstop:MessagePattern Dialect="http://www.w3.org/TR/1999/REC-xpath-19991116"
           >boolean(//tns1:m)</wstop:MessagePattern>
         <wstop:documentation>ignored</wstop:documentation>
         <wstop:Topic name="b"/>
-      </wstop:Topic>""", final=True, extra='name="N"'))
+      </wstop:Topic>""",
+            final=True,
+            extra='name="N"',
+        )
+    )
     assert ns.name == "N" and ns.final
     a = ns.topics["a"]
     assert a.final and a.message_types == (f"{{{EX1}}}m", f"{{{EX2}}}n")  # duplicate dropped
@@ -63,14 +73,26 @@ def test_topic_attributes_and_message_pattern() -> None:
         (b'<x:Other xmlns:x="urn:x" targetNamespace="urn:a"/>', "expected wstop:TopicNamespace"),
         (doc("", ""), "non-empty @targetNamespace"),
         (doc(EX1, '<wstop:Topic name="a"/><wstop:Topic name="a"/>'), "duplicate root"),
-        (doc(EX1, '<wstop:Topic name="a"><wstop:Topic name="b"/><wstop:Topic name="b"/>'
-                  "</wstop:Topic>"), "duplicate child"),
+        (
+            doc(
+                EX1,
+                '<wstop:Topic name="a"><wstop:Topic name="b"/><wstop:Topic name="b"/>'
+                "</wstop:Topic>",
+            ),
+            "duplicate child",
+        ),
         (doc(EX1, '<wstop:Topic name="1a"/>'), "not an NCName"),
-        (doc(EX1, '<wstop:Topic/>'), "missing"),
+        (doc(EX1, "<wstop:Topic/>"), "missing"),
         (doc(EX1, '<wstop:Topic name="a" final="yes"/>'), "xsd:boolean"),
         (doc(EX1, '<wstop:Topic name="a" messageTypes="zz:m"/>'), "'zz' is not declared"),
-        (doc(EX1, '<wstop:Topic name="a"><wstop:AliasRef Dialect="urn:x">a</wstop:AliasRef>'
-                  "</wstop:Topic>"), "not supported"),
+        (
+            doc(
+                EX1,
+                '<wstop:Topic name="a"><wstop:AliasRef Dialect="urn:x">a</wstop:AliasRef>'
+                "</wstop:Topic>",
+            ),
+            "not supported",
+        ),
     ],
 )
 def test_bad_documents(data: bytes, why: str) -> None:
@@ -79,17 +101,21 @@ def test_bad_documents(data: bytes, why: str) -> None:
 
 
 def test_hardened_parser_refuses_entities_and_dtds() -> None:
-    bomb = (b'<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
-            b'<!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">]>'
-            b'<wstop:TopicNamespace xmlns:wstop="http://docs.oasis-open.org/wsn/t-1" '
-            b'targetNamespace="urn:a"><wstop:Topic name="a">&lol2;</wstop:Topic>'
-            b"</wstop:TopicNamespace>")
+    bomb = (
+        b'<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
+        b'<!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">]>'
+        b'<wstop:TopicNamespace xmlns:wstop="http://docs.oasis-open.org/wsn/t-1" '
+        b'targetNamespace="urn:a"><wstop:Topic name="a">&lol2;</wstop:Topic>'
+        b"</wstop:TopicNamespace>"
+    )
     with pytest.raises(InvalidTopicNamespace, match="DTD"):
         load_topic_namespace(bomb)
-    ext = (b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY e SYSTEM "file:///etc/passwd">]>'
-           b'<wstop:TopicNamespace xmlns:wstop="http://docs.oasis-open.org/wsn/t-1" '
-           b'targetNamespace="urn:a"><wstop:Topic name="a">&e;</wstop:Topic>'
-           b"</wstop:TopicNamespace>")
+    ext = (
+        b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY e SYSTEM "file:///etc/passwd">]>'
+        b'<wstop:TopicNamespace xmlns:wstop="http://docs.oasis-open.org/wsn/t-1" '
+        b'targetNamespace="urn:a"><wstop:Topic name="a">&e;</wstop:Topic>'
+        b"</wstop:TopicNamespace>"
+    )
     with pytest.raises(InvalidTopicNamespace):
         load_topic_namespace(ext)
 
@@ -163,13 +189,17 @@ def test_rule3_cycles_are_rejected() -> None:
     ts2.add_namespace(load_topic_namespace(EXT))
     loop = doc(EX1.replace("1", "3"), "", extra="")
     ts2.add_namespace(load_topic_namespace(loop))
-    back = (f'<wstop:TopicNamespace xmlns:wstop="{WSTOP}" xmlns:tns1="{EX1}" xmlns:tns2="{EX2}" '
-            f'targetNamespace="{EX1}x"><wstop:Topic name="z" parent="tns1:t1/tns2:t3"/>'
-            "</wstop:TopicNamespace>").encode()
+    back = (
+        f'<wstop:TopicNamespace xmlns:wstop="{WSTOP}" xmlns:tns1="{EX1}" xmlns:tns2="{EX2}" '
+        f'targetNamespace="{EX1}x"><wstop:Topic name="z" parent="tns1:t1/tns2:t3"/>'
+        "</wstop:TopicNamespace>"
+    ).encode()
     ts2.add_namespace(load_topic_namespace(back))  # ex1 -> ex2 -> ex1x: fine
-    again = (f'<wstop:TopicNamespace xmlns:wstop="{WSTOP}" xmlns:tns1="{EX1}" '
-             f'xmlns:tns2="{EX2}" targetNamespace="{EX2}y">'
-             f'<wstop:Topic name="z" parent="tns1:t1/tns2:t3/tns1:q"/></wstop:TopicNamespace>')
+    again = (
+        f'<wstop:TopicNamespace xmlns:wstop="{WSTOP}" xmlns:tns1="{EX1}" '
+        f'xmlns:tns2="{EX2}" targetNamespace="{EX2}y">'
+        f'<wstop:Topic name="z" parent="tns1:t1/tns2:t3/tns1:q"/></wstop:TopicNamespace>'
+    )
     with pytest.raises(InvalidTopicNamespace, match="twice"):
         ts2.add_namespace(load_topic_namespace(again.encode()))
 
@@ -177,9 +207,11 @@ def test_rule3_cycles_are_rejected() -> None:
 def test_rule3_chain_through_an_extension_root() -> None:
     # EX3 extends EX2's extension topic t3, naming it by its own root name
     ex3 = "urn:ex3"
-    d3 = (f'<wstop:TopicNamespace xmlns:wstop="{WSTOP}" xmlns:tns2="{EX2}" '
-          f'targetNamespace="{ex3}"><wstop:Topic name="deep" parent="tns2:t3/k"/>'
-          "</wstop:TopicNamespace>").encode()
+    d3 = (
+        f'<wstop:TopicNamespace xmlns:wstop="{WSTOP}" xmlns:tns2="{EX2}" '
+        f'targetNamespace="{ex3}"><wstop:Topic name="deep" parent="tns2:t3/k"/>'
+        "</wstop:TopicNamespace>"
+    ).encode()
     ts = TopicSet()
     ts.add_namespace(load_topic_namespace(BASE))
     ts.add_namespace(load_topic_namespace(EXT))
@@ -206,8 +238,9 @@ def test_rule4_parent_not_final_and_defined() -> None:
 def test_final_namespace_and_grown_extensions() -> None:
     ts = TopicSet()
     ts.add_namespace(load_topic_namespace(BASE))
-    ts.add_namespace(load_topic_namespace(doc(EX2, '<wstop:Topic name="t3" parent="tns1:t1"/>',
-                                              final=True)))
+    ts.add_namespace(
+        load_topic_namespace(doc(EX2, '<wstop:Topic name="t3" parent="tns1:t1"/>', final=True))
+    )
     with pytest.raises(TopicNotSupported, match="final topic namespace"):
         ts.grow(ConcreteTopic(EX1, ("t1", f"{{{EX2}}}other")))
     with pytest.raises(TopicNotSupported, match="is final"):

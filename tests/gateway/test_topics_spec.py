@@ -67,8 +67,9 @@ def full_set() -> TopicSet:
 def section4_set() -> TopicSet:
     """The producer of §4 supports tns:t1, tns:t1/t2 and tns:t4/t5."""
     ts = TopicSet()
-    ts.add_namespace(load_topic_namespace(SECTION4_DOC), members=[T("t1"), T("t1", "t2"),
-                                                                  T("t4", "t5")])
+    ts.add_namespace(
+        load_topic_namespace(SECTION4_DOC), members=[T("t1"), T("t1", "t2"), T("t4", "t5")]
+    )
     return ts
 
 
@@ -168,8 +169,7 @@ def test_concrete_errors_are_precise(text: str, why: str) -> None:
 @pytest.fixture
 def deep() -> TopicSet:
     ts = full_set()
-    for path in [("t1", "t3", "x"), ("t1", "t3", "x", "y"), ("t1", "t2", "t3"),
-                 ("t4", "t5", "t3")]:
+    for path in [("t1", "t3", "x"), ("t1", "t3", "x", "y"), ("t1", "t2", "t3"), ("t4", "t5", "t3")]:
         ts.grow(T(*path))
     return ts
 
@@ -188,8 +188,21 @@ def deep() -> TopicSet:
         # "the descendents of tns:t1/t3 but ... does not include tns:t1/t3 itself"
         ("tns:t1/t3//*", {"t1/t3/x", "t1/t3/x/y"}),
         # "all the Topics in the entire Topic Namespace"
-        ("tns://*", {"t1", "t1/t2", "t1/t3", "t4", "t4/t5", "t4/t6", "t1/t3/x", "t1/t3/x/y",
-                     "t1/t2/t3", "t4/t5/t3"}),
+        (
+            "tns://*",
+            {
+                "t1",
+                "t1/t2",
+                "t1/t3",
+                "t4",
+                "t4/t5",
+                "t4/t6",
+                "t1/t3/x",
+                "t1/t3/x/y",
+                "t1/t2/t3",
+                "t4/t5/t3",
+            },
+        ),
         # "all descendents of tns:t1 that have the name t3"
         ("tns:t1//t3", {"t1/t3", "t1/t2/t3"}),
         # conjunction = set union
@@ -223,8 +236,9 @@ def test_concrete_is_full_and_simple_is_concrete() -> None:
         a = compile_expression(CONCRETE, text, NS).select(ts)
         assert a == compile_expression(FULL, text, NS).select(ts)
         assert a == compile_expression(XPATH, text, NS).select(ts)
-    assert compile_expression(SIMPLE, "tns:t4", NS).select(ts) == \
-        compile_expression(CONCRETE, "tns:t4", NS).select(ts)
+    assert compile_expression(SIMPLE, "tns:t4", NS).select(ts) == compile_expression(
+        CONCRETE, "tns:t4", NS
+    ).select(ts)
 
 
 @pytest.mark.parametrize(
@@ -246,8 +260,18 @@ def test_full_errors_are_precise(text: str, why: str) -> None:
 
 
 # --- §8.4 XPath -----------------------------------------------------------------
-@pytest.mark.parametrize("text", ["123", "//@topic=true", "//@topic", "//*[@topic=false]",
-                                  "//*[@wstop:topic='false']", "'tns:t1'", "count(//*)"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "123",
+        "//@topic=true",
+        "//@topic",
+        "//*[@topic=false]",
+        "//*[@wstop:topic='false']",
+        "'tns:t1'",
+        "count(//*)",
+    ],
+)
 def test_xpath_examples_that_identify_no_topics(text: str) -> None:
     ts = full_set()
     expr = compile_expression(XPATH, text, NS)
@@ -263,8 +287,10 @@ def test_xpath_full_power() -> None:
     assert sel(XPATH, "descendant::t5/parent::*", ts) == set()  # tns:t4 is no topic
 
 
-@pytest.mark.parametrize("text,why", [("nope:t1", "'nope'"), ("tns:t1[", "Invalid"),
-                                      ("nosuch()", "function"), ("$v", "variable")])
+@pytest.mark.parametrize(
+    "text,why",
+    [("nope:t1", "'nope'"), ("tns:t1[", "Invalid"), ("nosuch()", "function"), ("$v", "variable")],
+)
 def test_xpath_errors(text: str, why: str) -> None:
     with pytest.raises(InvalidTopicExpression) as e:
         compile_expression(XPATH, text, NS)
@@ -288,18 +314,29 @@ def test_prefixes_come_from_in_scope_declarations_of_the_carrier() -> None:
 
 
 def test_dialect_uris() -> None:
-    assert canonical_dialect(
-        "http://www.ibm.com/xmlns/stdwip/web-services/WS-Topics/TopicExpression/simple"
-    ) == SIMPLE
-    assert canonical_dialect(
-        "http://www.ibm.com/xmlns/stdwip/web-services/WS-Topics/TopicExpression/concreteTopicPath"
-    ) == CONCRETE
-    assert canonical_dialect(
-        "http://www.ibm.com/xmlns/stdwip/web-services/WS-Topics/TopicExpression/FullTopicPath"
-    ) == FULL
+    assert (
+        canonical_dialect(
+            "http://www.ibm.com/xmlns/stdwip/web-services/WS-Topics/TopicExpression/simple"
+        )
+        == SIMPLE
+    )
+    assert (
+        canonical_dialect(
+            "http://www.ibm.com/xmlns/stdwip/web-services/WS-Topics/TopicExpression/concreteTopicPath"
+        )
+        == CONCRETE
+    )
+    assert (
+        canonical_dialect(
+            "http://www.ibm.com/xmlns/stdwip/web-services/WS-Topics/TopicExpression/FullTopicPath"
+        )
+        == FULL
+    )
     expr = compile_expression(
         "http://www.ibm.com/xmlns/stdwip/web-services/WS-Topics/TopicExpression/FullTopicPath",
-        "tns:t1/*", NS)
+        "tns:t1/*",
+        NS,
+    )
     assert expr.dialect == FULL
     with pytest.raises(TopicExpressionDialectUnknown, match="urn:nope"):
         compile_expression("urn:nope", "tns:t1", NS)
@@ -413,7 +450,8 @@ def test_unknown_namespace_grows_like_ad_hoc() -> None:
     ts = TopicSet()
     assert ts.grow(ConcreteTopic("urn:wsn-edge:devices", ("esp32-01", "temperature")))
     assert compile_expression(FULL, "dev:*/temperature", {"dev": "urn:wsn-edge:devices"}).matches(
-        ConcreteTopic("urn:wsn-edge:devices", ("esp32-01", "temperature")), ts)
+        ConcreteTopic("urn:wsn-edge:devices", ("esp32-01", "temperature")), ts
+    )
 
 
 # --- render_topic -------------------------------------------------------------------
@@ -463,22 +501,34 @@ def test_topic_expression_element_edge_cases() -> None:
     with pytest.raises(InvalidTopicExpression, match="no Dialect"):
         parse_topic_expression_element(el(b"<Topic>a</Topic>"))
     with pytest.raises(InvalidTopicExpression, match="child element"):
-        parse_topic_expression_element(el(
-            b'<Topic Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple">'
-            b"<x/></Topic>"))
+        parse_topic_expression_element(
+            el(
+                b'<Topic Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple">'
+                b"<x/></Topic>"
+            )
+        )
     with pytest.raises(InvalidTopicExpression, match="empty"):
-        parse_topic_expression_element(el(
-            b'<Topic Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple">'
-            b" </Topic>"))
-    expr = parse_topic_expression_element(el(
-        b'<Topic xmlns:tns="http://example.org/topicSpace/example1" '
-        b'Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete">'
-        b"tns:t1<!-- a comment -->/t2</Topic>"))
+        parse_topic_expression_element(
+            el(
+                b'<Topic Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple">'
+                b" </Topic>"
+            )
+        )
+    expr = parse_topic_expression_element(
+        el(
+            b'<Topic xmlns:tns="http://example.org/topicSpace/example1" '
+            b'Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete">'
+            b"tns:t1<!-- a comment -->/t2</Topic>"
+        )
+    )
     assert expr.single_topic() == T("t1", "t2")
     # the 2004 drafts' lower-case @dialect and URI
-    expr = parse_topic_expression_element(el(
-        b'<Topic xmlns:tns="http://example.org/topicSpace/example1" dialect="http://www.ibm.com/'
-        b'xmlns/stdwip/web-services/WS-Topics/TopicExpression/simple">tns:t1</Topic>'))
+    expr = parse_topic_expression_element(
+        el(
+            b'<Topic xmlns:tns="http://example.org/topicSpace/example1" dialect="http://www.ibm.com/'
+            b'xmlns/stdwip/web-services/WS-Topics/TopicExpression/simple">tns:t1</Topic>'
+        )
+    )
     assert expr.dialect == SIMPLE and expr.single_topic() == T("t1")
 
 

@@ -11,7 +11,11 @@ from gateway.topics import InvalidTopicExpression, compile_expression
 from gateway.topics.dialects import XPATH
 from gateway.topics.xpath_guard import MAX_PREDICATE_DEPTH, check
 
-NS = {"rd": "urn:wsn-edge:reading", "tns": "urn:test", "wstop": "http://docs.oasis-open.org/wsn/t-1"}
+NS = {
+    "rd": "urn:wsn-edge:reading",
+    "tns": "urn:test",
+    "wstop": "http://docs.oasis-open.org/wsn/t-1",
+}
 
 ALLOWED = [
     "/rd:Reading[rd:value > 30]",
@@ -78,5 +82,8 @@ def test_guard_in_front_of_message_content_and_topic_xpath() -> None:
         compile_expression(XPATH, "//*/following::*", NS)
     # the topic dialect has no EXSLT regular expressions either
     with pytest.raises(InvalidTopicExpression):
-        compile_expression(XPATH, "//*[re:test(local-name(), '(a+)+$')]",
-                           {**NS, "re": "http://exslt.org/regular-expressions"})
+        compile_expression(
+            XPATH,
+            "//*[re:test(local-name(), '(a+)+$')]",
+            {**NS, "re": "http://exslt.org/regular-expressions"},
+        )

@@ -296,9 +296,7 @@ async def test_device_registers_with_a_gateway_that_requires_credentials(
         assert (await refused.status())["gateway"]["state"] == "unregistered"
         refused.dev.stop()
 
-        dev = Client(
-            start_device(gateway=gw.url, gateway_retry_s=0.3, gateway_token="t0ken"), s
-        )
+        dev = Client(start_device(gateway=gw.url, gateway_retry_s=0.3, gateway_token="t0ken"), s)
         await until(lambda: _paused_is(dev, "temperature", False), "temperature active", 20)
         assert (await dev.status())["gateway"]["state"] == "registered"
         assert await dev.sample("temperature", 2) == 2

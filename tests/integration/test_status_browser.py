@@ -103,9 +103,12 @@ async def test_status_page_in_headless_chromium(
 
         def depth_is_4() -> bool:
             try:
-                return bool(browser.find_element(
-                    By.CSS_SELECTOR, f'#pullpoints tr[data-id="{pp_id}"] td:nth-child(2)'
-                ).text == "4")
+                return bool(
+                    browser.find_element(
+                        By.CSS_SELECTOR, f'#pullpoints tr[data-id="{pp_id}"] td:nth-child(2)'
+                    ).text
+                    == "4"
+                )
             except (StaleElementReferenceException, NoSuchElementException):
                 return False  # caught between two loads of the page: look again
 

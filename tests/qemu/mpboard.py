@@ -62,7 +62,6 @@ def record_summary(title: str, output: str) -> str:
     return line
 
 
-
 def core_test_modules() -> list[str]:
     mods: list[str] = qemu_run.core_test_modules(CORE_TEST_DIR)
     return mods
@@ -89,7 +88,10 @@ def require_core_tests() -> list[str]:
 def current_key(variant: str) -> str:
     out = subprocess.run(
         ["bash", str(ROOT / "scripts" / "build_micropython.sh"), "--print-key", KEY_NAMES[variant]],
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     )
     return out.stdout.strip()
 
@@ -109,7 +111,9 @@ def firmware_path(variant: str) -> Path:
     if built != want:
         proc = subprocess.run(
             ["bash", str(ROOT / "scripts" / "build_micropython.sh"), "--only", "qemu"],
-            capture_output=True, text=True, timeout=900,
+            capture_output=True,
+            text=True,
+            timeout=900,
         )
         assert proc.returncode == 0, (
             f"{fw.relative_to(ROOT)} was stale (key {built}, tree {want}) and rebuilding failed:\n"

@@ -16,10 +16,12 @@ SCRIPT = ROOT / "scripts" / "build_micropython.sh"
 CACHE = ROOT / ".cache" / "micropython"
 
 
-def build(*args: str, env: dict[str, str] | None = None, cwd: Path = ROOT,
-          script: Path = SCRIPT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(script), *args], capture_output=True, text=True,
-                          timeout=900, env=env, cwd=cwd)
+def build(
+    *args: str, env: dict[str, str] | None = None, cwd: Path = ROOT, script: Path = SCRIPT
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(script), *args], capture_output=True, text=True, timeout=900, env=env, cwd=cwd
+    )
 
 
 def _poisoned_path(tmp_path: Path) -> str:
@@ -45,11 +47,18 @@ def test_second_run_reuses_everything_without_network(tmp_path: Path) -> None:
     elapsed = time.monotonic() - t0
     out = second.stdout + second.stderr
     assert second.returncode == 0, out
-    print(f"\n[build] second run of build_micropython.sh: {elapsed:.2f} s\n{second.stdout}",
-          file=sys.__stdout__, flush=True)
-    for what in ("reusing Debian source micropython", "reusing mpy-cross",
-                 "reusing qemu-mps2-an385.elf", "reusing qemu-mps2-an385-64k.elf",
-                 "reusing micropython32"):
+    print(
+        f"\n[build] second run of build_micropython.sh: {elapsed:.2f} s\n{second.stdout}",
+        file=sys.__stdout__,
+        flush=True,
+    )
+    for what in (
+        "reusing Debian source micropython",
+        "reusing mpy-cross",
+        "reusing qemu-mps2-an385.elf",
+        "reusing qemu-mps2-an385-64k.elf",
+        "reusing micropython32",
+    ):
         assert what in out, out
     assert "building" not in out and "fetching" not in out, out
     assert elapsed < 20, f"second run took {elapsed:.1f} s:\n{out}"
@@ -122,12 +131,15 @@ def test_manifest_freezes_exactly_the_keyed_files() -> None:
         import manifestfile  # type: ignore[import-not-found]
     finally:
         sys.path.remove(str(src / "tools"))
-    m = manifestfile.ManifestFile(manifestfile.MODE_FREEZE, {
-        "MPY_DIR": str(src),
-        "MPY_LIB_DIR": str(src / "lib" / "micropython-lib"),
-        "PORT_DIR": str(src / "ports" / "qemu"),
-        "BOARD_DIR": str(src / "ports" / "qemu" / "boards" / "MPS2_AN385"),
-    })
+    m = manifestfile.ManifestFile(
+        manifestfile.MODE_FREEZE,
+        {
+            "MPY_DIR": str(src),
+            "MPY_LIB_DIR": str(src / "lib" / "micropython-lib"),
+            "PORT_DIR": str(src / "ports" / "qemu"),
+            "BOARD_DIR": str(src / "ports" / "qemu" / "boards" / "MPS2_AN385"),
+        },
+    )
     m.execute(str(ROOT / "tools" / "micropython" / "qemu_manifest.py"))
     frozen = {os.path.relpath(f.full_path, ROOT) for f in m.files()}
     keyed = set(build("--print-frozen").stdout.split()) - {"tools/micropython/qemu_manifest.py"}
@@ -164,9 +176,12 @@ def test_fetch_uses_private_apt_dirs_and_failures_are_loud(tmp_path: Path) -> No
     assert "E: Failed to fetch" in r.stderr, "the failing command's output tail is shown"
     args = calls.read_text()
     assert "apt-get " in args and " update" in args
-    for opt in (f"Dir::Etc::SourceList={cache}/apt/trixie-src.sources",
-                "Dir::Etc::SourceParts=/dev/null", f"Dir::State::Lists={cache}/apt/lists",
-                f"Dir::Cache={cache}/apt/cache"):
+    for opt in (
+        f"Dir::Etc::SourceList={cache}/apt/trixie-src.sources",
+        "Dir::Etc::SourceParts=/dev/null",
+        f"Dir::State::Lists={cache}/apt/lists",
+        f"Dir::Cache={cache}/apt/cache",
+    ):
         assert opt in args, args
     sources = (cache / "apt" / "trixie-src.sources").read_text()
     assert "Types: deb-src" in sources and "Suites: trixie" in sources

@@ -118,8 +118,9 @@ def _alive(pid: int) -> bool:
 def test_no_pty_line_is_a_timeout_not_a_hang(tmp_path: Path) -> None:
     fw = tmp_path / "fw.elf"
     fw.write_bytes(b"\x7fELF")
-    b = qemu_run.QemuBoard(fw, qemu=_fake_qemu(tmp_path, "echo booting; exec sleep 600"),
-                           boot_timeout=1.5)
+    b = qemu_run.QemuBoard(
+        fw, qemu=_fake_qemu(tmp_path, "echo booting; exec sleep 600"), boot_timeout=1.5
+    )
     t0 = time.monotonic()
     with pytest.raises(qemu_run.QemuError, match=r"(?s)no 'char device redirected.*booting"):
         b.start()

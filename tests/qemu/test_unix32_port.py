@@ -31,7 +31,8 @@ def test_is_32_bit_single_precision(micropython32: Path) -> None:
     with open(micropython32, "rb") as f:
         assert f.read(5) == b"\x7fELF\x01", "not a 32-bit ELF"  # EI_CLASS 1 = ELFCLASS32
     r = mp(
-        micropython32, "-c",
+        micropython32,
+        "-c",
         "import sys, time\n"
         "print(sys.maxsize, 1.0 + 2.0**-30 == 1.0, type(time.time()).__name__)\n"
         "print(sys.implementation.version[:3])",
@@ -48,8 +49,12 @@ def test_frozen_asyncio(micropython32: Path) -> None:
 
 
 def test_board_self_checks(micropython32: Path) -> None:
-    r = mp(micropython32, "-c", "import board_checks, sys; sys.exit(board_checks.run())",
-           path="tests/qemu/mp")
+    r = mp(
+        micropython32,
+        "-c",
+        "import board_checks, sys; sys.exit(board_checks.run())",
+        path="tests/qemu/mp",
+    )
     line = record_summary("micropython32: board self-checks", r.stdout)
     assert r.returncode == 0 and line == "4 passed, 0 failed", f"{line}\n{r.stdout}{r.stderr}"
 
@@ -57,9 +62,12 @@ def test_board_self_checks(micropython32: Path) -> None:
 def _core_tests(micropython32: Path, *opts: str) -> tuple[str, subprocess.CompletedProcess[str]]:
     modules = require_core_tests()
     r = mp(
-        micropython32, *opts, "-c",
+        micropython32,
+        *opts,
+        "-c",
         f"import sys, mp_runner\nsys.exit(1 if mp_runner.run({modules!r}) else 0)",
-        path=".frozen:device:tests/device/core:tests/device", timeout=300,
+        path=".frozen:device:tests/device/core:tests/device",
+        timeout=300,
     )
     return f"{len(modules)} core test modules", r
 
@@ -70,4 +78,3 @@ def test_core_unit_tests_on_micropython32(micropython32: Path) -> None:
     out = r.stdout[-4000:] + r.stderr[-2000:]
     assert r.returncode == 0 and line.endswith(" 0 failed"), f"micropython32: {line}\n{out}"
     assert line == f"{count_core_tests()} passed, 0 failed", f"{line}\n{out}"
-

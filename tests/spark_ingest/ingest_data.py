@@ -20,7 +20,10 @@ _n = 0
 
 
 def msg(
-    sec: float, producer: str | None, topic: str | None, fields: dict[str, str],
+    sec: float,
+    producer: str | None,
+    topic: str | None,
+    fields: dict[str, str],
     msg_id: str | None = None,
 ) -> Message:
     global _n
@@ -38,8 +41,13 @@ def reading(sec: float, producer: str, topic: str, value: str, **extra: str) -> 
     dev = topic.split("/")[0]
     unit = {"temperature": "Cel", "humidity": "%RH"}.get(topic.split("/")[-1], "1")
     at = T0 + timedelta(seconds=sec)
-    fields = {"device": dev, "value": value, "unit": unit,
-              "time": at.strftime("%Y-%m-%dT%H:%M:%SZ"), **extra}
+    fields = {
+        "device": dev,
+        "value": value,
+        "unit": unit,
+        "time": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        **extra,
+    }
     return msg(sec, producer, topic, fields)
 
 
@@ -50,6 +58,7 @@ class Bad:
 
 
 # ---- the batch landing zone: two files, bad lines, late data, a gap, a wrong clock -------
+
 
 def batch_zone() -> tuple[list[list[Message | Bad]], list[Message], list[Bad]]:
     t = "esp32-01/temperature"
@@ -78,21 +87,30 @@ def batch_zone() -> tuple[list[list[Message | Bad]], list[Message], list[Bad]]:
         msg(20, None, None, {"value": "5"}),
         # what counts as a number (aggregate.NUMBER_RE): decimal and scientific text, signs,
         # blanks around; not hex, digit separators, overflow or Infinity
-        msg(50, P2, "esp32-02/numbers", {
-            "sci": "1e3", "plus": "+5", "frac": ".5", "pad": " 7 ", "hex": "0x10",
-            "under": "1_000", "huge": "1e999", "inf": "Infinity", "word": "five"}),
+        msg(
+            50,
+            P2,
+            "esp32-02/numbers",
+            {
+                "sci": "1e3",
+                "plus": "+5",
+                "frac": ".5",
+                "pad": " 7 ",
+                "hex": "0x10",
+                "under": "1_000",
+                "huge": "1e999",
+                "inf": "Infinity",
+                "word": "five",
+            },
+        ),
         # a message without fields (heartbeat): a message for devices, no measurement
         msg(30, P3, hb, {}),
-        Bad('{"id":"q2","received_at":"2026-11-21T05:00:00Z","producer":"x"}',
-            "missing_fields"),
+        Bad('{"id":"q2","received_at":"2026-11-21T05:00:00Z","producer":"x"}', "missing_fields"),
         Bad('{"received_at":"2026-11-21T05:00:00Z","fields":{"value":"1"}}', "missing_id"),
-        Bad('{"id":"","received_at":"2026-11-21T05:00:00Z","fields":{"value":"1"}}',
-            "missing_id"),
+        Bad('{"id":"","received_at":"2026-11-21T05:00:00Z","fields":{"value":"1"}}', "missing_id"),
         Bad('{"id":"q3","fields":{"value":"1"}}', "missing_received_at"),
-        Bad('{"id":"q4","received_at":"yesterday","fields":{"value":"1"}}',
-            "bad_received_at"),
-        Bad('{"id":"q5","received_at":"2026-11-21T05:00:00Z","fields":"hot"}',
-            "malformed_json"),
+        Bad('{"id":"q4","received_at":"yesterday","fields":{"value":"1"}}', "bad_received_at"),
+        Bad('{"id":"q5","received_at":"2026-11-21T05:00:00Z","fields":"hot"}', "malformed_json"),
     ]
     # heartbeat every 10 s, then 150 s of silence, then again: one gap
     file1 += [msg(s, P3, hb, {"seq": str(i)}) for i, s in enumerate((0, 10, 20, 40))]
@@ -114,8 +132,9 @@ def write_zone(landing: Path, files: list[list[Message | Bad]], first_seq: int =
     for k, lines in enumerate(files):
         name = landing_name(T0 + timedelta(minutes=k), first_seq + k)
         paths.append(
-            write_lines(landing, name, [m.raw if isinstance(m, Bad) else m.to_json()
-                                        for m in lines])
+            write_lines(
+                landing, name, [m.raw if isinstance(m, Bad) else m.to_json() for m in lines]
+            )
         )
     return paths
 
@@ -171,8 +190,12 @@ def spark_aggregates(rows: list[Any]) -> dict[Key, dict[str, Any]]:
     got: dict[Key, dict[str, Any]] = {}
     for r in rows:
         d = r.asDict()
-        key = (d.pop("window_start").replace(tzinfo=UTC), d.pop("producer"),
-               d.pop("topic_path"), d.pop("field"))
+        key = (
+            d.pop("window_start").replace(tzinfo=UTC),
+            d.pop("producer"),
+            d.pop("topic_path"),
+            d.pop("field"),
+        )
         assert key not in got, f"duplicate aggregate row {key}"
         d["window_end"] = d["window_end"].replace(tzinfo=UTC)
         d["last_at"] = d["last_at"].replace(tzinfo=UTC)
@@ -194,8 +217,13 @@ def assert_same_aggregates(got: dict[Key, dict[str, Any]], want: dict[Key, dict[
 
 # ---- streaming landing zones ------------------------------------------------------------
 
-def steady(t_from: float, t_to: float, step: float = 10.0,
-           devices: tuple[str, ...] = ("esp32-01", "esp32-02")) -> list[Message]:
+
+def steady(
+    t_from: float,
+    t_to: float,
+    step: float = 10.0,
+    devices: tuple[str, ...] = ("esp32-01", "esp32-02"),
+) -> list[Message]:
     """Every device publishes temperature every `step` seconds in [t_from, t_to)."""
     out = []
     s = t_from

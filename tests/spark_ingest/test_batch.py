@@ -57,10 +57,14 @@ def test_aggregates_value_by_value(spark: Any, batch_run: dict[str, Any]) -> Non
     assert t["mean"] == pytest.approx((20.5 + 21.0 + 19.5 + 30.0) / 4)
     h = got[(w0, P1, "esp32-01/humidity", "value")]
     assert (h["count"], h["numeric_count"], h["min"], h["last"], h["last_str"]) == (
-        2, 1, 55.0, None, "n/a")
+        2,
+        1,
+        55.0,
+        None,
+        "n/a",
+    )
     nan = got[(w0 + timedelta(minutes=1), P1, "esp32-01/humidity", "value")]
-    assert (nan["count"], nan["numeric_count"], nan["mean"], nan["last_str"]) == (
-        1, 0, None, "NaN")
+    assert (nan["count"], nan["numeric_count"], nan["mean"], nan["last_str"]) == (1, 0, None, "NaN")
     tie = got[(w0, P2, "esp32-02/temperature", "value")]
     assert (tie["last"], tie["count"]) == (19.0, 2)
     # the wrong device clock does not move the reading out of its received_at window
@@ -68,8 +72,17 @@ def test_aggregates_value_by_value(spark: Any, batch_run: dict[str, Any]) -> Non
     assert clock["last_str"] == "1970-01-01T00:00:00Z"
     assert got[(w0, None, None, "value")]["last"] == 5.0
     nums = {k[3]: v["last"] for k, v in got.items() if k[2] == "esp32-02/numbers"}
-    assert nums == {"sci": 1000.0, "plus": 5.0, "frac": 0.5, "pad": 7.0, "hex": None,
-                    "under": None, "huge": None, "inf": None, "word": None}
+    assert nums == {
+        "sci": 1000.0,
+        "plus": 5.0,
+        "frac": 0.5,
+        "pad": 7.0,
+        "hex": None,
+        "under": None,
+        "huge": None,
+        "inf": None,
+        "word": None,
+    }
     assert not any(k[1] == P3 and k[3] not in ("seq",) for k in got), "heartbeat {} -> no rows"
 
 
@@ -109,7 +122,10 @@ def test_devices_first_last_count_and_gaps(spark: Any, batch_run: dict[str, Any]
     assert hb["gap_count"] == 1
     g = hb["gaps"][0]
     assert (g["start"], g["end"], g["seconds"]) == (
-        datetime(2026, 11, 21, 5, 0, 40), datetime(2026, 11, 21, 5, 3, 10), 150.0)
+        datetime(2026, 11, 21, 5, 0, 40),
+        datetime(2026, 11, 21, 5, 3, 10),
+        150.0,
+    )
     # P1: temperature at 5,15,25,45,65,90,130 (median step 20 s), humidity at 10,40,70
     # (30 s): usual 20 s; its longest pause (90 s -> 130 s) is below 3 x 20 s
     assert devs[P1]["usual_interval_s"] == 20.0
@@ -131,7 +147,8 @@ def test_persisted_run_gives_the_same_outputs(
         spark.conf.unset(KEEP_CONF)
     assert keep_mode(spark) == "checkpoint"  # local[2]
     assert s.to_dict() | {"out": None, "seconds": 0} == (
-        batch_run["summary"].to_dict() | {"out": None, "seconds": 0})
+        batch_run["summary"].to_dict() | {"out": None, "seconds": 0}
+    )
     for part in ("aggregates", "devices"):
         got = sorted(map(repr, spark.read.parquet(str(tmp_path / "out" / part)).collect()))
         want = sorted(map(repr, spark.read.parquet(str(root / "out" / part)).collect()))
@@ -172,8 +189,9 @@ def test_cli_batch_rerun_is_idempotent_and_plot(
 ) -> None:
     root = batch_run["root"]
     before = sorted(map(repr, spark.read.parquet(str(root / "out" / "aggregates")).collect()))
-    rc = cli.main(["batch", "--landing", str(root / "landing"), "--out", str(root / "out"),
-                   "--json"])
+    rc = cli.main(
+        ["batch", "--landing", str(root / "landing"), "--out", str(root / "out"), "--json"]
+    )
     assert rc == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["messages"] == batch_run["summary"].messages
@@ -181,14 +199,26 @@ def test_cli_batch_rerun_is_idempotent_and_plot(
     assert after == before
 
     png = root / "temp.png"
-    rc = cli.main(["plot", "--out", str(root / "out"), "--field", "value", "--topic",
-                   "temperature", "--png", str(png)])
+    rc = cli.main(
+        [
+            "plot",
+            "--out",
+            str(root / "out"),
+            "--field",
+            "value",
+            "--topic",
+            "temperature",
+            "--png",
+            str(png),
+        ]
+    )
     assert rc == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "1 panel(s), 2 series" in capsys.readouterr().out
     # unknown field: a clear message listing what exists, exit 1
-    rc = cli.main(["plot", "--out", str(root / "out"), "--field", "nope", "--png",
-                   str(root / "x.png")])
+    rc = cli.main(
+        ["plot", "--out", str(root / "out"), "--field", "nope", "--png", str(root / "x.png")]
+    )
     assert rc == 1
     err = capsys.readouterr().err
     assert "no aggregates for field 'nope'" in err and "value" in err
@@ -209,8 +239,13 @@ def test_parquet_landing_variant(spark: Any, tmp_path: Path) -> None:
 
     _, msgs, _ = batch_zone()
     good = msgs[:12]
-    nameless = Message(id=None, received_at=T0, producer=P1, topic_path="x/y",  # type: ignore[arg-type]
-                       fields={"value": "1"})
+    nameless = Message(
+        id=None,
+        received_at=T0,
+        producer=P1,
+        topic_path="x/y",  # type: ignore[arg-type]
+        fields={"value": "1"},
+    )
     landing = tmp_path / "landing"
     write_parquet_messages(landing, landing_name(T0, 1, ".parquet"), [*good[:6], nameless])
     write_zone(landing, [list(good[6:])], first_seq=2)  # JSON lines next to it
@@ -242,29 +277,38 @@ def test_landing_format_both_counts_each_id_once(
     landing = tmp_path / "landing"
     write_zone(landing, files)  # JSON lines, bad lines included (as in batch_run)
     for k, lines in enumerate(files):  # the same records as Parquet, same names
-        write_parquet_messages(landing, landing_name(T0 + timedelta(minutes=k), 1 + k,
-                                                     ".parquet"),
-                               [m for m in lines if not isinstance(m, Bad)])
+        write_parquet_messages(
+            landing,
+            landing_name(T0 + timedelta(minutes=k), 1 + k, ".parquet"),
+            [m for m in lines if not isinstance(m, Bad)],
+        )
     s = run_batch(spark, str(landing), str(tmp_path / "out"), window="1 minute")
     single = batch_run["summary"]
     assert (s.files, s.messages, s.duplicates) == (4, len(msgs), len(msgs))
     assert s.lines == 2 * len(msgs) + len(bads) == s.messages + s.duplicates + s.quarantined_total
     assert (s.quarantined, s.measurements, s.windows, s.producers) == (
-        single.quarantined, single.measurements, single.windows, single.producers)
+        single.quarantined,
+        single.measurements,
+        single.windows,
+        single.producers,
+    )
     assert single.duplicates == 0
     assert f"duplicates        {len(msgs)}" in s.render()
 
     def read(out: Path, part: str) -> Any:
         return spark.read.format("json" if part == "quarantine" else "parquet").load(
-            str(out / part))
+            str(out / part)
+        )
 
     both_out, single_out = tmp_path / "out", batch_run["root"] / "out"
     got = spark_aggregates(read(both_out, "aggregates").collect())
     assert_same_aggregates(got, spark_aggregates(read(single_out, "aggregates").collect()))
     assert_same_aggregates(got, expected_aggregates(msgs, 60))
     assert sorted(map(repr, read(both_out, "devices").collect())) == sorted(
-        map(repr, read(single_out, "devices").collect()))
+        map(repr, read(single_out, "devices").collect())
+    )
     assert sorted(r["raw"] for r in read(both_out, "quarantine").collect()) == sorted(
-        b.raw for b in bads)
+        b.raw for b in bads
+    )
     on_disk = json.loads((both_out / "_summary.json").read_text())
     assert on_disk["duplicates"] == len(msgs)

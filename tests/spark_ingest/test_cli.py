@@ -11,9 +11,14 @@ from spark_ingest.stream import interval_us
 
 @pytest.mark.parametrize(
     ("text", "us"),
-    [("1 minute", 60_000_000), ("10 seconds", 10_000_000), ("5 minutes", 300_000_000),
-     ("1 hour 30 minutes", 5_400_000_000), ("interval 2 days", 172_800_000_000),
-     ("500 milliseconds", 500_000)],
+    [
+        ("1 minute", 60_000_000),
+        ("10 seconds", 10_000_000),
+        ("5 minutes", 300_000_000),
+        ("1 hour 30 minutes", 5_400_000_000),
+        ("interval 2 days", 172_800_000_000),
+        ("500 milliseconds", 500_000),
+    ],
 )
 def test_interval_us(text: str, us: int) -> None:
     assert interval_us(text) == us
@@ -27,15 +32,16 @@ def test_interval_rejects(bad: str) -> None:
 
 @pytest.mark.parametrize(
     ("argv", "opt"),
-    [(["stream", "--trigger", "banana"], "--trigger"),
-     (["stream", "--watermark", "soon"], "--watermark"),
-     (["batch", "--window", "1 fortnight"], "--window")],
+    [
+        (["stream", "--trigger", "banana"], "--trigger"),
+        (["stream", "--watermark", "soon"], "--watermark"),
+        (["batch", "--window", "1 fortnight"], "--window"),
+    ],
 )
 def test_bad_durations_are_usage_errors(
     argv: list[str], opt: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    base = ["--landing", "l", "--out", "o"] + (["--checkpoint", "c"] if argv[0] == "stream"
-                                               else [])
+    base = ["--landing", "l", "--out", "o"] + (["--checkpoint", "c"] if argv[0] == "stream" else [])
     with pytest.raises(SystemExit) as e:
         cli.main([argv[0], *base, *argv[1:]])
     assert e.value.code == 2

@@ -26,9 +26,18 @@ A2 = "http://127.0.0.1:9102/wsn/producer"  # ... and after
 LEGACY = "http://127.0.0.1:9200/legacy"
 
 
-def _m(n: int, sec: float, producer: str | None, device: str | None, topic: str | None,
-       value: str, *, gw: str | None = "gw-a", clock_s: float = 0.0,
-       identity: bool = True) -> Message:
+def _m(
+    n: int,
+    sec: float,
+    producer: str | None,
+    device: str | None,
+    topic: str | None,
+    value: str,
+    *,
+    gw: str | None = "gw-a",
+    clock_s: float = 0.0,
+    identity: bool = True,
+) -> Message:
     at = T0 + timedelta(seconds=sec)
     ev = at + timedelta(seconds=clock_s)
     return Message(
@@ -49,14 +58,41 @@ def _zone() -> list[Message]:
     for k in range(30):
         sec = 10.0 * k
         moved = sec >= 150
-        out.append(_m(n, sec, A2 if moved else A1, "sim-01", "sim-01/temperature", str(k),
-                      gw="gw-b" if moved else "gw-a"))
+        out.append(
+            _m(
+                n,
+                sec,
+                A2 if moved else A1,
+                "sim-01",
+                "sim-01/temperature",
+                str(k),
+                gw="gw-b" if moved else "gw-a",
+            )
+        )
         n += 1
-        out.append(_m(n, sec + 1, "http://127.0.0.1:9103/wsn/producer", "sim-02",
-                      "sim-02/temperature", str(100 + k), clock_s=120))
+        out.append(
+            _m(
+                n,
+                sec + 1,
+                "http://127.0.0.1:9103/wsn/producer",
+                "sim-02",
+                "sim-02/temperature",
+                str(100 + k),
+                clock_s=120,
+            )
+        )
         n += 1
-    out.append(_m(n, 301, "http://127.0.0.1:9103/wsn/producer", None, "sim-02/temperature",
-                  "999", identity=False))
+    out.append(
+        _m(
+            n,
+            301,
+            "http://127.0.0.1:9103/wsn/producer",
+            None,
+            "sim-02/temperature",
+            "999",
+            identity=False,
+        )
+    )
     n += 1
     for k in range(3):
         out.append(_m(n, 20.0 * k, LEGACY, None, "bench/pressure", str(1000 + k), gw=None))
@@ -84,8 +120,12 @@ def _rows(spark: Any, path: Path) -> list[dict[str, Any]]:
 def test_one_device_across_addresses_and_gateways(spark: Any, zone: dict[str, Any]) -> None:
     root = zone["root"]
     # a glob and a file:// URI, passed through to Hadoop as given
-    s = run_batch(spark, [str(root / "site-a"), f"file://{root}/site-[b]"], str(root / "out"),
-                  window="1 minute")
+    s = run_batch(
+        spark,
+        [str(root / "site-a"), f"file://{root}/site-[b]"],
+        str(root / "out"),
+        window="1 minute",
+    )
     assert (s.files, s.messages, s.quarantined_total) == (2, len(zone["msgs"]), 0)
     # the files that are not landing files are counted and named
     assert s.unmatched == 2 and s.unmatched_examples == ["landing-old.jsonl.gz", "readings.json"]
@@ -110,12 +150,19 @@ def test_one_device_across_addresses_and_gateways(spark: Any, zone: dict[str, An
 
     aggs = _rows(spark, root / "out" / "aggregates")
     assert list(aggs[0])[: len(AGGREGATE_COLUMNS) - 1] == list(AGGREGATE_COLUMNS[:-1])
-    sim1 = sorted((r for r in aggs if r["device_id"] == "sim-01" and r["field"] == "value"),
-                  key=lambda r: r["window_start"])
+    sim1 = sorted(
+        (r for r in aggs if r["device_id"] == "sim-01" and r["field"] == "value"),
+        key=lambda r: r["window_start"],
+    )
     # one series per window (not one per address), its producer the last in the window
     assert [r["count"] for r in sim1] == [6, 6, 6, 6, 6]
     assert [(r["producer"], r["gateway_id"]) for r in sim1] == [
-        (A1, "gw-a"), (A1, "gw-a"), (A2, "gw-b"), (A2, "gw-b"), (A2, "gw-b")]
+        (A1, "gw-a"),
+        (A1, "gw-a"),
+        (A2, "gw-b"),
+        (A2, "gw-b"),
+        (A2, "gw-b"),
+    ]
     legacy = [r for r in aggs if r["producer"] == LEGACY and r["field"] == "value"]
     assert legacy and all(r["device_id"] is None for r in legacy)
 
@@ -126,8 +173,12 @@ def test_time_event_windows_by_the_devices_clock(spark: Any, zone: dict[str, Any
     s = run_batch(spark, landings, str(root / "ev"), window="1 minute", time="event")
     assert s.time == "event" and "time event" in s.render()
     aggs = _rows(spark, root / "ev" / "aggregates")
-    firsts = {r["device_id"]: min(r["window_start"] for r in aggs if r["device_id"] == d)
-              for d in ("sim-01", "sim-02") for r in aggs if r["device_id"] == d}
+    firsts = {
+        r["device_id"]: min(r["window_start"] for r in aggs if r["device_id"] == d)
+        for d in ("sim-01", "sim-02")
+        for r in aggs
+        if r["device_id"] == d
+    }
     naive0 = T0.replace(tzinfo=None)
     assert firsts["sim-01"] == naive0
     # sim-02's clock is 2 minutes ahead: by event time its first window is 2 minutes later
@@ -163,7 +214,19 @@ def test_received_is_the_default_time() -> None:
     args = cli.build_parser().parse_args(["batch", "--landing", "x", "--out", "y"])
     assert args.time == "received" and args.landing == ["x"]
     args = cli.build_parser().parse_args(
-        ["stream", "--landing", "a", "--landing", "b/*", "--out", "y", "--checkpoint", "c",
-         "--time", "event"])
+        [
+            "stream",
+            "--landing",
+            "a",
+            "--landing",
+            "b/*",
+            "--out",
+            "y",
+            "--checkpoint",
+            "c",
+            "--time",
+            "event",
+        ]
+    )
     assert args.time == "event" and args.landing == ["a", "b/*"]
     assert datetime(2026, 1, 1, tzinfo=UTC) < T0 + timedelta(days=400)

@@ -49,7 +49,11 @@ def test_stream_runs_new_files_late_data_no_duplicates(spark: Any, tmp_path: Pat
     write_zone(landing, [run1], first_seq=1)
     s1 = run_stream(spark, str(landing), str(out), str(ck), OPTS)
     assert (s1.lines, s1.messages, s1.late, s1.quarantined) == (
-        len(run1), len(run1) - 1, 0, {"malformed_json": 1})
+        len(run1),
+        len(run1) - 1,
+        0,
+        {"malformed_json": 1},
+    )
     # max received_at 05:09:50.25 -> watermark 05:08:50.25: windows up to [05:07, 05:08)
     assert _wm(s1.watermark) == T0 + timedelta(minutes=8, seconds=50, milliseconds=250)
     assert s1.dropped_by_watermark == 0 and s1.open_groups > 0
@@ -61,22 +65,25 @@ def test_stream_runs_new_files_late_data_no_duplicates(spark: Any, tmp_path: Pat
     run2: list[Message | Bad] = [late_a, late_b, ontime, Bad("", "blank_line"), *fresh]
     write_zone(landing, [run2[:4]], first_seq=2)
     # the Parquet landing variant, next to JSON lines, in the same stream
-    write_parquet_messages(landing, landing_name(T0 + timedelta(minutes=10), 3, ".parquet"),
-                           fresh)
+    write_parquet_messages(landing, landing_name(T0 + timedelta(minutes=10), 3, ".parquet"), fresh)
     s2 = run_stream(spark, str(landing), str(out), str(ck), OPTS)
     assert (s2.lines, s2.late, s2.quarantined) == (len(run2), 2, {"blank_line": 1})
     assert s2.dropped_by_watermark == 0
 
     s3 = run_stream(spark, str(landing), str(out), str(ck), OPTS)  # nothing new
     assert (s3.lines, s3.windows_written, s3.split_batches) == (0, 0, 0)
-    assert s3.totals == {"lines": len(run1) + len(run2), "messages": len(run1) + len(run2) - 2,
-                         "late": 2, "duplicates": 0, "quarantined": 2}
+    assert s3.totals == {
+        "lines": len(run1) + len(run2),
+        "messages": len(run1) + len(run2) - 2,
+        "late": 2,
+        "duplicates": 0,
+        "quarantined": 2,
+    }
 
     # every closed window exactly once, equal to the oracle over the on-time messages
     msgs = [m for m in run1 + run2 if isinstance(m, Message)]
     on_time = [m for m in msgs if m not in (late_a, late_b)]
-    got = spark_aggregates(
-        spark.read.parquet(str(out / "aggregates")).drop("batch").collect())
+    got = spark_aggregates(spark.read.parquet(str(out / "aggregates")).drop("batch").collect())
     assert_same_aggregates(got, closed(expected_aggregates(on_time), _wm(s2.watermark)))
     assert got[(T0 + timedelta(minutes=8), P1, "esp32-01/temperature", "value")]["max"] == 97.0
 
@@ -90,19 +97,44 @@ def test_stream_runs_new_files_late_data_no_duplicates(spark: Any, tmp_path: Pat
     assert devs[P1]["messages"] == sum(1 for m in msgs if m.producer == P1)  # late ones too
 
 
-def _spawn(landing: Path, out: Path, ck: Path, log: Path, conf_kv: dict[str, str],
-           max_files: int | None = 1) -> subprocess.Popen[bytes]:
+def _spawn(
+    landing: Path,
+    out: Path,
+    ck: Path,
+    log: Path,
+    conf_kv: dict[str, str],
+    max_files: int | None = 1,
+) -> subprocess.Popen[bytes]:
     conf = [a for k, v in conf_kv.items() for a in ("--conf", f"{k}={v}")]
-    cmd = [sys.executable, "-m", "spark_ingest", "stream", "--landing", str(landing),
-           "--out", str(out), "--checkpoint", str(ck), "--trigger", "available-now",
-           "--window", "1 minute", "--watermark", "1 minute", "--master", "local[2]", *conf]
+    cmd = [
+        sys.executable,
+        "-m",
+        "spark_ingest",
+        "stream",
+        "--landing",
+        str(landing),
+        "--out",
+        str(out),
+        "--checkpoint",
+        str(ck),
+        "--trigger",
+        "available-now",
+        "--window",
+        "1 minute",
+        "--watermark",
+        "1 minute",
+        "--master",
+        "local[2]",
+        *conf,
+    ]
     if max_files:
         cmd += ["--max-files-per-trigger", str(max_files)]
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(ROOT)}
     with open(log, "wb") as fh:
         # own session: the JVM is our child's child, SIGKILL goes to the whole group
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        return subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 def _kill_when(proc: subprocess.Popen[bytes], ready: Any, log: Path, limit: float = 150) -> None:
@@ -124,8 +156,10 @@ def test_kill_9_and_restart_equals_batch(
 ) -> None:
     landing, out, ck = tmp_path / "landing", tmp_path / "out", tmp_path / "ck"
     files: list[list[Message | Bad]] = [
-        [*steady(k * 180, (k + 1) * 180, devices=("esp32-01", "esp32-02", "pico-03")),
-         Bad(f"broken {k}", "malformed_json")]
+        [
+            *steady(k * 180, (k + 1) * 180, devices=("esp32-01", "esp32-02", "pico-03")),
+            Bad(f"broken {k}", "malformed_json"),
+        ]
         for k in range(4)
     ]
     write_zone(landing, files)
@@ -145,8 +179,7 @@ def test_kill_9_and_restart_equals_batch(
 
     batch = run_batch(spark, str(landing), str(tmp_path / "batch"), window="1 minute")
     b_aggs = spark_aggregates(spark.read.parquet(str(tmp_path / "batch" / "aggregates")).collect())
-    s_aggs = spark_aggregates(
-        spark.read.parquet(str(out / "aggregates")).drop("batch").collect())
+    s_aggs = spark_aggregates(spark.read.parquet(str(out / "aggregates")).drop("batch").collect())
     last = max(m.received_at for f in files for m in f if isinstance(m, Message))
     wm = last - timedelta(minutes=1)
     want = closed(b_aggs, wm)
@@ -155,8 +188,10 @@ def test_kill_9_and_restart_equals_batch(
 
     def rows(path: Path, fmt: str) -> Counter[str]:
         df = spark.read.format(fmt).load(str(path))
-        return Counter(repr(sorted((k, v) for k, v in r.asDict().items() if k != "batch"))
-                       for r in df.collect())
+        return Counter(
+            repr(sorted((k, v) for k, v in r.asDict().items() if k != "batch"))
+            for r in df.collect()
+        )
 
     assert rows(out / "quarantine", "json") == rows(tmp_path / "batch" / "quarantine", "json")
     assert rows(out / "devices", "parquet") == rows(tmp_path / "batch" / "devices", "parquet")
@@ -174,8 +209,9 @@ def test_interval_trigger_picks_up_files_while_running(spark: Any, tmp_path: Pat
     write_zone(landing, [list(first)], first_seq=1)
     later = threading.Timer(6.0, lambda: write_zone(landing, [list(second)], first_seq=2))
     later.start()
-    opts = StreamOptions(window="1 minute", watermark="1 minute", trigger="1 second",
-                         timeout=25.0, devices_every=5.0)
+    opts = StreamOptions(
+        window="1 minute", watermark="1 minute", trigger="1 second", timeout=25.0, devices_every=5.0
+    )
     try:
         s = run_stream(spark, str(landing), str(out), str(ck), opts)
     finally:
@@ -203,12 +239,16 @@ def test_stream_landing_format_both_counts_each_id_once(spark: Any, tmp_path: Pa
     # the Parquet copy of run 1's file (seen in an earlier run), then a new record pair
     write_parquet_messages(landing, landing_name(T0, 1, ".parquet"), first)
     write_zone(landing, [list(second)], first_seq=2)
-    write_parquet_messages(landing, landing_name(T0 + timedelta(minutes=1), 2, ".parquet"),
-                           second)
+    write_parquet_messages(landing, landing_name(T0 + timedelta(minutes=1), 2, ".parquet"), second)
     s2 = run_stream(spark, str(landing), str(out), str(ck), OPTS)
     n = len(first) + len(second)
     assert (s2.files, s2.lines, s2.messages, s2.duplicates, s2.late) == (
-        3, len(first) + 2 * len(second), len(second), n, 0)
+        3,
+        len(first) + 2 * len(second),
+        len(second),
+        n,
+        0,
+    )
     assert s2.totals["duplicates"] == n and s2.totals["messages"] == n
     assert s2.dropped_by_watermark == 0
     assert f"duplicates        {n}" in s2.render()

@@ -41,9 +41,7 @@ async def test_wsn_sub_at_the_device_simple_dialect(device: DeviceProcess, clien
         "sub", device.producer, "dt:temperature", "--dialect", "simple", "--ns", f"dt={DT}",
         "--json", "--count", "2", "--interval", "0.2",
     )  # fmt: skip
-    st = await until(
-        lambda: _one_sub(client), "wsn's subscription at the device", timeout=20
-    )
+    st = await until(lambda: _one_sub(client), "wsn's subscription at the device", timeout=20)
     (s,) = st["subscription_list"]
     assert "temperature" in str(s["topics"]) and len(st["pullpoint_list"]) == 1
     assert await client.sample("humidity") == 1  # not selected by dt:temperature

@@ -31,9 +31,7 @@ def gw(tmp_path: Path) -> Iterator[GatewayProcess]:
 
 
 async def subscribed(gw: GatewayProcess, n: int = 1) -> dict[str, Any]:
-    return await until(
-        lambda: _has_subs(gw, n), f"{n} subscription(s) at the gateway"
-    )  # type: ignore[no-any-return]
+    return await until(lambda: _has_subs(gw, n), f"{n} subscription(s) at the gateway")  # type: ignore[no-any-return]
 
 
 async def _has_subs(gw: GatewayProcess, n: int) -> dict[str, Any] | None:
