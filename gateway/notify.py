@@ -163,7 +163,9 @@ def _topic_of(tel: Element) -> topics.ConcreteTopic:
             "InvalidTopicExpressionFault",
             f"the wsnt:Topic of a Notify must name one concrete topic, not {expr.text!r}",
         )
-    if key is not None and cacheable(key[2], key[3]):
+    # the dialect attributes count too: canonical_dialect strips its URI, so a padded
+    # Dialect is accepted and would otherwise park its own size in each entry
+    if key is not None and cacheable((key[0] or "") + (key[1] or "") + (key[2] or ""), key[3]):
         if len(_topics_read) >= _TOPICS_READ_MAX:
             _topics_read.clear()
         _topics_read[key] = topic

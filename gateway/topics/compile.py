@@ -101,7 +101,7 @@ def parse_topic_expression_element(el: etree._Element) -> TopicExpression:
             )
         text += kid.tail or ""  # comments and PIs are not part of the text
     ns_items = tuple(el.nsmap.items())
-    if cacheable(text, ns_items):
+    if cacheable(dialect + text, ns_items):  # the dialect is a key too (it may be padded)
         return _compile_element(dialect, text, ns_items)
     return compile_expression(dialect, text, dict(ns_items))
 

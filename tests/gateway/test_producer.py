@@ -218,10 +218,10 @@ def test_a_wsnt_topic_read_is_kept_only_when_its_key_is_small() -> None:
 
     from gateway import notify
 
-    def topic_el(uri: str) -> etree._Element:
+    def topic_el(uri: str, dialect: str = CONCRETE) -> etree._Element:
         nm = etree.fromstring(
             f'<wsnt:NotificationMessage xmlns:wsnt="{WSNT}" xmlns:big="{uri}">'
-            f'<wsnt:Topic Dialect="{CONCRETE}" xmlns:tns="urn:keep">tns:k</wsnt:Topic>'
+            f'<wsnt:Topic Dialect="{dialect}" xmlns:tns="urn:keep">tns:k</wsnt:Topic>'
             "</wsnt:NotificationMessage>"
         )
         return nm[0]
@@ -230,4 +230,8 @@ def test_a_wsnt_topic_read_is_kept_only_when_its_key_is_small() -> None:
     assert str(notify._topic_of(topic_el("urn:small"))) == "{urn:keep}k"
     assert len(notify._topics_read) == 1
     assert str(notify._topic_of(topic_el("urn:" + "x" * 100_000))) == "{urn:keep}k"
+    assert len(notify._topics_read) == 1
+    # a Dialect padded with whitespace is the same dialect (its URI is stripped): read, not kept
+    padded = CONCRETE + " " * 100_000
+    assert str(notify._topic_of(topic_el("urn:small", padded))) == "{urn:keep}k"
     assert len(notify._topics_read) == 1

@@ -538,10 +538,10 @@ def test_expressions_with_huge_keys_are_compiled_but_not_kept() -> None:
     # hostile request cannot park a key of its own size in each entry
     from gateway.topics import compile as tc
 
-    def topic_el(uri: str) -> etree._Element:
+    def topic_el(uri: str, dialect: str = CONCRETE) -> etree._Element:
         return etree.fromstring(
             f'<wsnt:Topic xmlns:wsnt="http://docs.oasis-open.org/wsn/b-2" xmlns:big="{uri}" '
-            f'xmlns:tns="urn:keep" Dialect="{CONCRETE}">tns:a/b</wsnt:Topic>'
+            f'xmlns:tns="urn:keep" Dialect="{dialect}">tns:a/b</wsnt:Topic>'
         )
 
     tc._compile_element.cache_clear()
@@ -553,6 +553,10 @@ def test_expressions_with_huge_keys_are_compiled_but_not_kept() -> None:
     )
     assert tc._compile_element.cache_info().currsize == 0
     assert tc._compile.cache_info().currsize == 0
+    # a Dialect padded with whitespace (its URI is stripped, so it is accepted)
+    padded = topic_el("urn:s", CONCRETE + " " * 100_000)
+    assert str(tc.parse_topic_expression_element(padded).single_topic()) == "{urn:keep}a/b"
+    assert tc._compile_element.cache_info().currsize == 0
     small = tc.parse_topic_expression_element(topic_el("urn:s"))
     assert str(small.single_topic()) == "{urn:keep}a/b"
     assert tc._compile_element.cache_info().currsize == 1
