@@ -27,6 +27,7 @@ A caller may rely on:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -54,9 +55,22 @@ def key_of(
     if not mid or b.cfg.notify_dedupe_ids <= 0:
         return None
     if reg is not None:
-        return ("device:" + reg.device_id if reg.device_id else "registration:" + reg.id), mid
-    producer = items[0][1] if items else None
-    return ("producer:" + producer.address if producer is not None else ""), mid
+        publisher = "device:" + reg.device_id if reg.device_id else "registration:" + reg.id
+    else:
+        producer = items[0][1] if items else None
+        publisher = "producer:" + producer.address if producer is not None else ""
+    return _bounded(publisher), _bounded(mid)
+
+
+#: longest key part stored as sent; a longer one is stored as its digest, so a row of the
+#: seen-set stays small whatever a sender puts in its MessageID or ProducerReference
+_KEY_PART_MAX = 256
+
+
+def _bounded(part: str) -> str:
+    if len(part) <= _KEY_PART_MAX:
+        return part
+    return "sha256:" + hashlib.sha256(part.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 async def accept_once(

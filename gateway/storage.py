@@ -125,7 +125,11 @@ class Storage(DemandTables):
         reader = sqlite3.connect(
             str(self.path), isolation_level=None, check_same_thread=False, timeout=0
         )
-        reader.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
+        # the reader is queried on the event loop (seen): it must never wait. In WAL mode a
+        # read does not wait for the writer, but it can be busy while another process holds
+        # an exclusive lock (recovery, an operator's VACUUM): then the Notify gets a Receiver
+        # fault at once and its publisher retries, instead of the loop stalling
+        reader.execute("PRAGMA busy_timeout=0")
         self._reader = reader
 
     def _open(self) -> None:
@@ -336,13 +340,14 @@ class Storage(DemandTables):
     def seen(self, key: SeenKey) -> bool:
         """Whether a Notify with this (publisher, wsa:MessageID) was accepted (committed)
         and is still within the seen-set's bounds. Synchronous, on the caller's thread: a
-        primary-key read on the reader connection, which in WAL mode never waits for the
-        writer's transaction; a hop to a thread would cost more than the read."""
+        primary-key read on the reader connection, which in WAL mode does not wait for the
+        writer's transaction and never waits for a lock (busy timeout 0: StorageError at
+        once); a hop to a thread would cost more than the read."""
         r = self._reader
         if r is None:
             raise StorageError("storage is closed")
         try:
-            return is_seen(r, key)
+            return is_seen(r, key, time.time() - self.seen_max_age)
         except sqlite3.Error as e:
             raise StorageError(f"storage failure: {e}") from e
 

@@ -48,8 +48,8 @@ def record_seen(
         c.execute("DELETE FROM notify_seen WHERE seq<=?", (top - keep,))
 
 
-def is_seen(c: sqlite3.Connection, key: SeenKey) -> bool:
-    return (
-        c.execute("SELECT 1 FROM notify_seen WHERE publisher=? AND message_id=?", key).fetchone()
-        is not None
-    )
+def is_seen(c: sqlite3.Connection, key: SeenKey, since: float) -> bool:
+    """Whether `key` was recorded at `since` (epoch seconds) or later: a pair past the age
+    bound no longer counts even while no group commit has pruned it yet."""
+    sql = "SELECT 1 FROM notify_seen WHERE publisher=? AND message_id=? AND seen>=?"
+    return c.execute(sql, (key[0], key[1], since)).fetchone() is not None

@@ -199,6 +199,39 @@ def test_the_seen_set_is_bounded_by_age(tmp_path):
     ]
 
 
+async def test_a_pair_past_the_age_bound_stops_counting_before_it_is_pruned(make_gateway, consumer):
+    # no other Notify in between: no group commit has pruned the pair when the resend comes
+    gw = await make_gateway(notify_dedupe_age=0.5)
+    assert (await call(gw.url, subscribe_body(consumer.url))).status == 200
+    data = notify_env(1, message_id=mid())
+    await notify(gw.url, data)
+    await notify(gw.url, data)  # within the bound: a duplicate
+    await asyncio.sleep(0.8)
+    await notify(gw.url, data)  # past it: published again, as the docs promise
+    await consumer.wait_for(2)
+    assert values(consumer) == ["1", "1"] and gw.broker.duplicates == 1
+
+
+async def test_a_huge_message_id_or_producer_is_kept_as_its_digest(make_gateway, consumer):
+    """A MessageID or ProducerReference near the request size limit must not make a row of
+    the seen-set that large (100,000 such rows would fill a disk), and must still dedupe."""
+    gw = await make_gateway()
+    assert (await call(gw.url, subscribe_body(consumer.url))).status == 200
+    huge = "urn:x:" + "a" * 200_000
+    producer = "http://127.0.0.1:9/" + "p" * 200_000
+    first = notify_env(1, message_id=huge + "1", producer=producer)
+    await notify(gw.url, first)
+    await notify(gw.url, first)  # the same: a duplicate
+    await notify(gw.url, notify_env(2, message_id=huge + "2", producer=producer))  # not the same
+    await consumer.wait_for(2)
+    await asyncio.sleep(0.3)
+    assert values(consumer) == ["1", "2"] and gw.broker.duplicates == 1
+    sizes = gw.broker.storage._reader.execute(
+        "SELECT max(length(publisher) + length(message_id)) FROM notify_seen"
+    ).fetchone()[0]
+    assert sizes <= 600, sizes
+
+
 async def test_a_database_without_the_seen_set_opens_and_dedupes(make_gateway, consumer,
                                                                  tmp_path):  # fmt: skip
     gw = await make_gateway(data_dir=tmp_path / "d")
