@@ -254,7 +254,7 @@ class Link:
             p.set_gateway(con, con_rp)
             for ti, payload, t in pend:
                 ob.push((None, ti, payload, t))
-            ob.dropped = dropped
+            ob.dropped += dropped  # plus what a smaller buffer dropped above: the batch shrinks
             self.mid = d.get("mid")  # (absent in the file of an older version: a new batch)
             break
         print("sleepy %s gateway %s period %s s" % (p.device_id, self.url, period))
