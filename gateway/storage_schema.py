@@ -88,12 +88,14 @@ def prepare(c: sqlite3.Connection) -> None:
                 f" one knows up to {SCHEMA_VERSION}): start that version, or a fresh --data-dir"
             )
         if version == 0 and "xml" in _columns(c, "deliveries"):
-            _migrate_v0(c)
-        for stmt in _statements(SCHEMA):
-            c.execute(stmt)
+            _migrate_v0(c)  # it makes this schema's tables itself
+        else:  # a new file, or tables a file of version 1 does not have yet
+            for stmt in _statements(SCHEMA):
+                c.execute(stmt)
         # no index on deliveries(sub_id): kept per row, it doubled the work of writing and
         # deleting a row; a subscription's rows are deleted by seq (storage.Storage
-        # .delete_subscriptions, gateway.delivery); files written before had it
+        # .delete_subscriptions, gateway.delivery); the first files of version 1 had it
+        # (a version 0 file's goes with its old table in _migrate_v0)
         c.execute("DROP INDEX IF EXISTS deliveries_sub")
         # rows whose subscription or pull point is gone (a Notify committed just after it
         # ended; deleted at run time too, this catches a crash in between): a scan, at start
@@ -127,9 +129,11 @@ def _migrate_v0(c: sqlite3.Connection) -> None:
     """Schema 0 -> 1: every pending row's text becomes a WHOLE rendering of its own, and the
     row keeps its seq (delivery order, and the AUTOINCREMENT counter goes on from it)."""
     old_pp = "xml" in _columns(c, "pp_messages")
-    c.execute("DROP INDEX IF EXISTS deliveries_sub")
+    # an index goes with its renamed table and is dropped with it (deliveries_sub)
     c.execute("ALTER TABLE deliveries RENAME TO deliveries_v0")
     if old_pp:
+        # but index names are global: the old pp_messages_pp would make the schema's
+        # CREATE INDEX IF NOT EXISTS skip the new table's, so it goes first
         c.execute("DROP INDEX IF EXISTS pp_messages_pp")
         c.execute("ALTER TABLE pp_messages RENAME TO pp_messages_v0")
     for stmt in _statements(SCHEMA):

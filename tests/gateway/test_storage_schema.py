@@ -96,6 +96,9 @@ async def test_a_schema_0_file_delivers_its_pending_rows_once_in_order(
         # the numbering went on after the migrated rows (order across a migration)
         seq = dict(c.execute("SELECT name, seq FROM sqlite_sequence").fetchall())
         assert seq["deliveries"] == 8 and seq["pp_messages"] == 5
+        # the v0 file's indexes are gone, the schema's own is on the new table
+        q = "SELECT name, tbl_name FROM sqlite_master WHERE type='index' AND sql IS NOT NULL"
+        assert c.execute(q).fetchall() == [("pp_messages_pp", "pp_messages")]
     for table in ("deliveries", "pp_messages", "renderings"):
         assert _count(data_dir, table) == 0, table  # nothing left behind: the file shrinks
     # exactly once: started again, nothing is sent again
