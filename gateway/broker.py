@@ -25,7 +25,16 @@ from typing import TYPE_CHECKING
 
 from lxml import etree
 
-from gateway import consumer_policy, dispatch, notify, oplog, publishers, subscriptions, topics
+from gateway import (
+    consumer_policy,
+    dedupe,
+    dispatch,
+    notify,
+    oplog,
+    publishers,
+    subscriptions,
+    topics,
+)
 from gateway.config import Config
 from gateway.consumer_policy import ConsumerPolicy
 from gateway.delivery import Target
@@ -105,8 +114,8 @@ class NotificationBroker:
         self.looped = 0  # Notify requests not published again (loops.py)
         #: Notify requests answered but not published: accepted before (gateway.dedupe)
         self.duplicates = 0
-        #: seen-set keys of the Notify being accepted now -> whether that commit succeeded
-        self.notify_inflight: dict[tuple[str, str], asyncio.Future[bool]] = {}
+        #: seen-set keys of the Notify being accepted now -> its accept (gateway.dedupe)
+        self.notify_inflight: dict[tuple[str, str], asyncio.Task[None]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def set_listening(self, host: str, port: int) -> None:
@@ -182,6 +191,9 @@ class NotificationBroker:
         if self._stopped:
             return
         self._stopped = True
+        # first: an accept whose handler was cancelled (the server's shutdown) still
+        # commits or fails, and updates the queues and landing writers, before they stop
+        await dedupe.settle(self)
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -20,8 +20,13 @@ A caller may rely on:
   therefore never suppress each other's messages;
 * `accept_once` runs `accept` at most once per key at a time and not at all for a key in
   the seen-set (gateway.storage_seen: durable, bounded, written in the accept's own
-  transaction); a concurrent Notify with the same key waits for the first one's commit
-  and is then answered as a duplicate (or, if that commit failed, tries itself).
+  transaction); a concurrent Notify with the same key waits for the first one's accept
+  and is then answered as a duplicate (or, if that accept failed, tries itself). With a
+  key, `accept` runs as a task of its own that cancelling the caller does not cancel (a
+  cancelled handler's Notify is still committed, once, and its copies wait for that
+  outcome); without a key it is awaited in the caller's task, as a plain call;
+* `settle` returns once no such accept is running (each committed or failed): the broker
+  calls it before it stops delivery, the landing writers and Storage.
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from gateway.storage import StorageError
 from gateway.storage_seen import SeenKey
@@ -74,17 +79,22 @@ def _bounded(part: str) -> str:
 
 
 async def accept_once(
-    b: NotificationBroker, key: SeenKey | None, accept: Callable[[], Awaitable[None]]
+    b: NotificationBroker, key: SeenKey | None, accept: Callable[[], Coroutine[Any, Any, None]]
 ) -> None:
     """`accept()` unless `key` was accepted before (module docstring); always when `key`
-    is None."""
+    is None (awaited in the caller's task: no task of its own on that path)."""
     if key is None:
         await accept()
         return
     while (first := b.notify_inflight.get(key)) is not None:
-        if await asyncio.shield(first):  # the same Notify, being committed: its outcome
-            _duplicate(b, key)
+        if not first.done():
+            # waits without cancelling it: a copy whose own handler is cancelled leaves
+            # the first copy's accept running
+            await asyncio.wait((first,))
+        if not first.cancelled() and first.exception() is None:
+            _duplicate(b, key)  # the same Notify, committed while this copy waited
             return
+        _settled(b, key, first)  # it failed: this copy tries itself
     try:
         seen = b.storage.seen(key)
     except StorageError as e:
@@ -92,15 +102,33 @@ async def accept_once(
     if seen:
         _duplicate(b, key)
         return
-    fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-    b.notify_inflight[key] = fut
-    try:
-        await accept()
-        fut.set_result(True)
-    finally:
-        if not fut.done():
-            fut.set_result(False)
+    # the accept runs as a task of its own, shielded from the handler: once its rows are
+    # queued for the group commit they will be committed whatever happens to the handler
+    # (gateway shutdown, aiohttp's handler cancellation), so its outcome, not the
+    # handler's, is what a concurrent copy must wait for; and the in-memory state
+    # (queues, pull points, current messages) follows the commit it belongs to
+    task = asyncio.get_running_loop().create_task(accept(), name="notify-accept")
+    b.notify_inflight[key] = task
+    # registered before any copy can wait on it: runs before the copies wake
+    task.add_done_callback(lambda t: _settled(b, key, t))
+    await asyncio.shield(task)
+
+
+def _settled(b: NotificationBroker, key: SeenKey, task: asyncio.Task[None]) -> None:
+    """Forget a finished accept. Its failure is its handler's to answer (a fault); when the
+    handler was cancelled nobody answers, its publisher got no answer and sends it again,
+    so the failure is only logged, not left to asyncio's "exception was never retrieved"."""
+    if b.notify_inflight.get(key) is task:
         del b.notify_inflight[key]
+    if not task.cancelled() and (e := task.exception()) is not None:
+        log.debug("Notify %s of %r not accepted: %s", key[1], key[0], e)
+
+
+async def settle(b: NotificationBroker) -> None:
+    """Wait until no accept started by `accept_once` is running (each commits or fails),
+    so that the broker may stop the parts they write to (gateway.broker stop)."""
+    while b.notify_inflight:
+        await asyncio.wait(list(b.notify_inflight.values()))
 
 
 def _duplicate(b: NotificationBroker, key: SeenKey) -> None:
