@@ -18,6 +18,9 @@ A caller may rely on:
   publisher: the MessageID alone, whose uniqueness is the sender's duty). Two publishers
   known by a registration or a ProducerReference that happen to use the same MessageID
   therefore never suppress each other's messages;
+* `pullpoint_key`, for a Notify posted to a pull point's own address (WS-BaseNotification
+  1.3 §5.1.2), names the publisher the same way (its ProducerReference, else anonymous)
+  within that pull point: its keys never equal `key_of`'s nor another pull point's;
 * `accept_once` runs `accept` at most once per key at a time and not at all for a key in
   the seen-set (gateway.storage_seen: durable, bounded, written in the accept's own
   transaction); a concurrent Notify with the same key waits for the first one's accept
@@ -32,6 +35,7 @@ A caller may rely on:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 from collections.abc import Callable, Coroutine
@@ -40,15 +44,21 @@ from typing import TYPE_CHECKING, Any
 from gateway.storage import StorageError
 from gateway.storage_seen import SeenKey
 from gateway.wire import ns
+from gateway.wire.addressing import parse_epr
 from gateway.wire.faults import RECEIVER, WsnFault
+from gateway.wire.xmlutil import child
 
 if TYPE_CHECKING:
     from gateway.broker import NotificationBroker
     from gateway.notify import Item
     from gateway.publishers import Registration
+    from gateway.wire.addressing import Epr
     from gateway.wire.soap import SoapRequest
+    from gateway.wire.xmlutil import Element
 
 log = logging.getLogger("gateway.broker")
+
+_T_PRODUCER = ns.q(ns.WSNT, "ProducerReference")
 
 
 def key_of(
@@ -62,9 +72,33 @@ def key_of(
     if reg is not None:
         publisher = "device:" + reg.device_id if reg.device_id else "registration:" + reg.id
     else:
-        producer = items[0][1] if items else None
-        publisher = "producer:" + producer.address if producer is not None else ""
+        publisher = _producer(items[0][1] if items else None)
     return _bounded(publisher), _bounded(mid)
+
+
+def pullpoint_key(
+    b: NotificationBroker, req: SoapRequest, pp_id: str, first: Element
+) -> SeenKey | None:
+    """The seen-set key of a Notify posted to pull point `pp_id` whose first
+    NotificationMessage is `first` (module docstring), None as for `key_of`. The pull
+    point's id leads the publisher part ("pullpoint:<id>", which no key_of publisher
+    starts with; ids are hex, so the space after it ends it)."""
+    mid = req.wsa.message_id
+    if not mid or b.cfg.notify_dedupe_ids <= 0:
+        return None
+    producer: Epr | None = None
+    pel = child(first, _T_PRODUCER)
+    if pel is not None:
+        with contextlib.suppress(ValueError):  # as notify.parse_notify reads it
+            producer = parse_epr(pel)
+    publisher = "pullpoint:" + pp_id
+    if producer is not None:
+        publisher += " " + _producer(producer)
+    return _bounded(publisher), _bounded(mid)
+
+
+def _producer(producer: Epr | None) -> str:
+    return "producer:" + producer.address if producer is not None else ""
 
 
 #: longest key part stored as sent; a longer one is stored as its digest, so a row of the

@@ -19,15 +19,17 @@ from typing import TYPE_CHECKING
 
 from lxml import etree
 
-from gateway import notify, oplog
+from gateway import dedupe, notify, oplog
 from gateway.resource import new_id
 from gateway.storage import AcceptBatch, Pending, StorageError
 from gateway.storage_schema import WHOLE
+from gateway.storage_seen import SeenKey
 from gateway.wire import faults, ns
 from gateway.wire.addressing import resource_epr
 from gateway.wire.faults import RECEIVER, SENDER, WsnFault
 from gateway.wire.soap import SoapRequest
 from gateway.wire.xmlutil import (
+    Element,
     child,
     children,
     parse_duration,
@@ -148,11 +150,23 @@ async def destroy_pullpoint(b: NotificationBroker, req: SoapRequest, pp: PullPoi
 
 async def notify_pullpoint(b: NotificationBroker, req: SoapRequest, pp: PullPoint) -> Reply:
     """A Notify posted to a pull point's own address: its NotificationMessages are
-    accumulated exactly as received (§5.1.2)."""
+    accumulated exactly as received (§5.1.2), once per wsa:MessageID of its publisher
+    (gateway.dedupe `pullpoint_key`: a copy sent again after a lost answer is answered
+    and not stored twice)."""
     msgs = children(req.payload, ns.q(ns.WSNT, "NotificationMessage"))
     if not msgs:
         raise WsnFault(ns.BF, "BaseFault", "Notify has no wsnt:NotificationMessage", SENDER)
-    batch = AcceptBatch(pp_limit=b.cfg.pullpoint_max_messages)
+    key = dedupe.pullpoint_key(b, req, pp.id, msgs[0])
+    await dedupe.accept_once(b, key, lambda: _accept(b, pp, msgs, key))
+    return None, []
+
+
+async def _accept(
+    b: NotificationBroker, pp: PullPoint, msgs: list[Element], seen: SeenKey | None
+) -> None:
+    """Commit `msgs` into `pp` (with the seen-set key, in the same transaction), then
+    count them in memory."""
+    batch = AcceptBatch(pp_limit=b.cfg.pullpoint_max_messages, seen=seen)
     for i, nm in enumerate(msgs):  # kept whole, as received
         batch.renderings.append((WHOLE, etree.tostring(nm, encoding="unicode", with_tail=False)))
         batch.pp_messages.append((pp.id, None, i))
@@ -163,4 +177,3 @@ async def notify_pullpoint(b: NotificationBroker, req: SoapRequest, pp: PullPoin
     pp.queued += len(msgs) - res.pp_dropped.get(pp.id, 0)
     pp.dropped += res.pp_dropped.get(pp.id, 0)
     pp.signal()
-    return None, []

@@ -260,3 +260,42 @@ async def test_the_seen_set_can_be_turned_off(make_gateway, consumer):
     await consumer.wait_for(2)
     assert values(consumer) == ["1", "1"] and gw.broker.duplicates == 0
     assert gw.broker.storage._reader.execute("SELECT count(*) FROM notify_seen").fetchone()[0] == 0
+
+
+async def test_a_notify_to_a_pull_point_sent_again_is_stored_once(make_gateway):
+    """A Notify posted to a pull point's own address (WS-BaseNotification 1.3 §5.1.2: the
+    pull point as NotificationConsumer) is deduplicated like one posted to the broker, by
+    its publisher and wsa:MessageID within that pull point (gateway.dedupe `pullpoint_key`):
+    a consumer-side retry after a lost answer does not put the message in twice. Another
+    pull point, or the broker, with the same MessageID are other keys."""
+    gw = await make_gateway()
+
+    async def create() -> str:
+        r = await call(gw.url, "<wsnt:CreatePullPoint/>")
+        return r.body.findtext(f"{{{WSNT}}}PullPoint/{{{WSA}}}Address") or ""
+
+    async def taken(pp: str) -> list[str | None]:
+        r = await call(pp, "<wsnt:GetMessages/>")
+        return [m.findtext(f".//{RD}value") for m in r.body]
+
+    pp_a, pp_b = await create(), await create()
+    assert (await call(gw.url, subscribe_body(pp_b))).status == 200  # b gets the broker's
+    same, other = mid(), mid()
+    await notify(pp_a, notify_env(1, message_id=same))
+    await notify(pp_a, notify_env(1, message_id=same))  # its answer was lost: again
+    await notify(pp_a, notify_env(2, message_id=other))  # a different MessageID
+    await notify(pp_a, notify_env(3, message_id=None))  # without a MessageID: every time
+    await notify(pp_a, notify_env(3, message_id=None))
+    assert await taken(pp_a) == ["1", "2", "3", "3"]
+    assert gw.broker.duplicates == 1
+    await notify(pp_b, notify_env(1, message_id=same))  # another pull point
+    await notify(gw.url, notify_env(1, message_id=same))  # the broker (delivered to b)
+    await until(lambda: gw.broker.pullpoints[pp_b.rsplit("/", 1)[1]].queued >= 2, "b's two")
+    assert await taken(pp_b) == ["1", "1"]
+    assert gw.broker.duplicates == 1
+    # known by its ProducerReference, as at the broker: two publishers never collide
+    await notify(pp_a, notify_env(4, message_id=same, producer="http://127.0.0.1:9/p"))
+    await notify(pp_a, notify_env(5, message_id=same, producer="http://127.0.0.1:9/q"))
+    await notify(pp_a, notify_env(4, message_id=same, producer="http://127.0.0.1:9/p"))
+    assert await taken(pp_a) == ["4", "5"]
+    assert gw.broker.duplicates == 2
