@@ -63,6 +63,7 @@ def build_parts(cfg: Config) -> Parts:
         timeout=cfg.delivery_timeout,
         batch=cfg.delivery_batch,
         linger_max=cfg.delivery_linger_max,
+        max_answer_bytes=cfg.max_consumer_answer_bytes,
         backoff_initial=cfg.backoff_initial,
         backoff_max=cfg.backoff_max,
         dead_after=cfg.consumer_dead_after,

@@ -128,6 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=128,
         help="concurrent connections from one client address; more get 503 (default 128)",
     )
+    g.add_argument(
+        "--max-consumer-answer-bytes",
+        type=int,
+        default=64 * 1024,
+        help="the most of a consumer's answer body read to a delivery (discarded); beyond "
+        "it the connection is closed (default 65536)",
+    )
     d = p.add_argument_group("delivery")
     d.add_argument("--delivery-timeout", type=_seconds, default=10.0)
     d.add_argument("--delivery-batch", type=int, default=100)
@@ -239,6 +246,7 @@ def config_from_args(ns: argparse.Namespace) -> Config:
         request_timeout=ns.request_timeout,
         max_connections=ns.max_connections,
         max_client_connections=ns.max_client_connections,
+        max_consumer_answer_bytes=ns.max_consumer_answer_bytes,
         delivery_timeout=ns.delivery_timeout,
         delivery_batch=ns.delivery_batch,
         delivery_linger_max=ns.delivery_linger_max,

@@ -33,6 +33,9 @@ class Config:
     request_timeout: float = 10.0  # a request head or body must arrive within (408)
     max_connections: int = 512  # concurrent HTTP connections (503 beyond; http_limits.py)
     max_client_connections: int = 128  # of them from one client address
+    #: the most of a consumer's answer body the delivery reads (and discards); past it the
+    #: connection is closed (gateway/delivery_http.py)
+    max_consumer_answer_bytes: int = 64 * 1024
     # -- delivery --
     delivery_timeout: float = 10.0
     delivery_batch: int = 100

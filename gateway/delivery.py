@@ -51,7 +51,7 @@ from lxml import etree
 
 from gateway import loops, oplog
 from gateway.consumer_policy import ConsumerPolicy
-from gateway.delivery_http import NotifySender
+from gateway.delivery_http import MAX_ANSWER_BYTES, NotifySender
 from gateway.delivery_pacing import Pacer
 from gateway.metrics import Metrics
 from gateway.storage import Storage
@@ -146,6 +146,7 @@ class DeliveryManager:
         dead_after: float = 3600.0,
         max_backlog: int = 1000,
         linger_max: float = 0.05,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
         on_dead: Callable[[str], Awaitable[None]] | None = None,
         metrics: Metrics | None = None,
         policy: ConsumerPolicy | None = None,
@@ -167,7 +168,7 @@ class DeliveryManager:
         self._via: dict[int, tuple[str, ...]] = {}
         self._queues: dict[str, _Queue] = {}
         self._endpoints: dict[Hashable, _Endpoint] = {}
-        self._sender = NotifySender(self.policy, self.loop_id, timeout)
+        self._sender = NotifySender(self.policy, self.loop_id, timeout, max_answer_bytes)
         self._closing = False
         self._bg: set[asyncio.Future[None]] = set()
         # delivered seqs whose rows are not deleted yet, and the task deleting them

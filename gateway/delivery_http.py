@@ -20,15 +20,23 @@ request bounds deliveries/s (docs/gateway.md "Performance"):
   ClientResponse, header multidicts, cookie and trace hooks and timers that a Notify to a
   known endpoint does not need. Kept as a session did it: one total timeout per request
   (connect, write and answer), redirects not followed, no User-Agent, Accept or
-  Accept-Encoding headers, no decompression, the answer's body read to its end (so the
-  connection is reused) and the connection closed instead when the answer or an error
-  says so.
+  Accept-Encoding headers, no decompression, and the connection closed instead of reused
+  when the answer or an error says so.
+
+The answer's body (`_drain`): a Notify is one-way (WS-BaseNotification 1.3 §3; the WSDL's
+Notify has no output), so nothing in the body is used; it is read only so that the
+connection can carry the next request. A consumer may answer with a body of any length,
+or an endless one: it is read and discarded up to --max-consumer-answer-bytes (64 KiB)
+within what is left of the request's --delivery-timeout, and past either the connection is
+closed instead of reused. Memory stays bounded by aiohttp's stream buffer (it pauses the
+socket past 128 KiB unread), not by what the consumer sends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import os
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -43,6 +51,8 @@ from gateway.consumer_policy import ConsumerPolicy, connector_kwargs
 from gateway.wire import ns, soap
 from gateway.wire.addressing import Epr, request_headers
 
+log = logging.getLogger("gateway.delivery")
+
 _NOTIFY_START = f'<wsnt:Notify xmlns:wsnt="{ns.WSNT}">'
 _NOTIFY_END = "</wsnt:Notify>"
 #: stands for the body while an envelope template is made (a comment: never in a header)
@@ -52,6 +62,8 @@ _id_seq = itertools.count()
 #: keep-alive connections per consumer endpoint (host and port): one request is in flight
 #: per endpoint at a time (gateway/delivery.py), more only for endpoints sharing an address
 LIMIT_PER_HOST = 8
+#: default of --max-consumer-answer-bytes: the most of an answer's body read (and discarded)
+MAX_ANSWER_BYTES = 64 * 1024
 
 
 def _message_id() -> bytes:
@@ -81,10 +93,17 @@ class NotifySender:
     """Sends wsnt:Notify requests (or raw payloads) to consumer endpoints over one
     aiohttp client session."""
 
-    def __init__(self, policy: ConsumerPolicy, loop_id: str, timeout: float) -> None:
+    def __init__(
+        self,
+        policy: ConsumerPolicy,
+        loop_id: str,
+        timeout: float,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
+    ) -> None:
         self.policy = policy
         self.loop_id = loop_id
         self._total = timeout
+        self._max_answer = max_answer_bytes
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._connector: aiohttp.TCPConnector | None = None
         self._envelopes: dict[tuple[Hashable, tuple[str, ...]], tuple[bytes, bytes, bytes]] = {}
@@ -194,8 +213,7 @@ class NotifySender:
         body = xmls[0] if raw else _NOTIFY_START + "".join(xmls) + _NOTIFY_END
         data = self.envelope(key, consumer, soap_version, via, body)
         try:
-            async with asyncio.timeout(self._total):
-                status, peer = await self._post(r, data)
+            status, peer = await self._post(r, data, asyncio.get_running_loop().time())
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
             return False, f"{type(e).__name__}: {e}", None
         except HttpProcessingError as e:  # an answer that is not HTTP (the parser's verdict)
@@ -204,29 +222,58 @@ class NotifySender:
             return True, "", peer
         return False, f"HTTP {status}", peer
 
-    async def _post(self, r: _Route, data: bytes) -> tuple[int, str | None]:
-        """(status, the WSN-Edge-Gateway header) of one request on a kept-alive connection."""
+    async def _post(self, r: _Route, data: bytes, start: float) -> tuple[int, str | None]:
+        """(status, the WSN-Edge-Gateway header) of one request on a kept-alive connection,
+        all of it within --delivery-timeout from `start` (loop time)."""
         assert self._connector is not None and r.request is not None
-        conn = await self._connector.connect(r.request, [], self._timeout)
+        deadline = start + self._total
+        conn = None
         reuse = False
         try:
-            proto, transport = conn.protocol, conn.transport
-            if proto is None or transport is None:
-                raise aiohttp.ServerDisconnectedError()
-            proto.set_response_params(read_until_eof=True, auto_decompress=False)
-            transport.write(b"".join((r.head, str(len(data)).encode(), b"\r\n\r\n", data)))
-            while True:  # informational answers (1xx but 101) precede the answer
-                msg, payload = await proto.read()
-                if not 100 <= msg.code <= 199 or msg.code == 101:
-                    break
-            await payload.read()  # to its end: frees the connection for keep-alive
-            reuse = not (msg.should_close or proto.should_close)
+            async with asyncio.timeout_at(deadline):  # connect, write, the answer's head
+                conn = await self._connector.connect(r.request, [], self._timeout)
+                proto, transport = conn.protocol, conn.transport
+                if proto is None or transport is None:
+                    raise aiohttp.ServerDisconnectedError()
+                proto.set_response_params(read_until_eof=True, auto_decompress=False)
+                transport.write(b"".join((r.head, str(len(data)).encode(), b"\r\n\r\n", data)))
+                while True:  # informational answers (1xx but 101) precede the answer
+                    msg, payload = await proto.read()
+                    if not 100 <= msg.code <= 199 or msg.code == 101:
+                        break
+            # The status line is the outcome: a 2xx said the consumer took the Notify, so it
+            # counts as delivered whatever its body does (too long, endless, cut off, too
+            # slow); sending it again would deliver it twice. The body only decides whether
+            # the connection can carry the next request.
+            whole = await _drain(payload, self._max_answer, deadline)
+            reuse = whole and not (msg.should_close or proto.should_close)
             return msg.code, msg.headers.get(loops.HTTP_HEADER)
         finally:
-            if reuse:
-                conn.release()
-            else:
-                conn.close()
+            if conn is not None:
+                if reuse:
+                    conn.release()
+                else:
+                    conn.close()
+
+
+async def _drain(payload: aiohttp.StreamReader, cap: int, deadline: float) -> bool:
+    """Read an answer's body to its end and discard it: True if it ended within `cap`
+    bytes and before `deadline` (loop time), so the connection may be reused; False past
+    either, or if the body broke off (the caller closes the connection)."""
+    if payload.at_eof():  # the usual answer: no body, or all of it came with the head
+        return True
+    n = 0
+    try:
+        async with asyncio.timeout_at(deadline):
+            while chunk := await payload.readany():  # b"" at its end
+                n += len(chunk)
+                if n > cap:
+                    log.debug("answer body over %d bytes: connection closed", cap)
+                    return False
+    except (TimeoutError, aiohttp.ClientError, OSError, HttpProcessingError) as e:
+        log.debug("answer body not read to its end (%s): connection closed", e)
+        return False
+    return True
 
 
 #: headers a Notify's consumer does not read (a ClientRequest adds them unless skipped)
