@@ -27,9 +27,7 @@ consumer endpoint.
   (the broker destroys them and their backlogs).
 - Durability: queued messages are rows in SQLite until the consumer acknowledged them, so
   they are sent again after a restart (at-least-once). The rows a 2xx answer acknowledged
-  are deleted in the background, all endpoints' together in one transaction (the worker
-  does not wait for that commit before its next request); a crash before that commit
-  sends them again, as a crash between the answer and the deletion always could.
+  and the dropped ones are deleted in the background (gateway/delivery_acks.py).
 - The request itself (envelope, HTTP client) is gateway/delivery_http.py.
 """
 
@@ -51,6 +49,7 @@ from lxml import etree
 
 from gateway import loops, oplog
 from gateway.consumer_policy import ConsumerPolicy
+from gateway.delivery_acks import RowDeletions
 from gateway.delivery_http import MAX_ANSWER_BYTES, NotifySender
 from gateway.delivery_pacing import Pacer
 from gateway.metrics import Metrics
@@ -62,8 +61,6 @@ log = logging.getLogger("gateway.delivery")
 
 #: seconds between two "backlog full" lines of one subscription (the later one has the count)
 DROP_LOG_INTERVAL = 60.0
-#: seconds a stopping gateway waits for the deletion of acknowledged rows (else: resent)
-ACK_FLUSH_ON_STOP = 5.0
 _seq_of = itemgetter(0)
 
 
@@ -170,10 +167,8 @@ class DeliveryManager:
         self._endpoints: dict[Hashable, _Endpoint] = {}
         self._sender = NotifySender(self.policy, self.loop_id, timeout, max_answer_bytes)
         self._closing = False
-        self._bg: set[asyncio.Future[None]] = set()
-        # delivered seqs whose rows are not deleted yet, and the task deleting them
-        self._acks: list[int] = []
-        self._ack_task: asyncio.Future[None] | None = None
+        self._bg: set[asyncio.Future[None]] = set()  # on_dead calls
+        self._rows = RowDeletions(storage)
 
     async def start(self) -> None:
         await self._sender.start()
@@ -186,11 +181,8 @@ class DeliveryManager:
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        ack = self._ack_task
-        if ack is not None and not ack.done():  # delivered rows: do not send them again
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(asyncio.shield(ack), ACK_FLUSH_ON_STOP)
-        for f in list(self._bg):  # row deletions still queued are redone after a restart
+        await self._rows.close()
+        for f in list(self._bg):
             f.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await f
@@ -220,7 +212,7 @@ class DeliveryManager:
         for seq, _x in q.items:
             self._via.pop(seq, None)
         if q.items:  # rows committed after the subscription's own deletion (a no-op else)
-            self._forget([seq for seq, _x in q.items])
+            self._rows.forget([seq for seq, _x in q.items])
         ep = q.endpoint
         ep.queues.pop(sub_id, None)
         if not ep.queues:
@@ -325,10 +317,10 @@ class DeliveryManager:
                 self._dropped(q, drop)
                 for s in drop:
                     self._via.pop(s, None)
-                self._forget(drop)
+                self._rows.forget(drop)
             q.endpoint.wake.set()
         if gone:
-            self._forget(gone)
+            self._rows.forget(gone)
 
     def _dropped(self, q: _Queue, seqs: list[int]) -> None:
         for s in seqs:
@@ -359,27 +351,6 @@ class DeliveryManager:
                 " line %.0f s ago (%d in all)",
                 q.target.sub_id, n, now - last, q.dropped,
             )  # fmt: skip
-
-    def _forget(self, seqs: list[int]) -> None:
-        """Delete dropped rows in the background (they must not come back on restart)."""
-        fut = asyncio.ensure_future(self.storage.delete_deliveries(seqs))
-        self._bg.add(fut)
-        fut.add_done_callback(self._bg.discard)
-
-    def _ack(self, seqs: list[int]) -> None:
-        """Delete delivered rows in the background: what all endpoints acknowledged while
-        one deletion commits goes in the next one (one statement, one transaction)."""
-        self._acks.extend(seqs)
-        if self._ack_task is None or self._ack_task.done():
-            self._ack_task = asyncio.ensure_future(self._flush_acks())
-
-    async def _flush_acks(self) -> None:
-        while self._acks:
-            seqs, self._acks = self._acks, []
-            try:
-                await self.storage.delete_deliveries(seqs)
-            except Exception:  # at-least-once: a row left behind is sent again later
-                log.exception("could not delete delivered rows")
 
     # ---- the worker ----
     def _next_batch(self, ep: _Endpoint) -> list[tuple[int, str, str]]:
@@ -475,7 +446,7 @@ class DeliveryManager:
         self.metrics.delivered("ok", len(batch))
         ep.attempts = 0
         ep.failing_since = None
-        self._ack([seq for seq, _, _ in batch])
+        self._rows.ack([seq for seq, _, _ in batch])
 
     def _dead(self, ep: _Endpoint, failing_for: float, why: str) -> None:
         """End the subscriptions that were waiting on this dead consumer. Paused ones (and

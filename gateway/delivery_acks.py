@@ -1,0 +1,68 @@
+"""The durable outbox's rows that delivery is done with, deleted in the background
+(gateway/delivery.py decides which; storage.Storage.delete_deliveries deletes them).
+
+- Delivered (`ack`): the consumer answered 2xx. A worker does not wait for the deletion
+  before its next request; what all endpoints acknowledged while one deletion commits goes
+  in the next one (one statement, one transaction). A crash before that commit sends them
+  again, as a crash between the answer and the deletion always could (at-least-once).
+- Dropped (`forget`): the backlog bound dropped them, or their subscription ended while
+  their Notify committed; their rows must not come back after a restart.
+- `close`: a stopping gateway waits up to ACK_FLUSH_ON_STOP for the deletion of delivered
+  rows (else they are sent again after a restart) and cancels the deletions still queued
+  (redone after a restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from gateway.storage import Storage
+
+log = logging.getLogger("gateway.delivery")
+
+#: seconds a stopping gateway waits for the deletion of acknowledged rows (else: resent)
+ACK_FLUSH_ON_STOP = 5.0
+
+
+class RowDeletions:
+    """Deletes outbox rows by seq in the background; see the module docstring."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self._bg: set[asyncio.Future[None]] = set()
+        # delivered seqs whose rows are not deleted yet, and the task deleting them
+        self._acks: list[int] = []
+        self._ack_task: asyncio.Future[None] | None = None
+
+    def forget(self, seqs: list[int]) -> None:
+        """Delete dropped rows in the background (they must not come back on restart)."""
+        fut = asyncio.ensure_future(self.storage.delete_deliveries(seqs))
+        self._bg.add(fut)
+        fut.add_done_callback(self._bg.discard)
+
+    def ack(self, seqs: list[int]) -> None:
+        """Delete delivered rows in the background: what all endpoints acknowledged while
+        one deletion commits goes in the next one (one statement, one transaction)."""
+        self._acks.extend(seqs)
+        if self._ack_task is None or self._ack_task.done():
+            self._ack_task = asyncio.ensure_future(self._flush_acks())
+
+    async def _flush_acks(self) -> None:
+        while self._acks:
+            seqs, self._acks = self._acks, []
+            try:
+                await self.storage.delete_deliveries(seqs)
+            except Exception:  # at-least-once: a row left behind is sent again later
+                log.exception("could not delete delivered rows")
+
+    async def close(self) -> None:
+        ack = self._ack_task
+        if ack is not None and not ack.done():  # delivered rows: do not send them again
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(asyncio.shield(ack), ACK_FLUSH_ON_STOP)
+        for f in list(self._bg):  # row deletions still queued are redone after a restart
+            f.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await f
