@@ -15,6 +15,12 @@ in the same sitting (none / fresh, N rounds, then repeated once):
 
 Prints requests/s and requests per CPU-second of the gateway process (user + system of all
 its threads), steadier than rates while other work shares the cores.
+
+`--loop` measures instead, in this process, what `dedupe.accept_once` itself costs per call
+(CPU microseconds): without a key (the caller awaits the accept) and with a fresh key (the
+accept runs as a shielded task of its own, so a cancelled handler cannot fail it), around an
+accept that only yields once, as a commit's await does; the seen-set lookup is a stub, so
+the numbers are the mechanism's own. Run it from two trees in turn to compare versions.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -86,11 +93,41 @@ async def run_wrk(url: str, script: str, seconds: float) -> WrkResult:
     return WrkResult(n, secs, n / secs if secs else 0.0, errors)
 
 
+async def accept_once_loop(rounds: int, n: int = 50_000) -> None:
+    import time
+    import types
+
+    from gateway import dedupe
+
+    class Seen:
+        def seen(self, key: object) -> bool:
+            return False
+
+    async def accept() -> None:
+        await asyncio.sleep(0)
+
+    print(f"accept_once, CPU microseconds per call ({n:,} calls per figure)\n"
+          f"{'without a key':>14}{'fresh key':>12}")  # fmt: skip
+    for _ in range(rounds):
+        row = []
+        for keyed in (False, True):
+            b: Any = types.SimpleNamespace(notify_inflight={}, storage=Seen(), duplicates=0)
+            t0 = time.process_time()
+            for i in range(n):
+                await dedupe.accept_once(b, ("p", str(i)) if keyed else None, accept)
+            row.append((time.process_time() - t0) / n * 1e6)
+        print(f"{row[0]:>14.2f}{row[1]:>12.2f}", flush=True)
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="shorter runs")
     ap.add_argument("--rounds", type=int, default=3, help="none/fresh pairs (default 3)")
+    ap.add_argument("--loop", action="store_true", help="accept_once's own cost, in process")
     args = ap.parse_args()
+    if args.loop:
+        await accept_once_loop(args.rounds)
+        return
     secs = 3.0 if args.quick else 10.0
     # the same ~1 KB message; the forms differ only by the wsa:MessageID header
     msg = notify_body(("tns:bench", payload(0, 220)))
