@@ -125,10 +125,10 @@ class Storage(DemandTables):
         reader = sqlite3.connect(
             str(self.path), isolation_level=None, check_same_thread=False, timeout=0
         )
-        # the reader is queried on the event loop (seen): it must never wait. In WAL mode a
-        # read does not wait for the writer, but it can be busy while another process holds
-        # an exclusive lock (recovery, an operator's VACUUM): then the Notify gets a Receiver
-        # fault at once and its publisher retries, instead of the loop stalling
+        # queried on the event loop (seen), so it never waits: busy timeout 0 (connect's
+        # timeout=0 set it; stated again). In WAL no other process's lock makes a read busy,
+        # only WAL recovery after a crash (docs/gateway.md "Never a stall"); then that Notify
+        # is a Receiver fault its publisher retries, not the loop stalled up to 5 s
         reader.execute("PRAGMA busy_timeout=0")
         self._reader = reader
 
