@@ -43,8 +43,9 @@ class HostileConsumer:
     FLOOD bytes as fast as the socket takes them; "trickle", a Content-Length of 1 MB sent
     one byte per 50 ms), and every later request 200 with a 1,000-byte body."""
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, status: bytes = b"200 OK") -> None:
         self.mode = mode
+        self.status = status  # of the hostile answer
         self.conns: list[Conn] = []
         self.server: asyncio.Server | None = None
 
@@ -85,7 +86,7 @@ class HostileConsumer:
             w.close()
 
     async def _flood(self, conn: Conn, w: asyncio.StreamWriter) -> None:
-        w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        w.write(b"HTTP/1.1 %s\r\nTransfer-Encoding: chunked\r\n\r\n" % self.status)
         chunk = b"%x\r\n" % CHUNK + b"x" * CHUNK + b"\r\n"
         while conn.answer_sent < FLOOD:
             w.write(chunk)
@@ -208,5 +209,35 @@ async def test_the_cap_is_the_option_and_an_ordinary_body_over_it_only_costs_the
         await _one_each(gw, c, sid)
         assert [len(k.requests) for k in c.conns] == [1, 1, 1]
         assert c.conns[0].answer_sent < SENT_BOUND, c.conns[0].answer_sent
+    finally:
+        await c.stop()
+
+
+async def test_a_failure_answer_with_a_flood_of_a_body_is_cut_and_retried_once(
+    make_gateway: MakeGateway,
+) -> None:
+    """A 500 with 64 MiB of body: cut at the cap like any answer, the connection closed, and
+    the message not delivered, so it is sent again (once: the retry is answered 200) and
+    then counted delivered; the next message goes on the retry's kept connection."""
+    gw = await make_gateway()
+    c = await HostileConsumer("flood", b"500 Internal Server Error").start()
+    try:
+        sid = await _subscribe(gw, c.url)
+        await _publish(gw, 0)
+        await until(functools.partial(_got, c, 2), "the retry", timeout=10)
+        await _publish(gw, 1)
+        await until(functools.partial(_got, c, 3), "reading 1 there", timeout=10)
+        await until(lambda: gw.broker.delivery.backlog(sid) == 0, "an empty backlog", timeout=5)
+        await asyncio.sleep(0.3)
+        values = re.findall(rb"<rd:value>([^<]*)</rd:value>", b"".join(c.bodies()))
+        assert values == [b"0", b"0", b"1"]
+        state = gw.broker.delivery.state(sid)
+        assert state["delivered"] == 2 and state["failures"] == 1, state
+        assert _deliveries(gw, "ok") == 2 and _deliveries(gw, "retried") == 1
+        first = c.conns[0]
+        await until(lambda: first.ended, "the end of the flooded connection", timeout=10)
+        assert first.ended == "closed by the gateway", first
+        assert first.answer_sent < SENT_BOUND, first.answer_sent
+        assert [len(k.requests) for k in c.conns] == [1, 2]
     finally:
         await c.stop()
