@@ -39,9 +39,10 @@ class Conn:
 
 
 class HostileConsumer:
-    """Answers its first request 200 with a hostile body (`mode`: "flood", a chunked body of
-    FLOOD bytes as fast as the socket takes them; "trickle", a Content-Length of 1 MB sent
-    one byte per 50 ms), and every later request 200 with a 1,000-byte body."""
+    """Answers its first request `status` (200) with a hostile body (`mode`: "flood", a
+    chunked body of FLOOD bytes as fast as the socket takes them; "trickle", a
+    Content-Length of 1 MB sent one byte per 100 ms), and every later request 200 with a
+    1,000-byte body."""
 
     def __init__(self, mode: str, status: bytes = b"200 OK") -> None:
         self.mode = mode
@@ -99,8 +100,8 @@ class HostileConsumer:
     async def _trickle(self, conn: Conn, w: asyncio.StreamWriter) -> None:
         w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
         await w.drain()
-        for _ in range(400):  # 20 s, far beyond the gateway's 1 s --delivery-timeout
-            await asyncio.sleep(0.05)
+        for _ in range(300):  # 30 s, far beyond the tests' 2 s --delivery-timeout
+            await asyncio.sleep(0.1)
             w.write(b"x")
             await w.drain()
             conn.answer_sent += 1
@@ -182,7 +183,7 @@ async def test_a_200_with_an_endless_slow_body_frees_the_worker_within_the_timeo
     """A consumer answers 200 and then sends its body one byte at a time, never ending: the
     gateway stops reading at --delivery-timeout, closes the connection, counts the message
     delivered (not retried: that would send it again), and delivers the next ones."""
-    gw = await make_gateway(delivery_timeout=1.0)
+    gw = await make_gateway()  # --delivery-timeout 2 s (gwtest.make_config)
     c = await HostileConsumer("trickle").start()
     try:
         sid = await _subscribe(gw, c.url)
@@ -190,7 +191,7 @@ async def test_a_200_with_an_endless_slow_body_frees_the_worker_within_the_timeo
         first = c.conns[0]
         await until(lambda: first.ended, "the end of the trickling connection", timeout=10)
         assert first.ended == "closed by the gateway", first
-        assert first.answer_sent < 60, first.answer_sent  # ~20 bytes in 1 s, not 20 s
+        assert first.answer_sent < 60, first.answer_sent  # ~20 bytes in 2 s, not 30 s
         assert [len(k.requests) for k in c.conns] == [1, 2]
     finally:
         await c.stop()
