@@ -91,7 +91,7 @@ class _Route:
 
 class NotifySender:
     """Sends wsnt:Notify requests (or raw payloads) to consumer endpoints over one
-    aiohttp client session."""
+    aiohttp connector (kept-alive connections, no ClientSession; module docstring)."""
 
     def __init__(
         self,
