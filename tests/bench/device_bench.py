@@ -423,7 +423,7 @@ async def sleepy(quick: bool) -> None:
                 cl = Client(dev, s)
                 await asyncio.sleep(1.0)
                 cons = await Consumer().start()
-                from test_gateway_batching import subscribe_at_gateway
+                from gwproc import subscribe_at_gateway
 
                 await subscribe_at_gateway(s, gw, cons.url, "dev:dev-test/heartbeat")
                 for _ in range(100):

@@ -4,6 +4,10 @@ started on 127.0.0.1 with its own data dir, stoppable (SIGTERM: orderly; SIGKILL
 restartable on the same port (so every EPR, and the registration address a device keeps, stays
 valid), and its landing zone readable.
 
+Also what the tests of a device next to a gateway share: the heartbeat sensor whose values
+(1, 2, 3, ... per sample; per wake in sleepy mode) identify the readings, a subscription at the
+gateway, and the readings' values as delivered and as landed.
+
 The device-side helpers are in devtest.py; this only adds the gateway process. (The gateway
 tests' own `start_gateway` in tests/gateway/gwtest.py listens on port 0 and cannot come back
 on the same port: a different tool for tests that never restart it.)"""
@@ -20,9 +24,27 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from devtest import ROOT, DeviceProcess, free_port
+import aiohttp
+from devtest import (
+    RD,
+    ROOT,
+    WSNT,
+    Client,
+    Consumer,
+    DeviceProcess,
+    body_child,
+    ctype,
+    envelope,
+    free_port,
+    parse,
+    sleepy_cycles,
+)
 
 LISTENING = r"wsn-gateway listening on http://"
+DEV_NS = "urn:wsn-edge:devices"
+CONCRETE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete"
+HEARTBEAT = [{"topic": "heartbeat", "kind": "heartbeat"}]  # device/wsn/device.py, kind heartbeat
+GW_ARGS = ["--backoff-initial", "0.1", "--backoff-max", "1"]
 
 
 class GatewayProcess(DeviceProcess):
@@ -105,3 +127,56 @@ def start_gateway_process(data_dir: Path, extra: Sequence[str] = (), ready_timeo
             if "Address already in use" not in gp.output():
                 break
     raise AssertionError(f"gateway did not start: {last}")
+
+
+async def subscribe_at_gateway(s: aiohttp.ClientSession, gw: GatewayProcess, consumer: str,
+                               topic: str) -> None:
+    body = (f"<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{consumer}</wsa:Address>"
+            f'</wsnt:ConsumerReference><wsnt:Filter><wsnt:TopicExpression Dialect="{CONCRETE}" '
+            f'xmlns:dev="{DEV_NS}">{topic}</wsnt:TopicExpression></wsnt:Filter></wsnt:Subscribe>')
+    async with s.post(gw.url, data=envelope(body), headers={"Content-Type": ctype(12)}) as r:
+        assert r.status == 200, await r.text()
+
+
+async def gateway_subscription_resumed(cl: Client) -> bool:
+    """Whether the gateway's subscription at the device (its consumer is a registration
+    address) exists and is not paused: the gateway has demand for the topic."""
+    st = await cl.status()
+    return any("/wsn/registrations/" in x["consumer"] and not x["paused"]
+               for x in st["subscription_list"])
+
+
+def delivered_values(consumer: Consumer) -> list[int]:
+    """Heartbeat values of every NotificationMessage the consumer got so far (wrapped)."""
+    out: list[int] = []
+    q = consumer.received
+    items = list(q._queue)  # type: ignore[attr-defined]  # peek, keep them queued
+    for _, data in items:
+        for nm in body_child(parse(data)).iter(f"{{{WSNT}}}NotificationMessage"):
+            out.append(int(nm.findtext(f"{{{WSNT}}}Message/{{{RD}}}Reading/{{{RD}}}value") or -1))
+    return out
+
+
+def landed_values(gw: GatewayProcess) -> tuple[list[int], list[str]]:
+    """(heartbeat values in landing order, landing ids) of this device's heartbeat topic."""
+    values, ids = [], []
+    for rec in gw.landing():
+        if rec["topic_path"] == "dev-test/heartbeat":
+            values.append(int(rec["fields"]["value"]))
+            ids.append(rec["id"])
+    return values, ids
+
+
+def last_cycle(dev: DeviceProcess) -> dict[str, int]:
+    """The latest sleepy-mode wake report (devtest.sleepy_cycles); zeros before the first."""
+    c = sleepy_cycles(dev)
+    return c[-1] if c else {"seq": 0, "pending": 0, "sent": 0}
+
+
+def assert_landed_once_in_order(gw: GatewayProcess, last: int) -> None:
+    """Stop the gateway (which flushes its landing zone), then check that the heartbeat
+    readings 1..last landed each exactly once, in order, each with its own landing id."""
+    gw.stop()
+    values, ids = landed_values(gw)
+    assert values == list(range(1, last + 1)), (last, values)
+    assert len(set(ids)) == len(ids), ids

@@ -22,61 +22,22 @@ from typing import Any
 
 import aiohttp
 import pytest
-from devtest import (
-    RD,
-    WSA,
-    WSNT,
-    Client,
-    Consumer,
-    DeviceProcess,
-    body_child,
-    ctype,
-    envelope,
-    parse,
-    sleepy_cycles,
+from devtest import WSA, Client, Consumer, DeviceProcess, body_child, sleepy_cycles
+from gwproc import (
+    GW_ARGS,
+    HEARTBEAT,
+    assert_landed_once_in_order,
+    delivered_values,
+    gateway_subscription_resumed,
+    last_cycle,
+    start_gateway_process,
+    subscribe_at_gateway,
 )
-from gwproc import GatewayProcess, start_gateway_process
 from lxml import etree
 
 from tests.polling import until
 
 pytestmark = pytest.mark.timeout(180)
-
-DEV_NS = "urn:wsn-edge:devices"
-CONCRETE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete"
-HEARTBEAT = [{"topic": "heartbeat", "kind": "heartbeat"}]
-GW_ARGS = ["--backoff-initial", "0.1", "--backoff-max", "1"]
-
-
-async def subscribe_at_gateway(s: aiohttp.ClientSession, gw: GatewayProcess, consumer: str,
-                               topic: str) -> None:
-    body = (f"<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{consumer}</wsa:Address>"
-            f'</wsnt:ConsumerReference><wsnt:Filter><wsnt:TopicExpression Dialect="{CONCRETE}" '
-            f'xmlns:dev="{DEV_NS}">{topic}</wsnt:TopicExpression></wsnt:Filter></wsnt:Subscribe>')
-    async with s.post(gw.url, data=envelope(body), headers={"Content-Type": ctype(12)}) as r:
-        assert r.status == 200, await r.text()
-
-
-def delivered_values(consumer: Consumer) -> list[int]:
-    """Heartbeat values of every NotificationMessage the consumer got so far (wrapped)."""
-    out: list[int] = []
-    q = consumer.received
-    items = list(q._queue)  # type: ignore[attr-defined]  # peek, keep them queued
-    for _, data in items:
-        for nm in body_child(parse(data)).iter(f"{{{WSNT}}}NotificationMessage"):
-            out.append(int(nm.findtext(f"{{{WSNT}}}Message/{{{RD}}}Reading/{{{RD}}}value") or -1))
-    return out
-
-
-def landed_values(gw: GatewayProcess) -> tuple[list[int], list[str]]:
-    """(heartbeat values in landing order, landing ids) of this device's heartbeat topic."""
-    values, ids = [], []
-    for rec in gw.landing():
-        if rec["topic_path"] == "dev-test/heartbeat":
-            values.append(int(rec["fields"]["value"]))
-            ids.append(rec["id"])
-    return values, ids
-
 
 async def test_readings_buffered_while_the_gateway_is_down_go_in_batches_exactly_once(
         start_device: Callable[..., DeviceProcess], tmp_path: Path) -> None:
@@ -88,14 +49,10 @@ async def test_readings_buffered_while_the_gateway_is_down_go_in_batches_exactly
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
             cl = Client(dev, s)
 
-            async def resumed() -> bool:
-                st = await cl.status()
-                return any("/wsn/registrations/" in x["consumer"] and not x["paused"]
-                           for x in st["subscription_list"])
-
             await dev.await_line(r"^registered at ", 20)
             await subscribe_at_gateway(s, gw, consumer.url, "dev:dev-test/heartbeat")
-            await until(resumed, "the gateway's subscription at the device resumed", 20)
+            await until(lambda: gateway_subscription_resumed(cl),
+                        "the gateway's subscription at the device resumed", 20)
 
             gw.stop()
             assert await cl.sample("heartbeat", 20) == 20
@@ -114,18 +71,10 @@ async def test_readings_buffered_while_the_gateway_is_down_go_in_batches_exactly
             await until(lambda: len(delivered_values(consumer)) >= 20, "20 deliveries", 20)
             await asyncio.sleep(0.5)
             assert delivered_values(consumer) == list(range(1, 21))
-        gw.stop()  # flushes the landing zone
-        values, ids = landed_values(gw)
-        assert values == list(range(1, 21))
-        assert len(set(ids)) == 20
+        assert_landed_once_in_order(gw, 20)
     finally:
         gw.stop(signal.SIGKILL)
         await consumer.stop()
-
-
-def _last(dev: DeviceProcess) -> dict[str, int]:
-    c = sleepy_cycles(dev)
-    return c[-1] if c else {"seq": 0, "pending": 0, "sent": 0}
 
 
 async def test_sleepy_mode_through_a_real_gateway_down_and_device_restart(
@@ -143,14 +92,14 @@ async def test_sleepy_mode_through_a_real_gateway_down_and_device_restart(
         dev.wait_line(r"registered at .* \(Demand=false\)", 20)
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
             await subscribe_at_gateway(s, gw, consumer.url, "dev:dev-test/heartbeat")
-        first = _last(dev)["seq"] + 1  # readings from this wake on reach the subscriber
-        await until(lambda: _last(dev)["seq"] >= first + 2, "three more wakes", 20)
+        first = last_cycle(dev)["seq"] + 1  # readings from this wake on reach the subscriber
+        await until(lambda: last_cycle(dev)["seq"] >= first + 2, "three more wakes", 20)
         c = sleepy_cycles(dev)
         # awake, each wake is one Notify: requests per reading 1 (one sensor)
         assert all(x["requests"] == 1 and x["pending"] == 0 for x in c[1:]), c
 
         gw.stop()
-        await until(lambda: _last(dev)["pending"] >= 3, "readings pending while down", 20)
+        await until(lambda: last_cycle(dev)["pending"] >= 3, "readings pending while down", 20)
         # kill -9 in the middle: what was persisted must survive
         dev.proc.send_signal(signal.SIGKILL)
         dev.proc.wait(5)
@@ -159,12 +108,12 @@ async def test_sleepy_mode_through_a_real_gateway_down_and_device_restart(
         seq_at_kill = saved["seq"]
 
         dev2 = start_device(**conf)
-        await until(lambda: _last(dev2)["pending"] >= len(saved["pending"]) + 2,
+        await until(lambda: last_cycle(dev2)["pending"] >= len(saved["pending"]) + 2,
                     "the restarted device keeps the pending readings and adds to them", 20)
         assert sleepy_cycles(dev2)[0]["seq"] == seq_at_kill + 1  # no wake number reused
         assert "registered at" not in dev2.output()  # the registration survived too
         gw.restart()
-        await until(lambda: _last(dev2)["pending"] == 0 and _last(dev2)["sent"] > 0,
+        await until(lambda: last_cycle(dev2)["pending"] == 0 and last_cycle(dev2)["sent"] > 0,
                     "everything sent after the gateway came back", 30)
         # a batch is at most batch_max readings: pending > 4 needed more than one Notify. The
         # first is the batch of the first wake the gateway did not answer, sent again as it was
@@ -183,10 +132,7 @@ async def test_sleepy_mode_through_a_real_gateway_down_and_device_restart(
         # the wake running while we subscribed may have been accepted just before
         assert got[:1] in ([first], [first + 1]), (first, got)
         assert got == list(range(got[0], last_seq + 1))
-        gw.stop()
-        values, ids = landed_values(gw)
-        assert values == list(range(1, last_seq + 1))  # each exactly once, in order
-        assert len(set(ids)) == len(ids)
+        assert_landed_once_in_order(gw, last_seq)  # each exactly once, in order
     finally:
         gw.stop(signal.SIGKILL)
         await consumer.stop()

@@ -23,25 +23,34 @@ from typing import Any
 import aiohttp
 import pytest
 from devtest import Client, Consumer, DeviceProcess, sleepy_cycles
-from gwproc import GatewayProcess, start_gateway_process
-from test_gateway_batching import delivered_values, landed_values, subscribe_at_gateway
+from gwproc import (
+    GW_ARGS,
+    HEARTBEAT,
+    GatewayProcess,
+    assert_landed_once_in_order,
+    delivered_values,
+    gateway_subscription_resumed,
+    last_cycle,
+    start_gateway_process,
+    subscribe_at_gateway,
+)
 
 from tests.polling import until
 
 pytestmark = pytest.mark.timeout(180)
-
-HEARTBEAT = [{"topic": "heartbeat", "kind": "heartbeat"}]
-GW_ARGS = ["--backoff-initial", "0.1", "--backoff-max", "1"]
 
 
 class LossyProxy:
     """127.0.0.1:port -> the gateway. While `drop` > 0, the answer to a Notify is swallowed:
     the request went through whole, the gateway answered (it answers after its commit), and
     the device's connection is closed instead of answered; `on_drop` runs first (e.g. to
-    kill the device while it waits)."""
+    kill the device while it waits). The answers to the first `skip` of those Notify pass.
+    While `down`, each connection is closed unanswered: the gateway is unreachable."""
 
     def __init__(self) -> None:
         self.drop = 0
+        self.skip = 0
+        self.down = False
         self.dropped = 0
         self.notifies = 0
         self.upstream = 0
@@ -59,6 +68,9 @@ class LossyProxy:
             self._server.close()
 
     async def _conn(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+        if self.down:
+            cw.close()
+            return
         ur, uw = await asyncio.open_connection("127.0.0.1", self.upstream)
         head = bytearray()  # enough of the request to see whether it is a Notify
 
@@ -75,7 +87,9 @@ class LossyProxy:
             while data := await ur.read(65536):
                 if first and b"<wsnt:Notify>" in head:
                     self.notifies += 1
-                    if self.drop > 0:  # the gateway answered: it has committed
+                    if self.drop > 0 and self.skip > 0:
+                        self.skip -= 1
+                    elif self.drop > 0:  # the gateway answered: it has committed
                         self.drop -= 1
                         self.dropped += 1
                         if self.on_drop is not None:
@@ -114,14 +128,10 @@ async def test_awake_readings_whose_answer_was_lost_arrive_once(
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
             cl = Client(dev, s)
 
-            async def resumed() -> bool:
-                st = await cl.status()
-                return any("/wsn/registrations/" in x["consumer"] and not x["paused"]
-                           for x in st["subscription_list"])
-
             await dev.await_line(r"^registered at ", 20)
             await subscribe_at_gateway(s, gw, consumer.url, "dev:dev-test/heartbeat")
-            await until(resumed, "the gateway's subscription at the device resumed", 20)
+            await until(lambda: gateway_subscription_resumed(cl),
+                        "the gateway's subscription at the device resumed", 20)
             proxy.drop = 2  # the answers to the next two Notify are lost
             assert await cl.sample("heartbeat", 10) == 10
 
@@ -133,19 +143,11 @@ async def test_awake_readings_whose_answer_was_lost_arrive_once(
             await until(lambda: len(delivered_values(consumer)) >= 10, "10 deliveries", 20)
             await asyncio.sleep(0.5)  # time for a wrong eleventh delivery
             assert delivered_values(consumer) == list(range(1, 11))
-        gw.stop()  # flushes the landing zone
-        values, ids = landed_values(gw)
-        assert values == list(range(1, 11))
-        assert len(set(ids)) == 10
+        assert_landed_once_in_order(gw, 10)
     finally:
         gw.stop(signal.SIGKILL)
         await consumer.stop()
         await proxy.stop()
-
-
-def _last(dev: DeviceProcess) -> dict[str, int]:
-    c = sleepy_cycles(dev)
-    return c[-1] if c else {"seq": 0, "pending": 0, "sent": 0}
 
 
 async def test_sleepy_readings_whose_answer_was_lost_arrive_once_across_a_restart(
@@ -166,7 +168,7 @@ async def test_sleepy_readings_whose_answer_was_lost_arrive_once_across_a_restar
         await dev.await_line(r"registered at .* \(Demand=false\)", 20)  # (the proxy runs in this loop)
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
             await subscribe_at_gateway(s, gw, consumer.url, "dev:dev-test/heartbeat")
-        await until(lambda: _last(dev)["seq"] >= 3, "three wakes", 20)
+        await until(lambda: last_cycle(dev)["seq"] >= 3, "three wakes", 20)
         killed: list[dict[str, Any]] = []
 
         def kill_device() -> None:  # while it waits for the answer: it never sees one
@@ -181,7 +183,8 @@ async def test_sleepy_readings_whose_answer_was_lost_arrive_once_across_a_restar
         assert saved["pending"] and saved["mid"], saved  # the batch in flight, and its id
 
         dev2 = start_device(**conf)
-        await until(lambda: _last(dev2)["seq"] >= saved["seq"] + 3 and _last(dev2)["pending"] == 0,
+        await until(lambda: last_cycle(dev2)["seq"] >= saved["seq"] + 3
+                    and last_cycle(dev2)["pending"] == 0,
                     "the restarted device sent everything", 20)
         assert "registered at" not in dev2.output()  # the same registration: the same key
         dev2.proc.send_signal(signal.SIGKILL)
@@ -192,11 +195,62 @@ async def test_sleepy_readings_whose_answer_was_lost_arrive_once_across_a_restar
         await asyncio.sleep(0.5)
         got = delivered_values(consumer)
         assert got == list(range(got[0], last_seq + 1)), got  # each once, in order
-        gw.stop()
-        values, ids = landed_values(gw)
-        assert values == list(range(1, last_seq + 1))  # each exactly once, in order
-        assert len(set(ids)) == len(ids)
+        assert_landed_once_in_order(gw, last_seq)  # each exactly once, in order
     finally:
         gw.stop(signal.SIGKILL)
         await consumer.stop()
+        await proxy.stop()
+
+
+async def test_sleepy_restore_into_a_smaller_buffer_resends_only_what_the_batch_still_holds(
+        start_device: Callable[..., DeviceProcess], tmp_path: Path) -> None:
+    """The gateway committed a batch of 4 whose answer was lost, and the device was killed with
+    more readings pending than that batch. It restarts with a `gateway_buffer` too small for
+    them: refilling the buffer drops the oldest readings, the batch's first ones
+    (device/wsn/gateway.py `sleepy`). The drop count saved in the state file is added to those
+    drops, so the batch is sent again under its wsa:MessageID with only the readings it still
+    holds (accepted with it already), and the readings after it go in new batches. Were the
+    saved count written over the refill's drops, the resent batch would reach past its own
+    readings into the next ones, and those the gateway takes for the duplicate would be lost."""
+    proxy, gw = await start_behind_proxy(tmp_path)
+    state = tmp_path / "sleepy-state.json"
+    conf: dict[str, Any] = {
+        "mode": "sleepy", "gateway": f"http://127.0.0.1:{proxy.port}/wsn/broker",
+        "sample_period_s": 0.3, "sensors": HEARTBEAT, "state_file": str(state),
+        "batch_max": 4, "gateway_timeout_s": 5, "registration_ttl_s": 120,
+    }
+    try:
+        dev = start_device(**conf)
+        await dev.await_line(r"registered at .* \(Demand=false\)", 20)
+        await until(lambda: last_cycle(dev)["seq"] >= 2, "two wakes", 20)
+        proxy.down = True  # a batch of 1 is made at the first wake that cannot send ...
+        await until(lambda: last_cycle(dev)["pending"] >= 6, "six readings pending", 20)
+        killed: list[dict[str, Any]] = []
+
+        def kill_device() -> None:  # while it waits for the answer: it never sees one
+            dev.proc.send_signal(signal.SIGKILL)
+            dev.proc.wait(5)
+            killed.append(json.loads(state.read_text()))
+
+        # ... and sent first once the gateway is back; the answer to the next, of 4, is lost
+        proxy.on_drop = kill_device
+        proxy.skip, proxy.drop = 1, 1
+        proxy.down = False
+        await until(lambda: killed, "a batch of 4 answered, the answer lost, the device killed", 20)
+        saved = killed[0]
+        assert saved["mid"][1] == 4 and len(saved["pending"]) >= 5, saved
+
+        # 2 fewer places than readings pending, and the first wake samples one more: 3 of the
+        # batch's 4 readings are dropped, it is resent with its last one
+        dev2 = start_device(**conf, gateway_buffer=len(saved["pending"]) - 2)
+        await until(lambda: last_cycle(dev2)["seq"] >= saved["seq"] + 3
+                    and last_cycle(dev2)["pending"] == 0,
+                    "the restarted device sent everything", 20)
+        assert "registered at" not in dev2.output()  # the same registration: the same key
+        assert sleepy_cycles(dev2)[0]["dropped"] == saved["dropped"] + 3, sleepy_cycles(dev2)
+        dev2.proc.send_signal(signal.SIGKILL)
+        dev2.proc.wait(5)
+        assert_landed_once_in_order(gw, json.loads(state.read_text())["seq"])
+    finally:
+        gw.stop(signal.SIGKILL)
         await proxy.stop()
