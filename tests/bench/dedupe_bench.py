@@ -27,10 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import re
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -41,11 +38,12 @@ from gateway_bench import (
     A_NOTIFY,
     CT,
     Gateway,
-    WrkResult,
     cpu_seconds,
     envelope,
+    lua_post,
     notify_body,
     payload,
+    wrk_script,
 )
 
 MARK = "@@MID@@"
@@ -61,36 +59,6 @@ def _lua_fresh(body: bytes) -> str:
         "request = function()\n  n = n + 1\n"
         f'  return wrk.format(nil, nil, nil, pre .. "urn:bench:{tag}:" .. n .. post)\nend\n'
     )
-
-
-def _lua_fixed(body: bytes) -> str:
-    return (
-        f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "{CT}"\n'
-        f"wrk.body = [==[{body.decode()}]==]\n"
-    )
-
-
-async def run_wrk(url: str, script: str, seconds: float) -> WrkResult:
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
-        f.write(script)
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            "wrk", "-t1", "-c16", f"-d{max(1, round(seconds))}s", "-s", f.name, url,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        )  # fmt: skip
-        out = (await proc.communicate())[0].decode()
-    finally:
-        os.unlink(f.name)
-    m = re.search(r"(\d+) requests in ([\d.]+)(m?s)", out)
-    if not m:
-        raise RuntimeError(f"wrk output not understood:\n{out}")
-    n, secs = int(m.group(1)), float(m.group(2)) / (1000 if m.group(3) == "ms" else 1)
-    errors = 0
-    if e := re.search(r"Non-2xx or 3xx responses: (\d+)", out):
-        errors += int(e.group(1))
-    if e := re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out):
-        errors += sum(int(x) for x in e.groups())
-    return WrkResult(n, secs, n / secs if secs else 0.0, errors)
 
 
 async def accept_once_loop(rounds: int, n: int = 50_000) -> None:
@@ -134,20 +102,20 @@ async def main() -> None:
     bare = envelope(msg, action=A_NOTIFY, message_id=None)
     with_id = envelope(msg, action=A_NOTIFY, message_id=MARK)
     forms = {
-        "none": _lua_fixed(bare),
+        "none": lua_post(bare),
         "fresh": "",  # made per run: ids never seen before
-        "repeat": _lua_fixed(with_id.replace(MARK.encode(), b"urn:bench:the-same-one")),
+        "repeat": lua_post(with_id.replace(MARK.encode(), b"urn:bench:the-same-one")),
     }
     print(f"dedupe bench: wrk -t1 -c16 -d{secs:.0f}s, a single-message Notify of {len(bare)} "
           f"bytes (+ its wsa:MessageID header), no subscriber\n"
           f"{'form':<8}{'requests/s':>12}{'per CPU-second':>16}")  # fmt: skip
     with Gateway() as gw:
-        await run_wrk(gw.url, _lua_fresh(with_id), 1)  # warm-up; the seen-set not empty
+        await wrk_script(gw.url, _lua_fresh(with_id), 1)  # warm-up; the seen-set not empty
         order = ["none", "fresh"] * args.rounds + ["repeat"]
         for form in order:
             c0 = cpu_seconds(gw.pid)
             script = _lua_fresh(with_id) if form == "fresh" else forms[form]
-            r = await run_wrk(gw.url, script, secs)
+            r = await wrk_script(gw.url, script, secs)
             per_cpu = r.requests / max(1e-9, cpu_seconds(gw.pid) - c0)
             err = f"   ({r.errors} errors!)" if r.errors else ""
             print(f"{form:<8}{r.rps:>12,.0f}{per_cpu:>16,.0f}{err}", flush=True)

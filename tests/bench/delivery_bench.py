@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1].parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gateway_bench import Farm  # noqa: E402
 
 from gateway.delivery import DeliveryManager, Target  # noqa: E402
 from gateway.storage import Storage  # noqa: E402
@@ -41,12 +42,8 @@ XML = (
 
 
 async def run(n: int, rate: float, seconds: float, linger_max: float | None) -> str:
-    farm = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests/bench/gateway_bench.py"), "--consumer-farm", str(n)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
-    )  # fmt: skip
-    assert farm.stdin is not None and farm.stdout is not None
-    urls: list[str] = json.loads(farm.stdout.readline())["urls"]
+    farm = Farm(n)
+    urls = farm.urls
     with tempfile.TemporaryDirectory(prefix="delbench-") as tmp:
         storage = Storage(Path(tmp) / "gateway.sqlite")
         storage.open()
@@ -72,8 +69,7 @@ async def run(n: int, rate: float, seconds: float, linger_max: float | None) -> 
         requests = sum(dm.stats(sid)["requests"] for sid in subs)
         await dm.stop()
         storage.close()
-    farm.stdin.close()
-    farm.wait()
+    farm.close()
     return (
         f"{n:>9} {rate:>9,.0f} {seq / secs:>13,.0f} {seq / cpu:>11,.0f} "
         f"{seq / max(1, requests):>13.1f}"

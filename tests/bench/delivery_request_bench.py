@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -30,18 +28,16 @@ import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1].parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from delivery_bench import XML  # noqa: E402
+from gateway_bench import Farm  # noqa: E402
 
 from gateway.consumer_policy import ConsumerPolicy  # noqa: E402
 from gateway.delivery_http import NotifySender  # noqa: E402
 from gateway.wire import ns, soap  # noqa: E402
 from gateway.wire.addressing import Epr  # noqa: E402
 
-XML = (
-    f'<wsnt:NotificationMessage xmlns:wsnt="{ns.WSNT}"><wsnt:Message>'
-    '<rd:Reading xmlns:rd="urn:wsn-edge:reading"><rd:note>'
-    + "x" * 160
-    + "</rd:note></rd:Reading></wsnt:Message></wsnt:NotificationMessage>"
-)
 BATCH = [XML] * 9
 
 
@@ -91,13 +87,8 @@ async def main() -> None:
     ap.add_argument("--requests", type=int, default=100, help="per consumer")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    farm = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests/bench/gateway_bench.py"), "--consumer-farm",
-         str(args.consumers)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
-    )  # fmt: skip
-    assert farm.stdin is not None and farm.stdout is not None
-    urls: list[str] = json.loads(farm.stdout.readline())["urls"]
+    farm = Farm(args.consumers)
+    urls = farm.urls
     ways: list[tuple[str, Callable[[list[str], int], Awaitable[None]]]] = [
         ("NotifySender", via_sender),
         ("ClientSession", via_session),
@@ -113,8 +104,7 @@ async def main() -> None:
                 cpu, secs = time.process_time() - c0, time.monotonic() - t0
                 print(f"{name:>13} {n / secs:>11,.0f} {1e6 * cpu / n:>15.1f}", flush=True)
     finally:
-        farm.stdin.close()
-        farm.wait()
+        farm.close()
 
 
 if __name__ == "__main__":

@@ -131,7 +131,8 @@ class WrkResult:
         return self.requests - self.errors
 
 
-def _lua(body: bytes, done_file: str | None = None, limit: int = 0) -> str:
+def lua_post(body: bytes, done_file: str | None = None, limit: int = 0) -> str:
+    """A wrk script that POSTs `body` (SOAP 1.2) each time; with `done_file`, see below."""
     text = body.decode()
     assert "]==]" not in text
     lua = f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "{CT}"\nwrk.body = [==[{text}]==]\n'
@@ -155,8 +156,13 @@ end
 
 async def wrk(url: str, body: bytes, seconds: float, conns: int = 16) -> WrkResult:
     """wrk -t1 -cCONNS -dSECONDS POSTing `body` to `url`."""
+    return await wrk_script(url, lua_post(body), seconds, conns)
+
+
+async def wrk_script(url: str, script: str, seconds: float, conns: int = 16) -> WrkResult:
+    """wrk -t1 -cCONNS -dSECONDS running the Lua `script` (e.g. one that varies the body)."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
-        f.write(_lua(body))
+        f.write(script)
     try:
         proc = await asyncio.create_subprocess_exec(
             "wrk", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s", "-s", f.name, url,
@@ -183,7 +189,7 @@ async def wrk_count(url: str, body: bytes, limit: int, conns: int = 16) -> WrkRe
     with tempfile.TemporaryDirectory(prefix="wrk-") as tmp:
         done = Path(tmp) / "done"
         script = Path(tmp) / "post.lua"
-        script.write_text(_lua(body, str(done), limit))
+        script.write_text(lua_post(body, str(done), limit))
         t0 = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
             "wrk", "-t1", f"-c{conns}", "-d3600s", "-s", str(script), url,
