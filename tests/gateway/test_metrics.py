@@ -4,6 +4,7 @@ counter moves by exactly what the test did."""
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -199,29 +200,37 @@ async def test_requests_refused_before_an_operation_are_counted_by_reason(
     }, got
 
 
+#: latencies on, between and past the histograms' bucket bounds
+LATENCIES = [0.0, 0.0004, 0.001, 0.0010001, 0.0025, 0.007, 0.05, 0.3, 2.5, 29.9, 30.0, 31.0]
+
+
+def histogram_samples(m: Any, family: str) -> list[tuple[str, dict[str, str], float]]:
+    """(sample name, labels, value) of one histogram family in `m`'s exposition, without the
+    _created samples (they differ between two Metrics by when each was made)."""
+    fams = text_string_to_metric_families(m.exposition().decode())
+    return [
+        (s.name, s.labels, s.value)
+        for f in fams
+        if f.name == family
+        for s in f.samples
+        if not s.name.endswith("_created")
+    ]
+
+
 def test_batched_latency_observations_equal_one_observe_each() -> None:
     """A delivered batch's latencies go into the histogram at once (gateway.delivery): the
     exposition is the same as one observe() per message, bucket bounds included."""
     from gateway.metrics import Metrics
 
     one, batched = Metrics(), Metrics()
-    values = [0.0, 0.0004, 0.001, 0.0010001, 0.0025, 0.007, 0.05, 0.3, 2.5, 29.9, 30.0, 31.0]
+    values = LATENCIES
     for x in values:
         one.delivery_latency.observe(x)
     batched.observe_delivery_latencies(values[:5])
     batched.observe_delivery_latencies([])
     batched.observe_delivery_latencies(values[5:])
 
-    def samples(m: Metrics) -> list[tuple[str, dict[str, str], float]]:
-        fams = text_string_to_metric_families(m.exposition().decode())
-        return [
-            (s.name, s.labels, s.value)
-            for f in fams
-            if f.name == "wsn_delivery_latency_seconds"
-            for s in f.samples
-            if not s.name.endswith("_created")
-        ]
-
+    samples = partial(histogram_samples, family="wsn_delivery_latency_seconds")
     a, b = samples(one), samples(batched)
     assert [(n, lb) for n, lb, _ in a] == [(n, lb) for n, lb, _ in b]
     assert [x for _, _, x in a] == pytest.approx([x for _, _, x in b])  # the sum's rounding
@@ -236,22 +245,13 @@ def test_request_durations_kept_then_flushed_equal_one_observe_each() -> None:
     from gateway.metrics import Metrics
 
     one, kept = Metrics(), Metrics()
-    values = [0.0, 0.0004, 0.001, 0.0010001, 0.0025, 0.007, 0.05, 0.3, 2.5, 29.9, 30.0, 31.0]
+    values = LATENCIES
     requests = [("Notify" if i % 3 else "Subscribe", values[i % len(values)]) for i in range(700)]
     for op, x in requests:
         one.request_latency.labels(op).observe(x)
         kept.observe_request(op, x)
 
-    def samples(m: Metrics) -> list[tuple[str, dict[str, str], float]]:
-        fams = text_string_to_metric_families(m.exposition().decode())
-        return [
-            (s.name, s.labels, s.value)
-            for f in fams
-            if f.name == "wsn_request_duration_seconds"
-            for s in f.samples
-            if not s.name.endswith("_created")
-        ]
-
+    samples = partial(histogram_samples, family="wsn_request_duration_seconds")
     a, b = samples(one), samples(kept)
     assert [(n, lb) for n, lb, _ in a] == [(n, lb) for n, lb, _ in b]
     assert [x for _, _, x in a] == pytest.approx([x for _, _, x in b])

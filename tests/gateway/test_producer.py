@@ -25,9 +25,9 @@ NS_DOC = b"""<wstop:TopicNamespace xmlns:wstop="http://docs.oasis-open.org/wsn/t
 </wstop:TopicNamespace>"""
 
 
-def _gcm(expr: str, dialect: str = CONCRETE) -> str:
+def _gcm(expr: str, dialect: str = CONCRETE, tns: str = "urn:test") -> str:
     return (
-        f'<wsnt:GetCurrentMessage><wsnt:Topic Dialect="{dialect}" xmlns:tns="urn:test">{expr}'
+        f'<wsnt:GetCurrentMessage><wsnt:Topic Dialect="{dialect}" xmlns:tns="{tns}">{expr}'
         "</wsnt:Topic></wsnt:GetCurrentMessage>"
     )
 
@@ -70,11 +70,7 @@ async def test_one_notify_reads_each_wsnt_topic_in_its_own_namespace_context(gw)
     )
     assert (await call(gw.url, body)).status == 202
     for uri, last in (("urn:one", "3"), ("urn:two", "4")):
-        gcm = (
-            f'<wsnt:GetCurrentMessage><wsnt:Topic Dialect="{CONCRETE}" xmlns:tns="{uri}">'
-            "tns:a</wsnt:Topic></wsnt:GetCurrentMessage>"
-        )
-        r = await call(gw.url, gcm)
+        r = await call(gw.url, _gcm("tns:a", tns=uri))
         assert r.status == 200, r.text
         assert r.body.findtext(".//{urn:wsn-edge:reading}value") == last
 
@@ -91,11 +87,7 @@ async def test_notify_after_notify_reads_each_wsnt_topic_in_its_own_namespace_co
         )
         assert (await call(gw.url, body)).status == 202
     for uri, last in (("urn:first", "3"), ("urn:second", "2")):
-        gcm = (
-            f'<wsnt:GetCurrentMessage><wsnt:Topic Dialect="{CONCRETE}" xmlns:tns="{uri}">'
-            "tns:x</wsnt:Topic></wsnt:GetCurrentMessage>"
-        )
-        r = await call(gw.url, gcm)
+        r = await call(gw.url, _gcm("tns:x", tns=uri))
         assert r.status == 200, r.text
         assert r.body.findtext(".//{urn:wsn-edge:reading}value") == last
 
