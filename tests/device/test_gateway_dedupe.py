@@ -150,6 +150,44 @@ async def test_awake_readings_whose_answer_was_lost_arrive_once(
         await proxy.stop()
 
 
+def sleepy_conf(proxy: LossyProxy, state: Path) -> dict[str, Any]:
+    """A sleepy device's config that reaches the gateway through the proxy."""
+    return {
+        "mode": "sleepy", "gateway": f"http://127.0.0.1:{proxy.port}/wsn/broker",
+        "sample_period_s": 0.3, "sensors": HEARTBEAT, "state_file": str(state),
+        "batch_max": 4, "gateway_timeout_s": 5, "registration_ttl_s": 120,
+    }
+
+
+async def killed_when_an_answer_is_lost(proxy: LossyProxy, dev: DeviceProcess, state: Path,
+                                        skip: int = 0) -> dict[str, Any]:
+    """The proxy (up again, if it was down) passes the answers to `skip` Notify, then swallows
+    one and kills the device (kill -9) while it waits for it: it never sees one. -> the state
+    file as the device left it."""
+    killed: list[dict[str, Any]] = []
+
+    def kill_device() -> None:
+        dev.proc.send_signal(signal.SIGKILL)
+        dev.proc.wait(5)
+        killed.append(json.loads(state.read_text()))
+
+    proxy.on_drop = kill_device
+    proxy.skip, proxy.drop = skip, 1
+    proxy.down = False
+    await until(lambda: killed, "a Notify answered, the answer lost, the device killed", 20)
+    return killed[0]
+
+
+async def restarted_until_all_sent(dev: DeviceProcess, saved: dict[str, Any]) -> None:
+    """The device started again on the state `saved` of its first run: wait until it woke 3
+    more times and has nothing pending, check it kept its registration, then kill it (-9)."""
+    await until(lambda: last_cycle(dev)["seq"] >= saved["seq"] + 3
+                and last_cycle(dev)["pending"] == 0, "the restarted device sent everything", 20)
+    assert "registered at" not in dev.output()  # the same registration: the same key
+    dev.proc.send_signal(signal.SIGKILL)
+    dev.proc.wait(5)
+
+
 async def test_sleepy_readings_whose_answer_was_lost_arrive_once_across_a_restart(
         start_device: Callable[..., DeviceProcess], tmp_path: Path) -> None:
     """The device is killed (kill -9) while it waits for the answer that the proxy swallows:
@@ -158,37 +196,18 @@ async def test_sleepy_readings_whose_answer_was_lost_arrive_once_across_a_restar
     proxy, gw = await start_behind_proxy(tmp_path)
     consumer = await Consumer().start()
     state = tmp_path / "sleepy-state.json"
-    conf: dict[str, Any] = {
-        "mode": "sleepy", "gateway": f"http://127.0.0.1:{proxy.port}/wsn/broker",
-        "sample_period_s": 0.3, "sensors": HEARTBEAT, "state_file": str(state),
-        "batch_max": 4, "gateway_timeout_s": 5, "registration_ttl_s": 120,
-    }
+    conf = sleepy_conf(proxy, state)
     try:
         dev = start_device(**conf)
-        await dev.await_line(r"registered at .* \(Demand=false\)", 20)  # (the proxy runs in this loop)
+        # (await_line: the proxy runs in this loop)
+        await dev.await_line(r"registered at .* \(Demand=false\)", 20)
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
             await subscribe_at_gateway(s, gw, consumer.url, "dev:dev-test/heartbeat")
         await until(lambda: last_cycle(dev)["seq"] >= 3, "three wakes", 20)
-        killed: list[dict[str, Any]] = []
-
-        def kill_device() -> None:  # while it waits for the answer: it never sees one
-            dev.proc.send_signal(signal.SIGKILL)
-            dev.proc.wait(5)
-            killed.append(json.loads(state.read_text()))
-
-        proxy.on_drop = kill_device
-        proxy.drop = 1
-        await until(lambda: killed, "a Notify answered, the answer lost, the device killed", 20)
-        saved = killed[0]
+        saved = await killed_when_an_answer_is_lost(proxy, dev, state)
         assert saved["pending"] and saved["mid"], saved  # the batch in flight, and its id
 
-        dev2 = start_device(**conf)
-        await until(lambda: last_cycle(dev2)["seq"] >= saved["seq"] + 3
-                    and last_cycle(dev2)["pending"] == 0,
-                    "the restarted device sent everything", 20)
-        assert "registered at" not in dev2.output()  # the same registration: the same key
-        dev2.proc.send_signal(signal.SIGKILL)
-        dev2.proc.wait(5)
+        await restarted_until_all_sent(start_device(**conf), saved)
         last_seq = json.loads(state.read_text())["seq"]
         await until(lambda: delivered_values(consumer)[-1:] == [last_seq],
                     "the last reading delivered", 20)
@@ -214,43 +233,23 @@ async def test_sleepy_restore_into_a_smaller_buffer_resends_only_what_the_batch_
     readings into the next ones, and those the gateway takes for the duplicate would be lost."""
     proxy, gw = await start_behind_proxy(tmp_path)
     state = tmp_path / "sleepy-state.json"
-    conf: dict[str, Any] = {
-        "mode": "sleepy", "gateway": f"http://127.0.0.1:{proxy.port}/wsn/broker",
-        "sample_period_s": 0.3, "sensors": HEARTBEAT, "state_file": str(state),
-        "batch_max": 4, "gateway_timeout_s": 5, "registration_ttl_s": 120,
-    }
+    conf = sleepy_conf(proxy, state)
     try:
         dev = start_device(**conf)
         await dev.await_line(r"registered at .* \(Demand=false\)", 20)
         await until(lambda: last_cycle(dev)["seq"] >= 2, "two wakes", 20)
         proxy.down = True  # a batch of 1 is made at the first wake that cannot send ...
         await until(lambda: last_cycle(dev)["pending"] >= 6, "six readings pending", 20)
-        killed: list[dict[str, Any]] = []
-
-        def kill_device() -> None:  # while it waits for the answer: it never sees one
-            dev.proc.send_signal(signal.SIGKILL)
-            dev.proc.wait(5)
-            killed.append(json.loads(state.read_text()))
-
         # ... and sent first once the gateway is back; the answer to the next, of 4, is lost
-        proxy.on_drop = kill_device
-        proxy.skip, proxy.drop = 1, 1
-        proxy.down = False
-        await until(lambda: killed, "a batch of 4 answered, the answer lost, the device killed", 20)
-        saved = killed[0]
+        saved = await killed_when_an_answer_is_lost(proxy, dev, state, skip=1)
         assert saved["mid"][1] == 4 and len(saved["pending"]) >= 5, saved
 
         # 2 fewer places than readings pending, and the first wake samples one more: 3 of the
         # batch's 4 readings are dropped, it is resent with its last one
         dev2 = start_device(**conf, gateway_buffer=len(saved["pending"]) - 2)
-        await until(lambda: last_cycle(dev2)["seq"] >= saved["seq"] + 3
-                    and last_cycle(dev2)["pending"] == 0,
-                    "the restarted device sent everything", 20)
-        assert "registered at" not in dev2.output()  # the same registration: the same key
-        assert sleepy_cycles(dev2)[0]["dropped"] == saved["dropped"] + 3, sleepy_cycles(dev2)
-        dev2.proc.send_signal(signal.SIGKILL)
-        dev2.proc.wait(5)
+        await restarted_until_all_sent(dev2, saved)
         assert_landed_once_in_order(gw, json.loads(state.read_text())["seq"])
+        assert sleepy_cycles(dev2)[0]["dropped"] == saved["dropped"] + 3, sleepy_cycles(dev2)
     finally:
         gw.stop(signal.SIGKILL)
         await proxy.stop()
