@@ -41,15 +41,14 @@ def interpreter(request: pytest.FixtureRequest) -> Path:
 
 
 @pytest.fixture
-def start_device(
-    interpreter: Path, tmp_path: Path
-) -> Iterator[Callable[..., DeviceProcess]]:
+def start_device(interpreter: Path, tmp_path: Path) -> Iterator[Callable[..., DeviceProcess]]:
     """start(heapsize=None, install="source"|"mpy", **config) -> a running device (config
     keys as in device/config.example.json, e.g. mode="sleepy")."""
     started: list[DeviceProcess] = []
 
-    def start(heapsize: str | None = None, install: str = "source", **overrides: Any
-              ) -> DeviceProcess:
+    def start(
+        heapsize: str | None = None, install: str = "source", **overrides: Any
+    ) -> DeviceProcess:
         return launch(interpreter, tmp_path, started, heapsize, install, **overrides)
 
     yield start
@@ -86,8 +85,6 @@ def start_frozen_device(
 @pytest.fixture
 def device(start_device: Callable[..., DeviceProcess]) -> DeviceProcess:
     return start_device()
-
-
 
 
 @pytest.fixture

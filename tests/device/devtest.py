@@ -96,7 +96,8 @@ class DeviceProcess:
                 if left <= 0 or (self.proc.poll() is not None and not self._reader.is_alive()):
                     raise AssertionError(
                         f"no line matching {pattern!r} within {timeout}s; "
-                        f"exit={self.proc.poll()} output:\n" + "\n".join(self.lines[-40:]))
+                        f"exit={self.proc.poll()} output:\n" + "\n".join(self.lines[-40:])
+                    )
                 self._cond.wait(min(left, 0.2))
 
     async def await_line(self, pattern: str, timeout: float = 10.0) -> re.Match[str]:
@@ -111,8 +112,10 @@ class DeviceProcess:
                     if m:
                         return m
             if time.monotonic() > deadline:
-                raise AssertionError(f"no line matching {pattern!r} within {timeout}s; output:\n"
-                                     + self.output()[-4000:])
+                raise AssertionError(
+                    f"no line matching {pattern!r} within {timeout}s; output:\n"
+                    + self.output()[-4000:]
+                )
             await asyncio.sleep(0.05)
 
     def output(self) -> str:
@@ -124,7 +127,6 @@ class DeviceProcess:
             self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(5)
-
 
 
 def sleepy_cycles(dev: DeviceProcess, start: int = 0) -> list[dict[str, int]]:
@@ -142,6 +144,7 @@ def sleepy_cycles(dev: DeviceProcess, start: int = 0) -> list[dict[str, int]]:
             out.append(d)
     return out
 
+
 def make_config(port: int, **overrides: Any) -> dict[str, Any]:
     conf: dict[str, Any] = {
         "device_id": "dev-test",
@@ -155,8 +158,12 @@ def make_config(port: int, **overrides: Any) -> dict[str, Any]:
             {"topic": "humidity", "kind": "sim", "base": 50.0},
             {"topic": "heartbeat", "kind": "heartbeat"},
         ],
-        "limits": {"push_timeout_s": 2, "push_retries": 2, "retry_backoff_ms": 100,
-                   "read_timeout_s": 2},
+        "limits": {
+            "push_timeout_s": 2,
+            "push_retries": 2,
+            "retry_backoff_ms": 100,
+            "read_timeout_s": 2,
+        },
     }
     limits = overrides.pop("limits", None)
     conf.update(overrides)
@@ -171,16 +178,22 @@ def compile_mpy(dest: Path) -> Path:
         rel = src.relative_to(DEVICE_DIR).with_suffix(".mpy")
         out = dest / rel
         out.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([str(MPY_CROSS), "-O2", "-o", str(out), str(src)], check=True,
-                       cwd=DEVICE_DIR)
+        subprocess.run(
+            [str(MPY_CROSS), "-O2", "-o", str(out), str(src)], check=True, cwd=DEVICE_DIR
+        )
     shutil.copy(DEVICE_DIR / "main.py", dest / "main.py")
     shutil.copy(DEVICE_DIR / "topics.xml", dest / "topics.xml")
     return dest
 
 
-def launch(interpreter: Path, tmp_path: Path, started: list[DeviceProcess],
-           heapsize: str | None = None, install: str = "source", **overrides: Any
-           ) -> DeviceProcess:
+def launch(
+    interpreter: Path,
+    tmp_path: Path,
+    started: list[DeviceProcess],
+    heapsize: str | None = None,
+    install: str = "source",
+    **overrides: Any,
+) -> DeviceProcess:
     """Start `interpreter main.py CONFIG.json` and wait for its producer line.
 
     install: "source" (device/ as is), "mpy" (compiled with mpy-cross into tmp_path/mpy, as
@@ -188,8 +201,11 @@ def launch(interpreter: Path, tmp_path: Path, started: list[DeviceProcess],
     main.py and topics.xml are on the "filesystem")."""
     last_error = ""
     # a sleepy device (wsn/gateway.py) serves no HTTP: it announces itself differently
-    ready = (r"^sleepy " if overrides.get("mode") == "sleepy"
-             else r"^producer http://127\.0\.0\.1:\d+/wsn/producer$")
+    ready = (
+        r"^sleepy "
+        if overrides.get("mode") == "sleepy"
+        else r"^producer http://127\.0\.0\.1:\d+/wsn/producer$"
+    )
     for _attempt in range(3):  # a free port can be taken between probe and bind
         port = free_port()
         conf = make_config(port, **overrides)
@@ -211,8 +227,14 @@ def launch(interpreter: Path, tmp_path: Path, started: list[DeviceProcess],
             cmd += ["-X", f"heapsize={heapsize}"]
         cmd += [str(main), str(cfg)]
         env = {**os.environ, "MICROPYPATH": path}
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env=env, cwd=str(tmp_path))
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=str(tmp_path),
+        )
         dev = DeviceProcess(proc, port, conf)
         started.append(dev)
         try:
@@ -243,20 +265,33 @@ def ctype(version: int) -> str:
     return "application/soap+xml; charset=utf-8" if version == 12 else "text/xml; charset=utf-8"
 
 
-def subscribe_body(consumer: str, topic: str | None = "dt:temperature", raw: bool = False,
-                   itt: str | None = None, extra_filter: str = "", policy: str = "") -> str:
+def subscribe_body(
+    consumer: str,
+    topic: str | None = "dt:temperature",
+    raw: bool = False,
+    itt: str | None = None,
+    extra_filter: str = "",
+    policy: str = "",
+) -> str:
     f = ""
     if topic is not None or extra_filter:
-        te = (f'<wsnt:TopicExpression Dialect="{SIMPLE}">{topic}</wsnt:TopicExpression>'
-              if topic is not None else "")
+        te = (
+            f'<wsnt:TopicExpression Dialect="{SIMPLE}">{topic}</wsnt:TopicExpression>'
+            if topic is not None
+            else ""
+        )
         f = f"<wsnt:Filter>{te}{extra_filter}</wsnt:Filter>"
     t = f"<wsnt:InitialTerminationTime>{itt}</wsnt:InitialTerminationTime>" if itt else ""
     pol = ""
     if raw or policy:
-        pol = f"<wsnt:SubscriptionPolicy>{'<wsnt:UseRaw/>' if raw else ''}{policy}" \
-              "</wsnt:SubscriptionPolicy>"
-    return (f"<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{consumer}</wsa:Address>"
-            f"</wsnt:ConsumerReference>{f}{t}{pol}</wsnt:Subscribe>")
+        pol = (
+            f"<wsnt:SubscriptionPolicy>{'<wsnt:UseRaw/>' if raw else ''}{policy}"
+            "</wsnt:SubscriptionPolicy>"
+        )
+    return (
+        f"<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{consumer}</wsa:Address>"
+        f"</wsnt:ConsumerReference>{f}{t}{pol}</wsnt:Subscribe>"
+    )
 
 
 def parse(data: bytes) -> etree._Element:
@@ -346,8 +381,9 @@ class Client:
         self.dev = dev
         self.s = session
 
-    async def soap(self, body: str | bytes, path: str = "/wsn/producer", version: int = 12,
-                   headers: str = "") -> tuple[int, bytes]:
+    async def soap(
+        self, body: str | bytes, path: str = "/wsn/producer", version: int = 12, headers: str = ""
+    ) -> tuple[int, bytes]:
         data = body if isinstance(body, bytes) else envelope(body, version, headers=headers)
         url = path if path.startswith("http") else self.dev.base + path
         async with self.s.post(url, data=data, headers={"Content-Type": ctype(version)}) as r:
@@ -362,8 +398,9 @@ class Client:
 
     async def sample(self, topic: str = "", count: int = 1, auth: str | None = None) -> int:
         h = {"Authorization": auth} if auth else {}
-        async with self.s.post(f"{self.dev.base}/admin/sample?topic={topic}&count={count}",
-                               headers=h) as r:
+        async with self.s.post(
+            f"{self.dev.base}/admin/sample?topic={topic}&count={count}", headers=h
+        ) as r:
             assert r.status == 200, await r.text()
             return int((await r.json())["published"])
 
@@ -420,24 +457,32 @@ class FakeGateway:
 
     @staticmethod
     def _reply(version: str, body: str, status: int = 200) -> web.Response:
-        env = (f'<s:Envelope xmlns:s="{version}" xmlns:wsa="{WSA}" xmlns:br="{BR}" '
-               f'xmlns:wsrf-rl="{RL}" xmlns:wsrf-r="http://docs.oasis-open.org/wsrf/r-2" '
-               f'xmlns:wsrf-bf="{BF}" xmlns:edge="{EDGE}"><s:Body>{body}</s:Body></s:Envelope>')
+        env = (
+            f'<s:Envelope xmlns:s="{version}" xmlns:wsa="{WSA}" xmlns:br="{BR}" '
+            f'xmlns:wsrf-rl="{RL}" xmlns:wsrf-r="http://docs.oasis-open.org/wsrf/r-2" '
+            f'xmlns:wsrf-bf="{BF}" xmlns:edge="{EDGE}"><s:Body>{body}</s:Body></s:Envelope>'
+        )
         ct = "application/soap+xml" if version == S12 else "text/xml"
         return web.Response(status=status, body=env.encode(), content_type=ct)
 
     def _unknown(self, version: str, rid: str) -> web.Response:
         code = "s:Sender" if version == S12 else "s:Client"
         if version == S12:
-            fault = (f"<s:Fault><s:Code><s:Value>{code}</s:Value></s:Code><s:Reason><s:Text "
-                     f'xml:lang="en">no registration {rid}</s:Text></s:Reason><s:Detail>')
+            fault = (
+                f"<s:Fault><s:Code><s:Value>{code}</s:Value></s:Code><s:Reason><s:Text "
+                f'xml:lang="en">no registration {rid}</s:Text></s:Reason><s:Detail>'
+            )
             end = "</s:Detail></s:Fault>"
         else:
-            fault = (f"<s:Fault><faultcode>{code}</faultcode><faultstring>no registration "
-                     f"{rid}</faultstring><detail>")
+            fault = (
+                f"<s:Fault><faultcode>{code}</faultcode><faultstring>no registration "
+                f"{rid}</faultstring><detail>"
+            )
             end = "</detail></s:Fault>"
-        detail = ("<wsrf-r:ResourceUnknownFault><wsrf-bf:Timestamp>2026-01-01T00:00:00Z"
-                  "</wsrf-bf:Timestamp></wsrf-r:ResourceUnknownFault>")
+        detail = (
+            "<wsrf-r:ResourceUnknownFault><wsrf-bf:Timestamp>2026-01-01T00:00:00Z"
+            "</wsrf-bf:Timestamp></wsrf-r:ResourceUnknownFault>"
+        )
         return self._reply(version, fault + detail + end, 400 if version == S12 else 500)
 
     async def _broker(self, request: web.Request) -> web.Response:
@@ -450,12 +495,18 @@ class FakeGateway:
         rid = f"r{self.n}"
         self.registrations[rid] = rp
         addr = self.reg_url(rid)
-        epr = (f"<wsa:Address>{addr}</wsa:Address><wsa:ReferenceParameters><edge:ResourceId>"
-               f"{rid}</edge:ResourceId></wsa:ReferenceParameters>")
-        return self._reply(version, (
-            f"<br:RegisterPublisherResponse><br:PublisherRegistrationReference>{epr}"
-            f"</br:PublisherRegistrationReference><br:ConsumerReference>{epr}"
-            "</br:ConsumerReference></br:RegisterPublisherResponse>"))
+        epr = (
+            f"<wsa:Address>{addr}</wsa:Address><wsa:ReferenceParameters><edge:ResourceId>"
+            f"{rid}</edge:ResourceId></wsa:ReferenceParameters>"
+        )
+        return self._reply(
+            version,
+            (
+                f"<br:RegisterPublisherResponse><br:PublisherRegistrationReference>{epr}"
+                f"</br:PublisherRegistrationReference><br:ConsumerReference>{epr}"
+                "</br:ConsumerReference></br:RegisterPublisherResponse>"
+            ),
+        )
 
     async def _registration(self, request: web.Request) -> web.Response:
         rid = request.match_info["rid"]
@@ -468,9 +519,13 @@ class FakeGateway:
         b = body_child(root)
         if b.tag == f"{{{RL}}}SetTerminationTime":
             self.renewals.append((rid, b.findtext(f"{{{RL}}}RequestedTerminationTime") or ""))
-            return self._reply(version, (
-                "<wsrf-rl:SetTerminationTimeResponse><wsrf-rl:NewTerminationTime>"
-                f"{self.renewals[-1][1]}</wsrf-rl:NewTerminationTime>"
-                "</wsrf-rl:SetTerminationTimeResponse>"))
+            return self._reply(
+                version,
+                (
+                    "<wsrf-rl:SetTerminationTimeResponse><wsrf-rl:NewTerminationTime>"
+                    f"{self.renewals[-1][1]}</wsrf-rl:NewTerminationTime>"
+                    "</wsrf-rl:SetTerminationTimeResponse>"
+                ),
+            )
         await self.notifications.put((rid, b))
         return web.Response(status=202)

@@ -27,8 +27,12 @@ MP_CACHE = Path(os.environ.get("WSN_MP_CACHE", ROOT / ".cache" / "micropython"))
 OUT = ROOT / ".cache" / "device-fw"
 MANIFEST = Path(__file__).resolve().parent / "fw_manifest.py"
 MAKE_ARGS = [
-    "VARIANT=standard", "MICROPY_PY_FFI=0", "MICROPY_PY_BTREE=0", "MICROPY_PY_SSL=0",
-    "MICROPY_FORCE_32BIT=1", "CFLAGS_EXTRA=-DMICROPY_FLOAT_IMPL=MICROPY_FLOAT_IMPL_FLOAT",
+    "VARIANT=standard",
+    "MICROPY_PY_FFI=0",
+    "MICROPY_PY_BTREE=0",
+    "MICROPY_PY_SSL=0",
+    "MICROPY_FORCE_32BIT=1",
+    "CFLAGS_EXTRA=-DMICROPY_FLOAT_IMPL=MICROPY_FLOAT_IMPL_FLOAT",
 ]
 HINT = "bash scripts/build_micropython.sh"
 
@@ -43,7 +47,8 @@ def source_dir() -> Path:
         name = (MP_CACHE / version / "source.ok").read_text().strip()
     except OSError as e:
         raise FirmwareUnavailable(
-            f"no MicroPython source under {MP_CACHE}: fetch it with `{HINT}`") from e
+            f"no MicroPython source under {MP_CACHE}: fetch it with `{HINT}`"
+        ) from e
     src = MP_CACHE / version / "src" / name
     if not (src / "ports" / "unix" / "Makefile").is_file():
         raise FirmwareUnavailable(f"{src} is incomplete: run `{HINT}`")
@@ -53,8 +58,11 @@ def source_dir() -> Path:
 def frozen_key(src: Path) -> str:
     h = hashlib.sha256()
     h.update(str(src).encode() + b"\0" + " ".join(MAKE_ARGS).encode())
-    files = [MANIFEST, ROOT / "device" / "manifest.py",
-             *sorted((ROOT / "device" / "wsn").rglob("*.py"))]
+    files = [
+        MANIFEST,
+        ROOT / "device" / "manifest.py",
+        *sorted((ROOT / "device" / "wsn").rglob("*.py")),
+    ]
     for f in files:
         h.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:16]
@@ -83,9 +91,19 @@ def device_firmware() -> Path:
         log = OUT / "build.log"
         with open(log, "w") as out:
             r = subprocess.run(
-                ["make", "-C", str(src / "ports" / "unix"), f"-j{os.environ.get('JOBS', '2')}",
-                 *MAKE_ARGS, f"FROZEN_MANIFEST={MANIFEST}", f"BUILD={build}"],
-                stdout=out, stderr=subprocess.STDOUT, check=False)
+                [
+                    "make",
+                    "-C",
+                    str(src / "ports" / "unix"),
+                    f"-j{os.environ.get('JOBS', '2')}",
+                    *MAKE_ARGS,
+                    f"FROZEN_MANIFEST={MANIFEST}",
+                    f"BUILD={build}",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                check=False,
+            )
         if r.returncode != 0:
             tail = log.read_text()[-3000:]
             raise RuntimeError(f"device firmware build failed (see {log}):\n{tail}")

@@ -51,8 +51,9 @@ class GatewayProcess(DeviceProcess):
     """`python -m gateway` as a child process (the stdout line reader of DeviceProcess).
     Constructing it spawns the process; `wait_ready()` waits for its listening line."""
 
-    def __init__(self, data_dir: Path, port: int, extra: Sequence[str] = (),
-                 ready_timeout: float = 20.0) -> None:
+    def __init__(
+        self, data_dir: Path, port: int, extra: Sequence[str] = (), ready_timeout: float = 20.0
+    ) -> None:
         self.data_dir = data_dir
         self.extra = list(extra)
         self.ready_timeout = ready_timeout
@@ -108,8 +109,12 @@ class GatewayProcess(DeviceProcess):
         return out
 
 
-def start_gateway_process(data_dir: Path, extra: Sequence[str] = (), ready_timeout: float = 20.0,
-                          started: list[GatewayProcess] | None = None) -> GatewayProcess:
+def start_gateway_process(
+    data_dir: Path,
+    extra: Sequence[str] = (),
+    ready_timeout: float = 20.0,
+    started: list[GatewayProcess] | None = None,
+) -> GatewayProcess:
     """A GatewayProcess on a free port, returned once it listens. A free port can be taken
     between probe and bind: then it tries another (three attempts). Every process spawned is
     appended to `started` (for the caller's teardown)."""
@@ -129,11 +134,14 @@ def start_gateway_process(data_dir: Path, extra: Sequence[str] = (), ready_timeo
     raise AssertionError(f"gateway did not start: {last}")
 
 
-async def subscribe_at_gateway(s: aiohttp.ClientSession, gw: GatewayProcess, consumer: str,
-                               topic: str) -> None:
-    body = (f"<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{consumer}</wsa:Address>"
-            f'</wsnt:ConsumerReference><wsnt:Filter><wsnt:TopicExpression Dialect="{CONCRETE}" '
-            f'xmlns:dev="{DEV_NS}">{topic}</wsnt:TopicExpression></wsnt:Filter></wsnt:Subscribe>')
+async def subscribe_at_gateway(
+    s: aiohttp.ClientSession, gw: GatewayProcess, consumer: str, topic: str
+) -> None:
+    body = (
+        f"<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{consumer}</wsa:Address>"
+        f'</wsnt:ConsumerReference><wsnt:Filter><wsnt:TopicExpression Dialect="{CONCRETE}" '
+        f'xmlns:dev="{DEV_NS}">{topic}</wsnt:TopicExpression></wsnt:Filter></wsnt:Subscribe>'
+    )
     async with s.post(gw.url, data=envelope(body), headers={"Content-Type": ctype(12)}) as r:
         assert r.status == 200, await r.text()
 
@@ -142,8 +150,9 @@ async def gateway_subscription_resumed(cl: Client) -> bool:
     """Whether the gateway's subscription at the device (its consumer is a registration
     address) exists and is not paused: the gateway has demand for the topic."""
     st = await cl.status()
-    return any("/wsn/registrations/" in x["consumer"] and not x["paused"]
-               for x in st["subscription_list"])
+    return any(
+        "/wsn/registrations/" in x["consumer"] and not x["paused"] for x in st["subscription_list"]
+    )
 
 
 def delivered_values(consumer: Consumer) -> list[int]:

@@ -1,4 +1,4 @@
-# ruff: noqa: UP031, E501 - MicroPython-compatible test code (%-formatting runs on every port)
+# ruff: noqa: UP031 - MicroPython-compatible test code (%-formatting runs on every port)
 # Runs the device core's unit tests under MicroPython (unix port, 32-bit build, QEMU board).
 #
 #   micropython tests/device/mp_runner.py        # discovers tests/device/core/test_*.py
@@ -53,7 +53,9 @@ def _main():
     for p in (core, root + "/device"):
         if p not in sys.path:
             sys.path.insert(0, p)
-    names = sorted([f[:-3] for f in os.listdir(core) if f.startswith("test_") and f.endswith(".py")])
+    names = sorted(
+        [f[:-3] for f in os.listdir(core) if f.startswith("test_") and f.endswith(".py")]
+    )
     if len(sys.argv) > 1:
         names = [n for n in names if n in sys.argv[1:]]
     sys.exit(1 if run(names) else 0)

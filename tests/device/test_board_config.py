@@ -22,7 +22,9 @@ async def test_example_config_runs_with_simulated_sensors(
     kinds = {s["kind"] for s in example["sensors"]}
     assert {"internal_temp", "adc"} <= kinds, kinds  # the point of this test
     dev = start_device(
-        sensors=example["sensors"], gateway=None, wifi=None,
+        sensors=example["sensors"],
+        gateway=None,
+        wifi=None,
         secret="s3cret",
     )
     out = dev.output()

@@ -98,53 +98,90 @@ def out(port_type: str, op: str) -> str:
 
 
 async def test_every_answer_is_schema_valid_with_the_wsdl_action(
-        client: Client, consumers: Consumers) -> None:
+    client: Client, consumers: Consumers
+) -> None:
     c = await consumers()
     for version in (12, 11):
         st, data = await client.soap(
-            f'<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{c.url}</wsa:Address>'
+            f"<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{c.url}</wsa:Address>"
             f'</wsnt:ConsumerReference><wsnt:Filter><wsnt:TopicExpression Dialect="{SIMPLE}">'
             "dt:temperature</wsnt:TopicExpression></wsnt:Filter><wsnt:InitialTerminationTime>"
-            "PT1H</wsnt:InitialTerminationTime></wsnt:Subscribe>", version=version)
+            "PT1H</wsnt:InitialTerminationTime></wsnt:Subscribe>",
+            version=version,
+        )
         assert st == 200
         b = check_message(data, out("NotificationProducer", "Subscribe"))
         sub = b.findtext(f"{{{WSNT}}}SubscriptionReference/{{{WSA}}}Address") or ""
 
         calls: list[tuple[str, str, str]] = [
-            (sub, "<wsnt:Renew><wsnt:TerminationTime>PT2H</wsnt:TerminationTime></wsnt:Renew>",
-             out("SubscriptionManager", "Renew")),
-            (sub, "<wsnt:PauseSubscription/>",
-             out("PausableSubscriptionManager", "PauseSubscription")),
-            (sub, "<wsnt:ResumeSubscription/>",
-             out("PausableSubscriptionManager", "ResumeSubscription")),
+            (
+                sub,
+                "<wsnt:Renew><wsnt:TerminationTime>PT2H</wsnt:TerminationTime></wsnt:Renew>",
+                out("SubscriptionManager", "Renew"),
+            ),
+            (
+                sub,
+                "<wsnt:PauseSubscription/>",
+                out("PausableSubscriptionManager", "PauseSubscription"),
+            ),
+            (
+                sub,
+                "<wsnt:ResumeSubscription/>",
+                out("PausableSubscriptionManager", "ResumeSubscription"),
+            ),
         ]
-        for prop in ("wsnt:ConsumerReference", "wsnt:Filter", "wsnt:CreationTime",
-                     "wsnt:SubscriptionPolicy", "wsrf-rl:TerminationTime",
-                     "wsrf-rl:CurrentTime"):
-            calls.append((sub, f'<wsrf-rp:GetResourceProperty xmlns:wsrf-rp="{RP}" '
-                               f'xmlns:wsrf-rl="{RL}">{prop}</wsrf-rp:GetResourceProperty>',
-                          out("GetResourceProperty", "GetResourceProperty")))
-        for prop in ("wsnt:TopicExpression", "wsnt:TopicExpressionDialect",
-                     "wsnt:FixedTopicSet", "wstop:TopicSet"):
-            calls.append(("/wsn/producer", f'<wsrf-rp:GetResourceProperty xmlns:wsrf-rp="{RP}" '
-                          f'xmlns:wstop="{WSTOP}">{prop}</wsrf-rp:GetResourceProperty>',
-                          out("GetResourceProperty", "GetResourceProperty")))
+        for prop in (
+            "wsnt:ConsumerReference",
+            "wsnt:Filter",
+            "wsnt:CreationTime",
+            "wsnt:SubscriptionPolicy",
+            "wsrf-rl:TerminationTime",
+            "wsrf-rl:CurrentTime",
+        ):
+            calls.append(
+                (
+                    sub,
+                    f'<wsrf-rp:GetResourceProperty xmlns:wsrf-rp="{RP}" '
+                    f'xmlns:wsrf-rl="{RL}">{prop}</wsrf-rp:GetResourceProperty>',
+                    out("GetResourceProperty", "GetResourceProperty"),
+                )
+            )
+        for prop in (
+            "wsnt:TopicExpression",
+            "wsnt:TopicExpressionDialect",
+            "wsnt:FixedTopicSet",
+            "wstop:TopicSet",
+        ):
+            calls.append(
+                (
+                    "/wsn/producer",
+                    f'<wsrf-rp:GetResourceProperty xmlns:wsrf-rp="{RP}" '
+                    f'xmlns:wstop="{WSTOP}">{prop}</wsrf-rp:GetResourceProperty>',
+                    out("GetResourceProperty", "GetResourceProperty"),
+                )
+            )
         for path, body, want in calls:
             st, data = await client.soap(body, path, version=version)
             assert st == 200, data
             check_message(data, want)
 
         await client.sample("temperature")
-        gcm = (f'<wsnt:GetCurrentMessage><wsnt:Topic Dialect="{SIMPLE}">dt:temperature'
-               "</wsnt:Topic></wsnt:GetCurrentMessage>")
+        gcm = (
+            f'<wsnt:GetCurrentMessage><wsnt:Topic Dialect="{SIMPLE}">dt:temperature'
+            "</wsnt:Topic></wsnt:GetCurrentMessage>"
+        )
         st, data = await client.soap(gcm, version=version)
         assert st == 200
         check_message(data, out("NotificationProducer", "GetCurrentMessage"))
 
         st, data = await client.soap("<wsnt:CreatePullPoint/>", version=version)
         assert st == 200
-        pp = check_message(data, out("CreatePullPoint", "CreatePullPoint")).findtext(
-            f"{{{WSNT}}}PullPoint/{{{WSA}}}Address") or ""
+        pp = (
+            check_message(data, out("CreatePullPoint", "CreatePullPoint")).findtext(
+                f"{{{WSNT}}}PullPoint/{{{WSA}}}Address"
+            )
+            or ""
+        )
         await client.subscribe(pp, version=version, topic="dt:humidity")
         await client.sample("humidity")
         st, data = await client.soap("<wsnt:GetMessages/>", pp, version=version)
@@ -164,21 +201,23 @@ async def test_every_answer_is_schema_valid_with_the_wsdl_action(
         assert fault_name(data) == "ResourceUnknownFault"
         check_message(data, WSRF_FAULT_ACTION)
         # a WS-BaseNotification fault keeps the WS-N fault action
-        st, data = await client.soap(gcm.replace("dt:temperature", "dt:nothing"),
-                                     version=version)
+        st, data = await client.soap(gcm.replace("dt:temperature", "dt:nothing"), version=version)
         assert fault_name(data) == "TopicNotSupportedFault"
         check_message(data, "http://docs.oasis-open.org/wsn/fault")
 
 
 async def test_pause_resume_accept_the_old_and_the_wsdl_request_actions(
-        client: Client, consumers: Consumers) -> None:
+    client: Client, consumers: Consumers
+) -> None:
     # issue 11 point 1: old clients send .../SubscriptionManager/PauseSubscriptionRequest
     c = await consumers()
     sub = await client.subscribe(c.url, raw=True)
     old = "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/"
     for op in ("PauseSubscription", "ResumeSubscription"):
-        for req_action in (old + op + "Request",
-                           action("PausableSubscriptionManager", op, "input")):
+        for req_action in (
+            old + op + "Request",
+            action("PausableSubscriptionManager", op, "input"),
+        ):
             data = envelope(f"<wsnt:{op}/>", 12, req_action)
             st, resp = await client.soap(data, sub)
             assert st == 200, resp
@@ -186,7 +225,8 @@ async def test_pause_resume_accept_the_old_and_the_wsdl_request_actions(
 
 
 async def test_destroy_terminates_a_subscription_at_once(
-        client: Client, consumers: Consumers) -> None:
+    client: Client, consumers: Consumers
+) -> None:
     # issue 11 point 3: WS-BaseNotification 1.3 §6.4 / WS-ResourceLifetime 1.2 §4.1
     c = await consumers()
     sub = await client.subscribe(c.url, raw=True)
@@ -207,9 +247,10 @@ async def test_destroy_terminates_a_subscription_at_once(
 async def test_unprefixed_simple_topic_is_in_no_namespace(client: Client) -> None:
     # issue 11 point 9: WS-Topics 1.3 §10, an unqualified name is in the ad-hoc namespace
     st, data = await client.soap(
-        '<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>http://127.0.0.1:9/c'
-        f'</wsa:Address></wsnt:ConsumerReference><wsnt:Filter><wsnt:TopicExpression '
-        f'Dialect="{SIMPLE}">temperature</wsnt:TopicExpression></wsnt:Filter></wsnt:Subscribe>')
+        "<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>http://127.0.0.1:9/c"
+        f"</wsa:Address></wsnt:ConsumerReference><wsnt:Filter><wsnt:TopicExpression "
+        f'Dialect="{SIMPLE}">temperature</wsnt:TopicExpression></wsnt:Filter></wsnt:Subscribe>'
+    )
     assert st == 400 and fault_name(data) == "TopicNotSupportedFault", data
     check_message(data, "http://docs.oasis-open.org/wsn/fault")
     assert (await client.status())["subscriptions"] == 0
@@ -247,12 +288,14 @@ class RecordingGateway(FakeGateway):
 
 
 async def test_requests_to_the_gateway_are_schema_valid_with_the_wsdl_action(
-        start_device: Callable[..., DeviceProcess]) -> None:
+    start_device: Callable[..., DeviceProcess],
+) -> None:
     gw = RecordingGateway()
     await gw.start()
     try:
-        dev = start_device(gateway=gw.url, registration_ttl_s=6, renew_period_s=1,
-                           gateway_retry_s=0.3)
+        dev = start_device(
+            gateway=gw.url, registration_ttl_s=6, renew_period_s=1, gateway_retry_s=0.3
+        )
         for _ in range(100):
             if gw.renewals:
                 break
@@ -263,10 +306,12 @@ async def test_requests_to_the_gateway_are_schema_valid_with_the_wsdl_action(
             await cl.sample("temperature")
             await asyncio.wait_for(gw.notifications.get(), 10)
         want = {
-            f"{{{'http://docs.oasis-open.org/wsn/br-2'}}}RegisterPublisher":
-                action("RegisterPublisher", "RegisterPublisher", "input"),
-            f"{{{RL}}}SetTerminationTime":
-                action("ScheduledResourceTermination", "SetTerminationTime", "input"),
+            f"{{{'http://docs.oasis-open.org/wsn/br-2'}}}RegisterPublisher": action(
+                "RegisterPublisher", "RegisterPublisher", "input"
+            ),
+            f"{{{RL}}}SetTerminationTime": action(
+                "ScheduledResourceTermination", "SetTerminationTime", "input"
+            ),
             f"{{{WSNT}}}Notify": action("NotificationConsumer", "Notify"),
         }
         seen = set()

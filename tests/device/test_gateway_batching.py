@@ -39,20 +39,31 @@ from tests.polling import until
 
 pytestmark = pytest.mark.timeout(180)
 
+
 async def test_readings_buffered_while_the_gateway_is_down_go_in_batches_exactly_once(
-        start_device: Callable[..., DeviceProcess], tmp_path: Path) -> None:
+    start_device: Callable[..., DeviceProcess], tmp_path: Path
+) -> None:
     gw = start_gateway_process(tmp_path / "gw", GW_ARGS, ready_timeout=30)
     consumer = await Consumer().start()
     try:
-        dev = start_device(gateway=gw.url, gateway_retry_s=0.3, gateway_retry_max_s=0.6,
-                           gateway_timeout_s=2, sensors=HEARTBEAT, gateway_buffer=64)
+        dev = start_device(
+            gateway=gw.url,
+            gateway_retry_s=0.3,
+            gateway_retry_max_s=0.6,
+            gateway_timeout_s=2,
+            sensors=HEARTBEAT,
+            gateway_buffer=64,
+        )
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
             cl = Client(dev, s)
 
             await dev.await_line(r"^registered at ", 20)
             await subscribe_at_gateway(s, gw, consumer.url, "dev:dev-test/heartbeat")
-            await until(lambda: gateway_subscription_resumed(cl),
-                        "the gateway's subscription at the device resumed", 20)
+            await until(
+                lambda: gateway_subscription_resumed(cl),
+                "the gateway's subscription at the device resumed",
+                20,
+            )
 
             gw.stop()
             assert await cl.sample("heartbeat", 20) == 20
@@ -78,13 +89,19 @@ async def test_readings_buffered_while_the_gateway_is_down_go_in_batches_exactly
 
 
 async def test_sleepy_mode_through_a_real_gateway_down_and_device_restart(
-        start_device: Callable[..., DeviceProcess], tmp_path: Path) -> None:
+    start_device: Callable[..., DeviceProcess], tmp_path: Path
+) -> None:
     gw = start_gateway_process(tmp_path / "gw", GW_ARGS, ready_timeout=30)
     consumer = await Consumer().start()
     state = tmp_path / "sleepy-state.json"
     conf: dict[str, Any] = {
-        "mode": "sleepy", "gateway": gw.url, "sample_period_s": 0.3, "sensors": HEARTBEAT,
-        "state_file": str(state), "batch_max": 4, "gateway_timeout_s": 2,
+        "mode": "sleepy",
+        "gateway": gw.url,
+        "sample_period_s": 0.3,
+        "sensors": HEARTBEAT,
+        "state_file": str(state),
+        "batch_max": 4,
+        "gateway_timeout_s": 2,
         "registration_ttl_s": 120,
     }
     try:
@@ -108,13 +125,19 @@ async def test_sleepy_mode_through_a_real_gateway_down_and_device_restart(
         seq_at_kill = saved["seq"]
 
         dev2 = start_device(**conf)
-        await until(lambda: last_cycle(dev2)["pending"] >= len(saved["pending"]) + 2,
-                    "the restarted device keeps the pending readings and adds to them", 20)
+        await until(
+            lambda: last_cycle(dev2)["pending"] >= len(saved["pending"]) + 2,
+            "the restarted device keeps the pending readings and adds to them",
+            20,
+        )
         assert sleepy_cycles(dev2)[0]["seq"] == seq_at_kill + 1  # no wake number reused
         assert "registered at" not in dev2.output()  # the registration survived too
         gw.restart()
-        await until(lambda: last_cycle(dev2)["pending"] == 0 and last_cycle(dev2)["sent"] > 0,
-                    "everything sent after the gateway came back", 30)
+        await until(
+            lambda: last_cycle(dev2)["pending"] == 0 and last_cycle(dev2)["sent"] > 0,
+            "everything sent after the gateway came back",
+            30,
+        )
         # a batch is at most batch_max readings: pending > 4 needed more than one Notify. The
         # first is the batch of the first wake the gateway did not answer, sent again as it was
         # (same readings, same wsa:MessageID: the gateway may have committed it), k readings
@@ -125,8 +148,9 @@ async def test_sleepy_mode_through_a_real_gateway_down_and_device_restart(
         dev2.proc.wait(5)
         last_seq = json.loads(state.read_text())["seq"]
 
-        await until(lambda: delivered_values(consumer)[-1:] == [last_seq],
-                    "the last reading delivered", 20)
+        await until(
+            lambda: delivered_values(consumer)[-1:] == [last_seq], "the last reading delivered", 20
+        )
         await asyncio.sleep(0.5)
         got = delivered_values(consumer)
         # the wake running while we subscribed may have been accepted just before
@@ -139,15 +163,21 @@ async def test_sleepy_mode_through_a_real_gateway_down_and_device_restart(
 
 
 def test_sleepy_state_file_that_is_not_a_whole_state_starts_afresh(
-        start_device: Callable[..., DeviceProcess], tmp_path: Path) -> None:
+    start_device: Callable[..., DeviceProcess], tmp_path: Path
+) -> None:
     """A state file that parses but lacks fields (another program's, a hand edit) is ignored:
     the device registers anew and writes a whole state, it does not die at boot."""
     gw = start_gateway_process(tmp_path / "gw", GW_ARGS, ready_timeout=30)
     state = tmp_path / "sleepy-state.json"
     state.write_text('{"reg": "http://127.0.0.1:9/wsn/registrations/old", "seq": 7}')
     try:
-        dev = start_device(mode="sleepy", gateway=gw.url, sample_period_s=0.3,
-                           sensors=HEARTBEAT, state_file=str(state))
+        dev = start_device(
+            mode="sleepy",
+            gateway=gw.url,
+            sample_period_s=0.3,
+            sensors=HEARTBEAT,
+            state_file=str(state),
+        )
         dev.wait_line(r"registered at .* \(Demand=false\)", 20)
         dev.wait_line(r"^cycle \d+ .* sent=1 ", 20)  # printed after the state is saved
         saved = json.loads(state.read_text())
@@ -162,15 +192,26 @@ def test_sleepy_registration_is_demand_false() -> None:
     import subprocess
 
     from devtest import DEVICE_DIR, MP_UNIX, ROOT
-    code = ("from wsn.core.registration import register_publisher\n"
-            "from wsn.core.topics import TopicSet\n"
-            "print(register_publisher(12, 'http://g/', 'http://d/wsn/producer', 'd1', "
-            "TopicSet('urn:wsn-edge:device-topics', ['heartbeat']), 100, False))")
-    r = subprocess.run([str(MP_UNIX), "-c", code], capture_output=True, text=True, cwd=ROOT,
-                       env={"MICROPYPATH": f".frozen:{DEVICE_DIR}"}, timeout=30)
+
+    code = (
+        "from wsn.core.registration import register_publisher\n"
+        "from wsn.core.topics import TopicSet\n"
+        "print(register_publisher(12, 'http://g/', 'http://d/wsn/producer', 'd1', "
+        "TopicSet('urn:wsn-edge:device-topics', ['heartbeat']), 100, False))"
+    )
+    r = subprocess.run(
+        [str(MP_UNIX), "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"MICROPYPATH": f".frozen:{DEVICE_DIR}"},
+        timeout=30,
+    )
     assert r.returncode == 0, r.stderr
     root = etree.fromstring(r.stdout.strip().encode())
     b = body_child(root)
     assert b.findtext("{http://docs.oasis-open.org/wsn/br-2}Demand") == "false"
-    assert b.find(f"{{http://docs.oasis-open.org/wsn/br-2}}PublisherReference/{{{WSA}}}Address") \
+    assert (
+        b.find(f"{{http://docs.oasis-open.org/wsn/br-2}}PublisherReference/{{{WSA}}}Address")
         is not None
+    )

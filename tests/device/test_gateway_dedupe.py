@@ -110,7 +110,8 @@ class LossyProxy:
 async def start_behind_proxy(tmp_path: Path) -> tuple[LossyProxy, GatewayProcess]:
     proxy = await LossyProxy().start()
     gw = start_gateway_process(
-        tmp_path / "gw", [*GW_ARGS, "--public-url", f"http://127.0.0.1:{proxy.port}"],
+        tmp_path / "gw",
+        [*GW_ARGS, "--public-url", f"http://127.0.0.1:{proxy.port}"],
         ready_timeout=30,
     )
     proxy.upstream = gw.port
@@ -118,20 +119,30 @@ async def start_behind_proxy(tmp_path: Path) -> tuple[LossyProxy, GatewayProcess
 
 
 async def test_awake_readings_whose_answer_was_lost_arrive_once(
-        start_device: Callable[..., DeviceProcess], tmp_path: Path) -> None:
+    start_device: Callable[..., DeviceProcess], tmp_path: Path
+) -> None:
     proxy, gw = await start_behind_proxy(tmp_path)
     consumer = await Consumer().start()
     try:
-        dev = start_device(gateway=f"http://127.0.0.1:{proxy.port}/wsn/broker",
-                           gateway_retry_s=0.2, gateway_retry_max_s=0.4, gateway_timeout_s=5,
-                           sensors=HEARTBEAT, gateway_buffer=64, batch_max=4)
+        dev = start_device(
+            gateway=f"http://127.0.0.1:{proxy.port}/wsn/broker",
+            gateway_retry_s=0.2,
+            gateway_retry_max_s=0.4,
+            gateway_timeout_s=5,
+            sensors=HEARTBEAT,
+            gateway_buffer=64,
+            batch_max=4,
+        )
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
             cl = Client(dev, s)
 
             await dev.await_line(r"^registered at ", 20)
             await subscribe_at_gateway(s, gw, consumer.url, "dev:dev-test/heartbeat")
-            await until(lambda: gateway_subscription_resumed(cl),
-                        "the gateway's subscription at the device resumed", 20)
+            await until(
+                lambda: gateway_subscription_resumed(cl),
+                "the gateway's subscription at the device resumed",
+                20,
+            )
             proxy.drop = 2  # the answers to the next two Notify are lost
             assert await cl.sample("heartbeat", 10) == 10
 
@@ -153,14 +164,20 @@ async def test_awake_readings_whose_answer_was_lost_arrive_once(
 def sleepy_conf(proxy: LossyProxy, state: Path) -> dict[str, Any]:
     """A sleepy device's config that reaches the gateway through the proxy."""
     return {
-        "mode": "sleepy", "gateway": f"http://127.0.0.1:{proxy.port}/wsn/broker",
-        "sample_period_s": 0.3, "sensors": HEARTBEAT, "state_file": str(state),
-        "batch_max": 4, "gateway_timeout_s": 5, "registration_ttl_s": 120,
+        "mode": "sleepy",
+        "gateway": f"http://127.0.0.1:{proxy.port}/wsn/broker",
+        "sample_period_s": 0.3,
+        "sensors": HEARTBEAT,
+        "state_file": str(state),
+        "batch_max": 4,
+        "gateway_timeout_s": 5,
+        "registration_ttl_s": 120,
     }
 
 
-async def killed_when_an_answer_is_lost(proxy: LossyProxy, dev: DeviceProcess, state: Path,
-                                        skip: int = 0) -> dict[str, Any]:
+async def killed_when_an_answer_is_lost(
+    proxy: LossyProxy, dev: DeviceProcess, state: Path, skip: int = 0
+) -> dict[str, Any]:
     """The proxy (up again, if it was down) passes the answers to `skip` Notify, then swallows
     one and kills the device (kill -9) while it waits for it: it never sees one. -> the state
     file as the device left it."""
@@ -181,15 +198,19 @@ async def killed_when_an_answer_is_lost(proxy: LossyProxy, dev: DeviceProcess, s
 async def restarted_until_all_sent(dev: DeviceProcess, saved: dict[str, Any]) -> None:
     """The device started again on the state `saved` of its first run: wait until it woke 3
     more times and has nothing pending, check it kept its registration, then kill it (-9)."""
-    await until(lambda: last_cycle(dev)["seq"] >= saved["seq"] + 3
-                and last_cycle(dev)["pending"] == 0, "the restarted device sent everything", 20)
+    await until(
+        lambda: last_cycle(dev)["seq"] >= saved["seq"] + 3 and last_cycle(dev)["pending"] == 0,
+        "the restarted device sent everything",
+        20,
+    )
     assert "registered at" not in dev.output()  # the same registration: the same key
     dev.proc.send_signal(signal.SIGKILL)
     dev.proc.wait(5)
 
 
 async def test_sleepy_readings_whose_answer_was_lost_arrive_once_across_a_restart(
-        start_device: Callable[..., DeviceProcess], tmp_path: Path) -> None:
+    start_device: Callable[..., DeviceProcess], tmp_path: Path
+) -> None:
     """The device is killed (kill -9) while it waits for the answer that the proxy swallows:
     the restarted device sends the same readings with the same MessageID from its state file,
     and then new ones with a new one."""
@@ -209,8 +230,9 @@ async def test_sleepy_readings_whose_answer_was_lost_arrive_once_across_a_restar
 
         await restarted_until_all_sent(start_device(**conf), saved)
         last_seq = json.loads(state.read_text())["seq"]
-        await until(lambda: delivered_values(consumer)[-1:] == [last_seq],
-                    "the last reading delivered", 20)
+        await until(
+            lambda: delivered_values(consumer)[-1:] == [last_seq], "the last reading delivered", 20
+        )
         await asyncio.sleep(0.5)
         got = delivered_values(consumer)
         assert got == list(range(got[0], last_seq + 1)), got  # each once, in order
@@ -222,7 +244,8 @@ async def test_sleepy_readings_whose_answer_was_lost_arrive_once_across_a_restar
 
 
 async def test_sleepy_restore_into_a_smaller_buffer_resends_only_what_the_batch_still_holds(
-        start_device: Callable[..., DeviceProcess], tmp_path: Path) -> None:
+    start_device: Callable[..., DeviceProcess], tmp_path: Path
+) -> None:
     """The gateway committed a batch of 4 whose answer was lost, and the device was killed with
     more readings pending than that batch. It restarts with a `gateway_buffer` too small for
     them: refilling the buffer drops the oldest readings, the batch's first ones

@@ -27,8 +27,12 @@ from devtest import (
 
 from tests.polling import until
 
-LINK = {"registration_ttl_s": 6, "renew_period_s": 1, "gateway_retry_s": 0.3,
-        "gateway_retry_max_s": 0.6}
+LINK = {
+    "registration_ttl_s": 6,
+    "renew_period_s": 1,
+    "gateway_retry_s": 0.3,
+    "gateway_retry_max_s": 0.6,
+}
 
 
 @pytest.fixture
@@ -38,8 +42,9 @@ async def gateway() -> AsyncIterator[FakeGateway]:
     await gw.stop()
 
 
-async def test_register_and_renew(start_device: Callable[..., DeviceProcess],
-                                  gateway: FakeGateway) -> None:
+async def test_register_and_renew(
+    start_device: Callable[..., DeviceProcess], gateway: FakeGateway
+) -> None:
     # the device's clock reads between these two (second resolution: started is truncated)
     started = datetime.now(UTC).replace(microsecond=0)
     dev = start_device(gateway=gateway.url, **LINK)
@@ -59,6 +64,7 @@ async def test_register_and_renew(start_device: Callable[..., DeviceProcess],
         names.append(local)
     assert names == ["temperature", "humidity", "heartbeat"]
     assert rp.findtext(f"{{{BR}}}Demand") == "true"
+
     def when(text: str) -> datetime:
         return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
@@ -80,8 +86,9 @@ async def test_register_and_renew(start_device: Callable[..., DeviceProcess],
     assert st["gateway"]["registration"] == gateway.reg_url("r1")
 
 
-async def test_reregisters_when_the_gateway_forgets(start_device: Callable[..., DeviceProcess],
-                                                   gateway: FakeGateway) -> None:
+async def test_reregisters_when_the_gateway_forgets(
+    start_device: Callable[..., DeviceProcess], gateway: FakeGateway
+) -> None:
     dev = start_device(gateway=gateway.url, **LINK)
     await until(lambda: gateway.register_requests, "a RegisterPublisher", 10, every=0.05)
     async with aiohttp.ClientSession() as s:
@@ -89,8 +96,9 @@ async def test_reregisters_when_the_gateway_forgets(start_device: Callable[..., 
         # the gateway's subscription for its registration (wrapped, to the registration address)
         old_sub = await cl.subscribe(gateway.reg_url("r1"), topic="dt:heartbeat")
         gateway.forget()  # a restart without state: renewals now get ResourceUnknownFault
-        await until(lambda: len(gateway.register_requests) >= 2, "a second RegisterPublisher", 8,
-                    every=0.05)
+        await until(
+            lambda: len(gateway.register_requests) >= 2, "a second RegisterPublisher", 8, every=0.05
+        )
         await dev.await_line(r"registering again", 5)
         await until(lambda: "r2" in gateway.registrations, "registration r2", 10, every=0.05)
         for _ in range(100):
@@ -118,8 +126,9 @@ async def _values(gateway: FakeGateway, n: int) -> tuple[list[str | None], int]:
     return values, notifies
 
 
-async def test_pushes_wait_for_the_gateway_in_order(start_device: Callable[..., DeviceProcess],
-                                                    gateway: FakeGateway) -> None:
+async def test_pushes_wait_for_the_gateway_in_order(
+    start_device: Callable[..., DeviceProcess], gateway: FakeGateway
+) -> None:
     dev = start_device(gateway=gateway.url, gateway_buffer=10, **LINK)
     await until(lambda: gateway.register_requests, "a RegisterPublisher", 10, every=0.05)
     async with aiohttp.ClientSession() as s:
@@ -136,8 +145,9 @@ async def test_pushes_wait_for_the_gateway_in_order(start_device: Callable[..., 
         await gateway.stop()  # outage
         for _ in range(5):
             await cl.sample("heartbeat")
-        await until(lambda: "gateway down" in dev.output(), "'gateway down' in the output", 10,
-                    every=0.05)
+        await until(
+            lambda: "gateway down" in dev.output(), "'gateway down' in the output", 10, every=0.05
+        )
         st = await cl.status()
         assert st["gateway"]["buffered"] == 5 and st["gateway"]["dropped"] == 0
         await gateway.start()  # back, same port, same state

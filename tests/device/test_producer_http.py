@@ -32,9 +32,11 @@ from devtest import (
 Consumers = Callable[..., Awaitable[Consumer]]
 C = "http://127.0.0.1:9/c"
 XPATH = "http://www.w3.org/TR/1999/REC-xpath-19991116"
-GRP = ('<wsrf-rp:GetResourceProperty xmlns:wsrf-rp="http://docs.oasis-open.org/wsrf/rp-2" '
-       'xmlns:wstop="http://docs.oasis-open.org/wsn/t-1" xmlns:edge="urn:wsn-edge">{}'
-       "</wsrf-rp:GetResourceProperty>")
+GRP = (
+    '<wsrf-rp:GetResourceProperty xmlns:wsrf-rp="http://docs.oasis-open.org/wsrf/rp-2" '
+    'xmlns:wstop="http://docs.oasis-open.org/wsn/t-1" xmlns:edge="urn:wsn-edge">{}'
+    "</wsrf-rp:GetResourceProperty>"
+)
 
 MC = f'<wsnt:MessageContent Dialect="{XPATH}">1</wsnt:MessageContent>'
 PP = '<wsnt:ProducerProperties Dialect="x">1</wsnt:ProducerProperties>'
@@ -42,19 +44,27 @@ SUBSCRIBE_FAULTS = [
     (subscribe_body(C, extra_filter=MC), "InvalidFilterFault"),
     (subscribe_body(C, extra_filter=PP), "InvalidFilterFault"),
     (subscribe_body(C, extra_filter='<o:Geo xmlns:o="urn:o"/>'), "InvalidFilterFault"),
-    (subscribe_body(C, topic=None).replace(
-        "</wsnt:ConsumerReference>",
-        '</wsnt:ConsumerReference><wsnt:Filter><wsnt:TopicExpression Dialect="http://docs.oasis-'
-        'open.org/wsn/t-1/TopicExpression/Full">dt:*</wsnt:TopicExpression></wsnt:Filter>'),
-     "TopicExpressionDialectUnknownFault"),
+    (
+        subscribe_body(C, topic=None).replace(
+            "</wsnt:ConsumerReference>",
+            '</wsnt:ConsumerReference><wsnt:Filter><wsnt:TopicExpression Dialect="http://docs.oasis-'
+            'open.org/wsn/t-1/TopicExpression/Full">dt:*</wsnt:TopicExpression></wsnt:Filter>',
+        ),
+        "TopicExpressionDialectUnknownFault",
+    ),
     (subscribe_body(C, topic="dt:pressure_of_mars"), "TopicNotSupportedFault"),
-    (subscribe_body(C, topic="o:temperature").replace(
-        "<wsnt:TopicExpression ", '<wsnt:TopicExpression xmlns:o="urn:other" '),
-     "TopicNotSupportedFault"),
+    (
+        subscribe_body(C, topic="o:temperature").replace(
+            "<wsnt:TopicExpression ", '<wsnt:TopicExpression xmlns:o="urn:other" '
+        ),
+        "TopicNotSupportedFault",
+    ),
     (subscribe_body(C, topic="undeclared:temperature"), "InvalidTopicExpressionFault"),
     (subscribe_body(C, topic="dt:temperature/child"), "InvalidTopicExpressionFault"),
-    (subscribe_body(C, policy='<o:MaxRate xmlns:o="urn:o">3</o:MaxRate>'),
-     "UnrecognizedPolicyRequestFault"),
+    (
+        subscribe_body(C, policy='<o:MaxRate xmlns:o="urn:o">3</o:MaxRate>'),
+        "UnrecognizedPolicyRequestFault",
+    ),
     (subscribe_body(C, itt="2001-01-01T00:00:00Z"), "UnacceptableInitialTerminationTimeFault"),
     (subscribe_body(C, itt="-PT5M"), "UnacceptableInitialTerminationTimeFault"),
     (subscribe_body(C, itt="P1000D"), "UnacceptableInitialTerminationTimeFault"),
@@ -88,8 +98,9 @@ async def test_invalid_filter_fault_names_the_filters(client: Client) -> None:
 
 
 async def test_get_current_message_and_faults(client: Client) -> None:
-    gcm = ('<wsnt:GetCurrentMessage><wsnt:Topic Dialect="{}">{}</wsnt:Topic>'
-           "</wsnt:GetCurrentMessage>")
+    gcm = (
+        '<wsnt:GetCurrentMessage><wsnt:Topic Dialect="{}">{}</wsnt:Topic></wsnt:GetCurrentMessage>'
+    )
     st, data = await client.soap(gcm.format(SIMPLE, "dt:temperature"))
     assert fault_name(data) == "NoCurrentMessageOnTopicFault"
     await client.sample("temperature")
@@ -99,14 +110,20 @@ async def test_get_current_message_and_faults(client: Client) -> None:
     assert r.tag == f"{{{WSNT}}}GetCurrentMessageResponse"
     assert r[0].tag == "{urn:wsn-edge:reading}Reading"
     assert (await client.soap(gcm.format("urn:x", "dt:temperature")))[1].find(
-        b"TopicExpressionDialectUnknownFault") > 0
-    assert fault_name((await client.soap(gcm.format(SIMPLE, "dt:nope")))[1]) == \
-        "TopicNotSupportedFault"
-    assert fault_name((await client.soap(gcm.format(SIMPLE, "zz:temperature")))[1]) == \
-        "InvalidTopicExpressionFault"
+        b"TopicExpressionDialectUnknownFault"
+    ) > 0
+    assert (
+        fault_name((await client.soap(gcm.format(SIMPLE, "dt:nope")))[1])
+        == "TopicNotSupportedFault"
+    )
+    assert (
+        fault_name((await client.soap(gcm.format(SIMPLE, "zz:temperature")))[1])
+        == "InvalidTopicExpressionFault"
+    )
     two = gcm.format(SIMPLE, "dt:temperature").replace(
         "</wsnt:GetCurrentMessage>",
-        f'<wsnt:Topic Dialect="{SIMPLE}">dt:humidity</wsnt:Topic></wsnt:GetCurrentMessage>')
+        f'<wsnt:Topic Dialect="{SIMPLE}">dt:humidity</wsnt:Topic></wsnt:GetCurrentMessage>',
+    )
     assert fault_name((await client.soap(two))[1]) == "MultipleTopicsSpecifiedFault"
 
 
@@ -178,12 +195,14 @@ async def test_bad_bodies(client: Client, data: bytes, status: int, word: bytes)
 
 async def test_must_understand_header(client: Client) -> None:
     st, data = await client.soap(
-        "<wsnt:CreatePullPoint/>", headers='<x:Sec xmlns:x="urn:x" s:mustUnderstand="true"/>')
+        "<wsnt:CreatePullPoint/>", headers='<x:Sec xmlns:x="urn:x" s:mustUnderstand="true"/>'
+    )
     assert st == 500 and fault_name(data) == "MustUnderstand"
 
 
-async def _raw(dev: DeviceProcess, payload: bytes, close_write: bool = False,
-               timeout: float = 10) -> bytes:
+async def _raw(
+    dev: DeviceProcess, payload: bytes, close_write: bool = False, timeout: float = 10
+) -> bytes:
     r, w = await asyncio.open_connection("127.0.0.1", dev.port)
     w.write(payload)
     await w.drain()
@@ -211,8 +230,9 @@ async def test_oversized_truncated_slow_and_garbage(client: Client) -> None:
     assert out.startswith(b"HTTP/1.1 408")
     assert asyncio.get_running_loop().time() - t0 < 8
     assert (await _raw(dev, b"HELLO\r\n\r\n")).startswith(b"HTTP/1.1 400")
-    assert (await _raw(dev, b"GET / HTTP/1.1\r\n" + b"X: " + b"a" * 5000 + b"\r\n\r\n")
-            ).startswith(b"HTTP/1.1 431")
+    assert (await _raw(dev, b"GET / HTTP/1.1\r\n" + b"X: " + b"a" * 5000 + b"\r\n\r\n")).startswith(
+        b"HTTP/1.1 431"
+    )
     # issue 13: two conflicting Content-Length headers -> 400 at once, not 408 after the timeout
     t0 = asyncio.get_running_loop().time()
     two = b"POST /wsn/producer HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 50\r\n\r\nhello"
@@ -256,8 +276,10 @@ async def test_management_secret(start_device, consumers: Consumers) -> None:  #
 async def test_expect_100_continue(client: Client) -> None:
     body = envelope("<wsnt:CreatePullPoint/>")
     r, w = await asyncio.open_connection("127.0.0.1", client.dev.port)
-    w.write(b"POST /wsn/producer HTTP/1.1\r\nContent-Type: application/soap+xml\r\n"
-            b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+    w.write(
+        b"POST /wsn/producer HTTP/1.1\r\nContent-Type: application/soap+xml\r\n"
+        b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body)
+    )
     await w.drain()
     interim = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 5)
     assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"

@@ -116,19 +116,25 @@ async def test_pause_resume_renew_unsubscribe(client: Client, consumers: Consume
     await client.sample("temperature")
     await c.next()
     st, data = await client.soap(
-        "<wsnt:Renew><wsnt:TerminationTime>PT2H</wsnt:TerminationTime></wsnt:Renew>", sub)
+        "<wsnt:Renew><wsnt:TerminationTime>PT2H</wsnt:TerminationTime></wsnt:Renew>", sub
+    )
     assert st == 200
     assert ISO.match(body_child(parse(data)).findtext(f"{{{WSNT}}}TerminationTime") or "")
     st, data = await client.soap(
         "<wsnt:Renew><wsnt:TerminationTime>2001-01-01T00:00:00Z</wsnt:TerminationTime></wsnt:Renew>",
-        sub)
+        sub,
+    )
     assert st == 400 and fault_name(data) == "UnacceptableTerminationTimeFault"
     st, data = await client.soap("<wsnt:Unsubscribe/>", sub)
     assert st == 200 and body_child(parse(data)).tag == f"{{{WSNT}}}UnsubscribeResponse"
     await client.sample("temperature")
     assert await c.nothing()
-    for op in ("<wsnt:Unsubscribe/>", "<wsnt:PauseSubscription/>", "<wsnt:ResumeSubscription/>",
-               "<wsnt:Renew><wsnt:TerminationTime>PT1M</wsnt:TerminationTime></wsnt:Renew>"):
+    for op in (
+        "<wsnt:Unsubscribe/>",
+        "<wsnt:PauseSubscription/>",
+        "<wsnt:ResumeSubscription/>",
+        "<wsnt:Renew><wsnt:TerminationTime>PT1M</wsnt:TerminationTime></wsnt:Renew>",
+    ):
         st, data = await client.soap(op, sub)
         assert st == 400 and fault_name(data) == "ResourceUnknownFault", op
 
@@ -156,7 +162,8 @@ async def test_full_table_faults_then_frees(start_device, consumers: Consumers) 
         await cl.subscribe(c.url)
         st, data = await cl.soap(
             f"<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{c.url}</wsa:Address>"
-            "</wsnt:ConsumerReference></wsnt:Subscribe>")
+            "</wsnt:ConsumerReference></wsnt:Subscribe>"
+        )
         assert st == 500 and fault_name(data) == "SubscribeCreationFailedFault"
         assert b"table full" in data
         await cl.soap("<wsnt:Unsubscribe/>", first)
@@ -178,15 +185,18 @@ async def test_pullpoint_ring_overflow_in_memory(start_device) -> None:  # type:
         st_ = await cl.status()
         assert st_["pullpointDropped"] == 2 and st_["pullpoint_list"][0]["queued"] == 4
         st, data = await cl.soap(
-            "<wsnt:GetMessages><wsnt:MaximumNumber>3</wsnt:MaximumNumber></wsnt:GetMessages>", pp)
+            "<wsnt:GetMessages><wsnt:MaximumNumber>3</wsnt:MaximumNumber></wsnt:GetMessages>", pp
+        )
         msgs = body_child(parse(data)).findall(f"{{{WSNT}}}NotificationMessage")
         values = [m.findtext(f"{{{WSNT}}}Message/{{{RD}}}Reading/{{{RD}}}value") for m in msgs]
         assert values == ["3", "4", "5"]  # heartbeat counts 1..6; the oldest two were dropped
         st, data = await cl.soap("<wsnt:GetMessages/>", pp, version=11)
         assert len(body_child(parse(data)).findall(f"{{{WSNT}}}NotificationMessage")) == 1
         # Notify into it from outside
-        note = ('<wsnt:Notify><wsnt:NotificationMessage><wsnt:Message><x:V xmlns:x="urn:x">7</x:V>'
-                "</wsnt:Message></wsnt:NotificationMessage></wsnt:Notify>")
+        note = (
+            '<wsnt:Notify><wsnt:NotificationMessage><wsnt:Message><x:V xmlns:x="urn:x">7</x:V>'
+            "</wsnt:Message></wsnt:NotificationMessage></wsnt:Notify>"
+        )
         st, data = await cl.soap(note, pp)
         assert st == 202
         st, data = await cl.soap("<wsnt:GetMessages/>", pp)
@@ -215,8 +225,9 @@ async def test_runs_from_mpy_files(start_device, consumers: Consumers) -> None: 
 
 async def test_concurrent_requests(client: Client, consumers: Consumers) -> None:
     c = await consumers()
-    subs = await asyncio.gather(*[client.subscribe(c.url, raw=True, topic="dt:humidity")
-                                  for _ in range(8)])
+    subs = await asyncio.gather(
+        *[client.subscribe(c.url, raw=True, topic="dt:humidity") for _ in range(8)]
+    )
     assert len(set(subs)) == 8
     results = await asyncio.gather(*[client.soap("<wsnt:Unsubscribe/>", s) for s in subs])
     assert [st for st, _ in results] == [200] * 8

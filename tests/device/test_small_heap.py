@@ -27,8 +27,9 @@ async def test_8_subscriptions_and_32_message_pullpoint_in_64k(
     start_frozen_device: Callable[..., DeviceProcess], consumers: Consumers
 ) -> None:
     dev = start_frozen_device(
-        "64K", limits={"max_subscriptions": 8, "pullpoint_size": 32, "max_pullpoints": 1,
-                       "queue_len": 4})
+        "64K",
+        limits={"max_subscriptions": 8, "pullpoint_size": 32, "max_pullpoints": 1, "queue_len": 4},
+    )
     assert "heapsize" not in dev.output()
     cons = [await consumers(path=f"/c{i}") for i in range(7)]
     async with aiohttp.ClientSession() as s:
@@ -39,8 +40,7 @@ async def test_8_subscriptions_and_32_message_pullpoint_in_64k(
         assert pp
         await cl.subscribe(pp, topic=None)
         for i, c in enumerate(cons):
-            await cl.subscribe(c.url, version=11 if i % 2 else 12, raw=bool(i % 3 == 0),
-                               topic=None)
+            await cl.subscribe(c.url, version=11 if i % 2 else 12, raw=bool(i % 3 == 0), topic=None)
         status = await cl.status()
         assert status["subscriptions"] == 8
         # 40 readings (bursts of 3, within the per-subscription queue of 4): every consumer
@@ -60,7 +60,8 @@ async def test_8_subscriptions_and_32_message_pullpoint_in_64k(
         while True:
             st, data = await cl.soap(
                 "<wsnt:GetMessages><wsnt:MaximumNumber>8</wsnt:MaximumNumber></wsnt:GetMessages>",
-                pp)
+                pp,
+            )
             assert st == 200, data
             msgs = body_child(parse(data)).findall(f"{{{WSNT}}}NotificationMessage")
             if not msgs:
@@ -69,8 +70,10 @@ async def test_8_subscriptions_and_32_message_pullpoint_in_64k(
         assert len(got) == 32
         status = await cl.status()
         assert status["pushFailed"] == 0 and status["queueDropped"] == 0
-        print(f"64K heap: in use {status['mem_alloc']} B after GC, peak seen "
-              f"{status['mem_peak']} B, free {status['mem_free']} B")
+        print(
+            f"64K heap: in use {status['mem_alloc']} B after GC, peak seen "
+            f"{status['mem_peak']} B, free {status['mem_free']} B"
+        )
         assert status["mem_alloc"] + status["mem_free"] <= 64 * 1024
     await asyncio.sleep(0)
     assert "MemoryError" not in dev.output() and "out of memory" not in dev.output()
@@ -88,14 +91,16 @@ async def test_hostile_input_in_64k_does_not_kill_the_device(
         cl = Client(dev, s)
         await cl.subscribe(c.url, raw=True)
         for _ in range(3):
-            results = await asyncio.gather(*[cl.soap(b) for b in (many, near_limit, deep) * 2],
-                                           return_exceptions=True)
+            results = await asyncio.gather(
+                *[cl.soap(b) for b in (many, near_limit, deep) * 2], return_exceptions=True
+            )
             for res in results:
                 assert not isinstance(res, BaseException), res
                 # a third CreatePullPoint that gets through (enough heap for it) meets the full
                 # table (max_pullpoints 2): the spec's answer, a Receiver fault
                 assert res[0] in (200, 400, 503) or (
-                    res[0] == 500 and b"UnableToCreatePullPointFault" in res[1]), res
+                    res[0] == 500 and b"UnableToCreatePullPointFault" in res[1]
+                ), res
         # still serving, still pushing
         await cl.sample("temperature")
         await c.next(10)

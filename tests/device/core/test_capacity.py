@@ -5,14 +5,16 @@ import gc
 
 from test_support import NOW, WSNT, body_of, call, env, make_producer, subscribe
 
-PAYLOAD = '<rd:Reading xmlns:rd="urn:wsn-edge:reading" device="dev-1"><rd:value>%d</rd:value>' \
-          '<rd:unit>Cel</rd:unit><rd:time>2026-11-21T05:00:00Z</rd:time></rd:Reading>'
+PAYLOAD = (
+    '<rd:Reading xmlns:rd="urn:wsn-edge:reading" device="dev-1"><rd:value>%d</rd:value>'
+    "<rd:unit>Cel</rd:unit><rd:time>2026-11-21T05:00:00Z</rd:time></rd:Reading>"
+)
 
 
 def test_eight_subscriptions_and_a_32_slot_pullpoint():
     p = make_producer(max_subscriptions=8, pullpoint_size=32, max_pullpoints=1)
     st, root, _ = call(p, "/wsn/producer", "<wsnt:CreatePullPoint/>")
-    path = body_of(root).find(WSNT, "PullPoint").children[0].value()[len("http://127.0.0.1:8081"):]
+    path = body_of(root).find(WSNT, "PullPoint").children[0].value()[len("http://127.0.0.1:8081") :]
     del root
     subscribe(p, consumer="http://127.0.0.1:8081" + path, topic=None)
     for i in range(7):

@@ -1,4 +1,3 @@
-# ruff: noqa: E501 - MicroPython-compatible test code (%-formatting runs on every port)
 from wsn.core import httpmsg as H
 
 
@@ -47,7 +46,9 @@ def test_split_url():
 
 def test_heads_are_well_formed():
     r = H.response_head(413, "text/plain", 3)
-    assert r.startswith(b"HTTP/1.1 413 ") and b"Content-Length: 3\r\n" in r and r.endswith(b"\r\n\r\n")
+    assert (
+        r.startswith(b"HTTP/1.1 413 ") and b"Content-Length: 3\r\n" in r and r.endswith(b"\r\n\r\n")
+    )
     q = H.request_head("h", 1, "/p", "text/xml", 7, "")
     assert q.startswith(b"POST /p HTTP/1.1\r\nHost: h:1\r\n")
     st, body = H.parse_response(b"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\n\r\nok")
@@ -68,6 +69,7 @@ def test_dechunk():
 
 def test_check_auth():
     import binascii
+
     assert H.check_auth(None, None)
     assert not H.check_auth(None, "s3")
     assert H.check_auth("Bearer s3", "s3")

@@ -1,4 +1,4 @@
-# ruff: noqa: UP031, RUF059, E501 - MicroPython-compatible test code (%-formatting runs on every port)
+# ruff: noqa: UP031, RUF059 - MicroPython-compatible test code (%-formatting runs on every port)
 # Every operation and fault of the producer core, through handle() (no network).
 from test_support import (
     BASE,
@@ -24,7 +24,9 @@ from wsn.core import xml as X
 from wsn.core.xml import format_datetime, parse_datetime
 
 P = "/wsn/producer"
-PAYLOAD = '<rd:Reading xmlns:rd="urn:wsn-edge:reading" device="dev-1"><rd:value>1</rd:value></rd:Reading>'
+PAYLOAD = (
+    '<rd:Reading xmlns:rd="urn:wsn-edge:reading" device="dev-1"><rd:value>1</rd:value></rd:Reading>'
+)
 
 
 def _fault(p, body, path=P, now=NOW, version=12):
@@ -67,7 +69,9 @@ def test_subscribe_filter_faults():
     unknown = [c.resolve(c.value()) for c in det.findall(WSNT, "UnknownFilter")]
     assert unknown == [(WSNT, "MessageContent"), (WSNT, "ProducerProperties"), ("urn:o", "F")]
     conc = '<wsnt:Filter><wsnt:TopicExpression Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete">dt:temperature</wsnt:TopicExpression></wsnt:Filter>'
-    body = subscribe_xml(topic=None).replace("</wsnt:ConsumerReference>", "</wsnt:ConsumerReference>" + conc)
+    body = subscribe_xml(topic=None).replace(
+        "</wsnt:ConsumerReference>", "</wsnt:ConsumerReference>" + conc
+    )
     assert _fault(p, body) == "TopicExpressionDialectUnknownFault"
     assert _fault(p, subscribe_xml(topic="dt:pressure")) == "TopicNotSupportedFault"
     assert _fault(p, subscribe_xml(topic="zz:temperature")) == "InvalidTopicExpressionFault"
@@ -80,14 +84,21 @@ def test_subscribe_policy_and_time_faults():
     st, root, _ = call(p, P, subscribe_xml(policy='<o:Rate xmlns:o="urn:o">3</o:Rate>'))
     assert fault_of(root) == "UnrecognizedPolicyRequestFault"
     det = body_of(root).find(S12, "Detail").children[0]
-    assert [c.resolve(c.value()) for c in det.findall(WSNT, "UnrecognizedPolicy")] == [("urn:o", "Rate")]
+    assert [c.resolve(c.value()) for c in det.findall(WSNT, "UnrecognizedPolicy")] == [
+        ("urn:o", "Rate")
+    ]
     assert _fault(p, subscribe_xml(itt="-PT1M")) == "UnacceptableInitialTerminationTimeFault"
-    assert _fault(p, subscribe_xml(itt=format_datetime(NOW - 1))) == "UnacceptableInitialTerminationTimeFault"
+    assert (
+        _fault(p, subscribe_xml(itt=format_datetime(NOW - 1)))
+        == "UnacceptableInitialTerminationTimeFault"
+    )
     assert _fault(p, subscribe_xml(itt="PT2H")) == "UnacceptableInitialTerminationTimeFault"
     assert _fault(p, subscribe_xml(itt="tomorrow")) == "UnacceptableInitialTerminationTimeFault"
     nil = subscribe_xml().replace(
-        "</wsnt:Subscribe>", '<wsnt:InitialTerminationTime xmlns:xsi="http://www.w3.org/2001/'
-        'XMLSchema-instance" xsi:nil="true"/></wsnt:Subscribe>')
+        "</wsnt:Subscribe>",
+        '<wsnt:InitialTerminationTime xmlns:xsi="http://www.w3.org/2001/'
+        'XMLSchema-instance" xsi:nil="true"/></wsnt:Subscribe>',
+    )
     assert _fault(p, nil) == "UnacceptableInitialTerminationTimeFault"
     # dateTime form, and no limit -> nil accepted
     subscribe(p, itt=format_datetime(NOW + 100))
@@ -151,17 +162,27 @@ def test_pause_resume_renew_unsubscribe():
     st, root, _ = call(p, path, "<wsnt:ResumeSubscription/>")
     assert st == 200 and body_of(root).name == "ResumeSubscriptionResponse"
     assert len(p.publish(0, PAYLOAD, NOW)[0]) == 1
-    st, root, _ = call(p, path, "<wsnt:Renew><wsnt:TerminationTime>PT1H</wsnt:TerminationTime></wsnt:Renew>")
+    st, root, _ = call(
+        p, path, "<wsnt:Renew><wsnt:TerminationTime>PT1H</wsnt:TerminationTime></wsnt:Renew>"
+    )
     assert st == 200
     tt = body_of(root).find(WSNT, "TerminationTime").value()
     assert parse_datetime(tt) == NOW + 3600
-    assert _fault(p, "<wsnt:Renew><wsnt:TerminationTime>-PT1S</wsnt:TerminationTime></wsnt:Renew>", path) == \
-        "UnacceptableTerminationTimeFault"
+    assert (
+        _fault(
+            p, "<wsnt:Renew><wsnt:TerminationTime>-PT1S</wsnt:TerminationTime></wsnt:Renew>", path
+        )
+        == "UnacceptableTerminationTimeFault"
+    )
     assert _fault(p, "<wsnt:Renew/>", path) == "UnacceptableTerminationTimeFault"
     st, root, _ = call(p, path, "<wsnt:Unsubscribe/>")
     assert st == 200 and body_of(root).name == "UnsubscribeResponse"
-    for op in ("<wsnt:Unsubscribe/>", "<wsnt:PauseSubscription/>", "<wsnt:ResumeSubscription/>",
-               "<wsnt:Renew><wsnt:TerminationTime>PT1H</wsnt:TerminationTime></wsnt:Renew>"):
+    for op in (
+        "<wsnt:Unsubscribe/>",
+        "<wsnt:PauseSubscription/>",
+        "<wsnt:ResumeSubscription/>",
+        "<wsnt:Renew><wsnt:TerminationTime>PT1H</wsnt:TerminationTime></wsnt:Renew>",
+    ):
         assert _fault(p, op, path) == "ResourceUnknownFault"
 
 
@@ -180,8 +201,10 @@ def test_pause_resume_answer_with_pausable_subscription_manager_actions():
     # still accepted (the Body decides).
     p = make_producer()
     path = subscribe(p)
-    for op, old, new in (("PauseSubscription", PAUSE_OLD, PSM + "PauseSubscriptionRequest"),
-                         ("ResumeSubscription", RESUME_OLD, PSM + "ResumeSubscriptionRequest")):
+    for op, old, new in (
+        ("PauseSubscription", PAUSE_OLD, PSM + "PauseSubscriptionRequest"),
+        ("ResumeSubscription", RESUME_OLD, PSM + "ResumeSubscriptionRequest"),
+    ):
         for action in (old, new):
             st, root, _ = call(p, path, env("<wsnt:%s/>" % op, 12, action))
             assert st == 200 and body_of(root).name == op + "Response"
@@ -193,9 +216,20 @@ def test_destroy_terminates_a_subscription():
     p = make_producer()
     path = subscribe(p)
     d = '<wsrf-rl:Destroy xmlns:wsrf-rl="http://docs.oasis-open.org/wsrf/rl-2"/>'
-    st, root, r = call(p, path, env(d, 12, "http://docs.oasis-open.org/wsrf/rlw-2/ImmediateResourceTermination/DestroyRequest"))
+    st, root, r = call(
+        p,
+        path,
+        env(
+            d,
+            12,
+            "http://docs.oasis-open.org/wsrf/rlw-2/ImmediateResourceTermination/DestroyRequest",
+        ),
+    )
     assert st == 200 and body_of(root).name == "DestroyResponse" and body_of(root).ns == WSRF_RL
-    assert _action(root) == "http://docs.oasis-open.org/wsrf/rlw-2/ImmediateResourceTermination/DestroyResponse"
+    assert (
+        _action(root)
+        == "http://docs.oasis-open.org/wsrf/rlw-2/ImmediateResourceTermination/DestroyResponse"
+    )
     assert [a for a, _ in r.actions] == ["unsubscribed"]
     assert len(p.subs) == 0 and p.publish(0, PAYLOAD, NOW) == ([], False)
     st, root, _ = call(p, path, d)
@@ -225,7 +259,9 @@ def test_resource_id_header_routes_to_subscription():
 
 def test_get_current_message():
     p = make_producer()
-    gcm = '<wsnt:GetCurrentMessage><wsnt:Topic Dialect="%s">%s</wsnt:Topic></wsnt:GetCurrentMessage>'
+    gcm = (
+        '<wsnt:GetCurrentMessage><wsnt:Topic Dialect="%s">%s</wsnt:Topic></wsnt:GetCurrentMessage>'
+    )
     assert _fault(p, gcm % (SIMPLE, "dt:temperature")) == "NoCurrentMessageOnTopicFault"
     p.publish(0, PAYLOAD, NOW)
     st, root, _ = call(p, P, gcm % (SIMPLE, "dt:temperature"))
@@ -235,21 +271,29 @@ def test_get_current_message():
     assert _fault(p, gcm % ("urn:other", "dt:temperature")) == "TopicExpressionDialectUnknownFault"
     assert _fault(p, gcm % (SIMPLE, "dt:nothing")) == "TopicNotSupportedFault"
     assert _fault(p, gcm % (SIMPLE, "q:x")) == "InvalidTopicExpressionFault"
-    two = '<wsnt:GetCurrentMessage><wsnt:Topic Dialect="%s">dt:temperature</wsnt:Topic>' \
-          '<wsnt:Topic Dialect="%s">dt:humidity</wsnt:Topic></wsnt:GetCurrentMessage>' % (SIMPLE, SIMPLE)
+    two = (
+        '<wsnt:GetCurrentMessage><wsnt:Topic Dialect="%s">dt:temperature</wsnt:Topic>'
+        '<wsnt:Topic Dialect="%s">dt:humidity</wsnt:Topic></wsnt:GetCurrentMessage>'
+        % (SIMPLE, SIMPLE)
+    )
     assert _fault(p, two) == "MultipleTopicsSpecifiedFault"
     assert _fault(p, "<wsnt:GetCurrentMessage/>") == "InvalidTopicExpressionFault"
 
 
 def test_get_resource_property():
     p = make_producer()
-    grp = '<wsrf-rp:GetResourceProperty xmlns:wsrf-rp="http://docs.oasis-open.org/wsrf/rp-2" ' \
-          'xmlns:wstop="http://docs.oasis-open.org/wsn/t-1" xmlns:edge="urn:wsn-edge">%s' \
-          '</wsrf-rp:GetResourceProperty>'
+    grp = (
+        '<wsrf-rp:GetResourceProperty xmlns:wsrf-rp="http://docs.oasis-open.org/wsrf/rp-2" '
+        'xmlns:wstop="http://docs.oasis-open.org/wsn/t-1" xmlns:edge="urn:wsn-edge">%s'
+        "</wsrf-rp:GetResourceProperty>"
+    )
     st, root, _ = call(p, P, grp % "wsnt:TopicExpression")
     tes = body_of(root).findall(WSNT, "TopicExpression")
-    assert [t.resolve(t.value()) for t in tes] == [(DT, "temperature"), (DT, "humidity"),
-                                                    (DT, "heartbeat")]
+    assert [t.resolve(t.value()) for t in tes] == [
+        (DT, "temperature"),
+        (DT, "humidity"),
+        (DT, "heartbeat"),
+    ]
     assert all([t.get("Dialect") == SIMPLE for t in tes])
     st, root, _ = call(p, P, grp % "wsnt:TopicExpressionDialect")
     assert body_of(root).children[0].value() == SIMPLE
@@ -268,7 +312,7 @@ def test_pullpoint_lifecycle_and_ring_overflow():
     st, root, _ = call(p, P, "<wsnt:CreatePullPoint/>")
     assert st == 200
     addr = body_of(root).find(WSNT, "PullPoint").children[0].value()
-    path = addr[len(BASE):]
+    path = addr[len(BASE) :]
     assert path.startswith("/wsn/pullpoints/p")
     st, root, _ = call(p, P, "<wsnt:CreatePullPoint/>")
     assert fault_of(root) == "UnableToCreatePullPointFault"
@@ -279,7 +323,9 @@ def test_pullpoint_lifecycle_and_ring_overflow():
         assert kick == []
     pp = p.get(path.rpartition("/")[2], "p")
     assert len(pp.ring) == 4 and pp.ring.dropped == 2
-    st, root, _ = call(p, path, "<wsnt:GetMessages><wsnt:MaximumNumber>3</wsnt:MaximumNumber></wsnt:GetMessages>")
+    st, root, _ = call(
+        p, path, "<wsnt:GetMessages><wsnt:MaximumNumber>3</wsnt:MaximumNumber></wsnt:GetMessages>"
+    )
     msgs = body_of(root).findall(WSNT, "NotificationMessage")
     assert len(msgs) == 3
     vals = [m.find(WSNT, "Message").children[0].children[0].value() for m in msgs]
@@ -287,11 +333,19 @@ def test_pullpoint_lifecycle_and_ring_overflow():
     assert msgs[0].find(WSNT, "Topic").value() == "dt:heartbeat"
     st, root, _ = call(p, path, "<wsnt:GetMessages/>")
     assert len(body_of(root).findall(WSNT, "NotificationMessage")) == 1
-    assert _fault(p, "<wsnt:GetMessages><wsnt:MaximumNumber>-1</wsnt:MaximumNumber></wsnt:GetMessages>",
-                  path) == "UnableToGetMessagesFault"
+    assert (
+        _fault(
+            p,
+            "<wsnt:GetMessages><wsnt:MaximumNumber>-1</wsnt:MaximumNumber></wsnt:GetMessages>",
+            path,
+        )
+        == "UnableToGetMessagesFault"
+    )
     # Notify into it (wrapped and raw)
-    note = '<wsnt:Notify><wsnt:NotificationMessage><wsnt:Message><x:V xmlns:x="urn:x">9</x:V>' \
-           '</wsnt:Message></wsnt:NotificationMessage></wsnt:Notify>'
+    note = (
+        '<wsnt:Notify><wsnt:NotificationMessage><wsnt:Message><x:V xmlns:x="urn:x">9</x:V>'
+        "</wsnt:Message></wsnt:NotificationMessage></wsnt:Notify>"
+    )
     st, root, r = call(p, path, note)
     assert st == 202 and data(r) == b""
     st, root, r = call(p, path, '<x:Raw xmlns:x="urn:x">r</x:Raw>')
@@ -352,8 +406,10 @@ def test_malformed_and_wrong_requests():
 def test_subscription_resource_properties():
     p = make_producer()
     path = subscribe(p, raw=True, topic="dt:humidity", itt="PT1M")
-    grp = '<wsrf-rp:GetResourceProperty xmlns:wsrf-rp="http://docs.oasis-open.org/wsrf/rp-2" ' \
-          'xmlns:wsrf-rl="http://docs.oasis-open.org/wsrf/rl-2">%s</wsrf-rp:GetResourceProperty>'
+    grp = (
+        '<wsrf-rp:GetResourceProperty xmlns:wsrf-rp="http://docs.oasis-open.org/wsrf/rp-2" '
+        'xmlns:wsrf-rl="http://docs.oasis-open.org/wsrf/rl-2">%s</wsrf-rp:GetResourceProperty>'
+    )
     st, root, _ = call(p, path, grp % "wsnt:ConsumerReference")
     assert st == 200
     assert body_of(root).children[0].children[0].value() == "http://127.0.0.1:9999/c"
@@ -384,8 +440,9 @@ def test_gateway_batch_packs_buffered_readings_into_one_notify():
     assert root.children[0].find(ns.WSA, "MessageID").value() == "urn:x:1"
     nms = body_of(root).findall(WSNT, "NotificationMessage")
     assert len(nms) == 5
-    assert [nm.find(WSNT, "Message").children[0].children[0].value() for nm in nms] == \
-        [str(i) for i in range(5)]
+    assert [nm.find(WSNT, "Message").children[0].children[0].value() for nm in nms] == [
+        str(i) for i in range(5)
+    ]
     root = nms = body = None
     assert len(p.outbox) == 7  # the caller pops what was accepted
     for _ in items:

@@ -1,4 +1,4 @@
-# ruff: noqa: UP031, E501 - MicroPython-compatible test code (%-formatting runs on every port)
+# ruff: noqa: UP031 - MicroPython-compatible test code (%-formatting runs on every port)
 from test_support import BASE, BR, DT, EDGE, NOW, REGISTER, SET_TT, WSRF_RL, topicset
 from wsn.core import ns
 from wsn.core import registration as R
@@ -7,8 +7,9 @@ from wsn.core.xml import format_datetime
 
 
 def test_register_publisher_message():
-    e = R.register_publisher(ns.V12, "http://gw/wsn/broker", BASE + "/wsn/producer", "dev-1",
-                             topicset(), NOW + 600)
+    e = R.register_publisher(
+        ns.V12, "http://gw/wsn/broker", BASE + "/wsn/producer", "dev-1", topicset(), NOW + 600
+    )
     req = S.parse_request(e.encode())
     assert req.action == REGISTER + "Request"
     b = req.body
@@ -24,8 +25,9 @@ def test_register_publisher_message():
 
 
 def _resp(inner):
-    return S.envelope(ns.V12, "urn:r", "<br:RegisterPublisherResponse>%s</br:RegisterPublisherResponse>"
-                      % inner).encode()
+    return S.envelope(
+        ns.V12, "urn:r", "<br:RegisterPublisherResponse>%s</br:RegisterPublisherResponse>" % inner
+    ).encode()
 
 
 def test_read_registration():

@@ -1,4 +1,3 @@
-
 from wsn.core.producer import Ring
 
 

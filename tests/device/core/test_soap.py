@@ -1,4 +1,4 @@
-# ruff: noqa: UP031, E501 - MicroPython-compatible test code (%-formatting runs on every port)
+# ruff: noqa: UP031 - MicroPython-compatible test code (%-formatting runs on every port)
 from test_support import DT, WSN_FAULT, env
 from wsn.core import ns
 from wsn.core import soap as S
@@ -7,8 +7,9 @@ from wsn.core import xml as X
 
 def test_parse_both_versions_and_wsa_headers():
     for v in (11, 12):
-        req = S.parse_request(env("<wsnt:Unsubscribe/>", v, "urn:act",
-                                  "<wsa:To>http://x/</wsa:To>"))
+        req = S.parse_request(
+            env("<wsnt:Unsubscribe/>", v, "urn:act", "<wsa:To>http://x/</wsa:To>")
+        )
         assert req.version == (ns.V12 if v == 12 else ns.V11)
         assert req.action == "urn:act" and req.message_id == "urn:uuid:m1"
         assert req.to == "http://x/"
@@ -16,8 +17,9 @@ def test_parse_both_versions_and_wsa_headers():
 
 
 def test_resource_id_header():
-    req = S.parse_request(env("<x/>", 12, None,
-                              '<edge:ResourceId xmlns:edge="urn:wsn-edge">s1</edge:ResourceId>'))
+    req = S.parse_request(
+        env("<x/>", 12, None, '<edge:ResourceId xmlns:edge="urn:wsn-edge">s1</edge:ResourceId>')
+    )
     assert req.resource_id == "s1"
 
 
@@ -53,7 +55,9 @@ def test_envelope_roundtrip():
 
 
 def test_fault_bodies_both_versions():
-    f = S.Fault("InvalidFilterFault", "bad <filter>", extra="<wsnt:UnknownFilter>x</wsnt:UnknownFilter>")
+    f = S.Fault(
+        "InvalidFilterFault", "bad <filter>", extra="<wsnt:UnknownFilter>x</wsnt:UnknownFilter>"
+    )
     for v in (ns.V11, ns.V12):
         e = S.fault_envelope(v, f, 0, "urn:m")
         root = X.parse(e.encode())
@@ -70,8 +74,9 @@ def test_fault_bodies_both_versions():
 
 def test_epr_and_reference_parameters():
     e = S.epr("http://a/b", "s123", "wsnt:SubscriptionReference")
-    buf = ('<r xmlns:wsnt="%s" xmlns:wsa="%s" xmlns:edge="urn:wsn-edge">%s</r>' % (
-        ns.WSNT, ns.WSA, e)).encode()
+    buf = (
+        '<r xmlns:wsnt="%s" xmlns:wsa="%s" xmlns:edge="urn:wsn-edge">%s</r>' % (ns.WSNT, ns.WSA, e)
+    ).encode()
     root = X.parse(buf)
     addr, hdr = S.read_epr(root.children[0], buf)
     assert addr == "http://a/b"

@@ -59,28 +59,42 @@ def env(body, version=12, action=None, headers=""):
     sns = S12 if version == 12 else S11
     h = ""
     if action:
-        h = '<wsa:Action>%s</wsa:Action><wsa:MessageID>urn:uuid:m1</wsa:MessageID>' % action
-    return ('<?xml version="1.0"?><s:Envelope xmlns:s="%s" '
-            'xmlns:wsa="http://www.w3.org/2005/08/addressing" xmlns:wsnt="%s" '
-            'xmlns:dt="urn:wsn-edge:device-topics"><s:Header>%s%s</s:Header><s:Body>%s</s:Body>'
-            '</s:Envelope>' % (sns, WSNT, h, headers, body)).encode()
+        h = "<wsa:Action>%s</wsa:Action><wsa:MessageID>urn:uuid:m1</wsa:MessageID>" % action
+    return (
+        '<?xml version="1.0"?><s:Envelope xmlns:s="%s" '
+        'xmlns:wsa="http://www.w3.org/2005/08/addressing" xmlns:wsnt="%s" '
+        'xmlns:dt="urn:wsn-edge:device-topics"><s:Header>%s%s</s:Header><s:Body>%s</s:Body>'
+        "</s:Envelope>" % (sns, WSNT, h, headers, body)
+    ).encode()
 
 
-def subscribe_xml(consumer="http://127.0.0.1:9999/c", topic="dt:temperature", raw=False,
-                  itt=None, extra_filter="", policy=""):
+def subscribe_xml(
+    consumer="http://127.0.0.1:9999/c",
+    topic="dt:temperature",
+    raw=False,
+    itt=None,
+    extra_filter="",
+    policy="",
+):
     f = ""
     if topic is not None:
-        f = '<wsnt:Filter><wsnt:TopicExpression Dialect="%s">%s</wsnt:TopicExpression>%s' \
-            '</wsnt:Filter>' % (SIMPLE, topic, extra_filter)
+        f = (
+            '<wsnt:Filter><wsnt:TopicExpression Dialect="%s">%s</wsnt:TopicExpression>%s'
+            "</wsnt:Filter>" % (SIMPLE, topic, extra_filter)
+        )
     elif extra_filter:
         f = "<wsnt:Filter>%s</wsnt:Filter>" % extra_filter
     pol = ""
     if raw or policy:
         pol = "<wsnt:SubscriptionPolicy>%s%s</wsnt:SubscriptionPolicy>" % (
-            "<wsnt:UseRaw/>" if raw else "", policy)
+            "<wsnt:UseRaw/>" if raw else "",
+            policy,
+        )
     t = "<wsnt:InitialTerminationTime>%s</wsnt:InitialTerminationTime>" % itt if itt else ""
-    return ('<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>%s</wsa:Address>'
-            '</wsnt:ConsumerReference>%s%s%s</wsnt:Subscribe>' % (consumer, f, t, pol))
+    return (
+        "<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>%s</wsa:Address>"
+        "</wsnt:ConsumerReference>%s%s%s</wsnt:Subscribe>" % (consumer, f, t, pol)
+    )
 
 
 def data(r):
@@ -92,8 +106,7 @@ def call(p, path, body, now=NOW, version=12):
     # -> (status, response root Element or None, raw response)
     if isinstance(body, str):
         body = env(body, version)
-    r = p.handle("POST", path, body, now,
-                 "application/soap+xml" if version == 12 else "text/xml")
+    r = p.handle("POST", path, body, now, "application/soap+xml" if version == 12 else "text/xml")
     raw = data(r)
     root = X.parse(raw) if raw and r.ctype.find("xml") >= 0 else None
     return r.status, root, r
@@ -119,8 +132,12 @@ def fault_of(root):
     for c in f.children:
         if c.name == "faultcode":
             code = c.value().rpartition(":")[2]
-        if c.name == "detail" and c.children and c.children[0].children and \
-                c.children[0].children[0].name == "Timestamp":
+        if (
+            c.name == "detail"
+            and c.children
+            and c.children[0].children
+            and c.children[0].children[0].name == "Timestamp"
+        ):
             return c.children[0].name
     return code
 
@@ -130,7 +147,7 @@ def subscribe(p, now=NOW, **kw):
     assert st == 200, (st, root and fault_of(root))
     ref = body_of(root).find(WSNT, "SubscriptionReference")
     addr = ref.children[0].value()
-    return addr[len(BASE):]
+    return addr[len(BASE) :]
 
 
 def test_support_rand_is_deterministic_and_varied():

@@ -1,4 +1,4 @@
-# ruff: noqa: UP031, E501 - MicroPython-compatible test code (%-formatting runs on every port)
+# ruff: noqa: UP031 - MicroPython-compatible test code (%-formatting runs on every port)
 from wsn.core import xml as T
 
 
@@ -17,7 +17,9 @@ def test_epoch_and_known_dates():
     assert t == 1795237200 - T.UNIX_2000
     assert T.format_datetime(t) == "2026-11-21T05:00:00Z"
     assert T.format_datetime(-1) == "1999-12-31T23:59:59Z"
-    assert T.parse_datetime("2024-02-29T12:00:00Z") - T.parse_datetime("2024-02-28T12:00:00Z") == 86400
+    assert (
+        T.parse_datetime("2024-02-29T12:00:00Z") - T.parse_datetime("2024-02-28T12:00:00Z") == 86400
+    )
     assert T.format_datetime(T.parse_datetime("2100-03-01T00:00:00Z")) == "2100-03-01T00:00:00Z"
 
 
@@ -37,8 +39,15 @@ def test_zones_and_fractions():
 
 
 def test_bad_datetimes():
-    for s in ("", "2026-01-01", "2026-13-01T00:00:00Z", "2026-01-01T00:00:00Q", "x026-01-01T00:00:00Z",
-              "2026-01-01T00:00:00.Z", "2026-01-01 00:00:00Z"):
+    for s in (
+        "",
+        "2026-01-01",
+        "2026-13-01T00:00:00Z",
+        "2026-01-01T00:00:00Q",
+        "x026-01-01T00:00:00Z",
+        "2026-01-01T00:00:00.Z",
+        "2026-01-01 00:00:00Z",
+    ):
         _bad(T.parse_datetime, s)
 
 

@@ -1,4 +1,4 @@
-# ruff: noqa: UP031, E501 - MicroPython-compatible test code (%-formatting runs on every port)
+# ruff: noqa: UP031 - MicroPython-compatible test code (%-formatting runs on every port)
 from test_support import TOPICS_XML, topicset
 from wsn.core import xml as X
 from wsn.core.soap import Fault
@@ -24,9 +24,11 @@ def test_load_namespace():
 
 
 def test_child_topics_rejected():
-    doc = b'<wstop:TopicNamespace xmlns:wstop="http://docs.oasis-open.org/wsn/t-1" ' \
-          b'targetNamespace="urn:x"><wstop:Topic name="a"><wstop:Topic name="b"/></wstop:Topic>' \
-          b'</wstop:TopicNamespace>'
+    doc = (
+        b'<wstop:TopicNamespace xmlns:wstop="http://docs.oasis-open.org/wsn/t-1" '
+        b'targetNamespace="urn:x"><wstop:Topic name="a"><wstop:Topic name="b"/></wstop:Topic>'
+        b"</wstop:TopicNamespace>"
+    )
     try:
         load_namespace(doc)
     except ValueError as e:
@@ -39,7 +41,9 @@ def test_resolve_simple():
     ts = topicset()
     assert ts.resolve_simple(_te("dt:humidity")) == 1
     assert ts.resolve_simple(_te("  dt:temperature \n")) == 0
-    assert ts.resolve_simple(_te("other:heartbeat", 'xmlns:other="urn:wsn-edge:device-topics"')) == 2
+    assert (
+        ts.resolve_simple(_te("other:heartbeat", 'xmlns:other="urn:wsn-edge:device-topics"')) == 2
+    )
 
 
 def test_unprefixed_simple_expression_is_in_no_namespace():
@@ -48,7 +52,10 @@ def test_unprefixed_simple_expression_is_in_no_namespace():
     # urn:wsn-edge:device-topics, so `heartbeat` is not one of them.
     ts = topicset()
     assert _fault(ts, _te("heartbeat", "")) == "TopicNotSupportedFault"
-    assert _fault(ts, _te("heartbeat", 'xmlns="urn:wsn-edge:device-topics"')) == "TopicNotSupportedFault"
+    assert (
+        _fault(ts, _te("heartbeat", 'xmlns="urn:wsn-edge:device-topics"'))
+        == "TopicNotSupportedFault"
+    )
     adhoc = TopicSet("", ["heartbeat"])
     assert adhoc.resolve_simple(_te("heartbeat", "")) == 0
     assert _fault(adhoc, _te("dt:heartbeat")) == "TopicNotSupportedFault"

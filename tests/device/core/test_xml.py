@@ -37,7 +37,7 @@ def test_entities_and_char_refs():
 
 def test_doctype_rejected_no_entity_expansion():
     _err(b'<!DOCTYPE r [<!ENTITY e "x">]><r>&e;</r>', "DOCTYPE")
-    _err(b'<r>&e;</r>', "undeclared entity")
+    _err(b"<r>&e;</r>", "undeclared entity")
 
 
 def test_malformed_inputs():
@@ -93,5 +93,5 @@ def test_tokenizer_streams_events():
 def test_escape():
     assert X.escape("a<b&c>") == "a&lt;b&amp;c&gt;"
     assert X.escape('"x"') == "&quot;x&quot;"
-    r = X.parse(("<r a=\"%s\">%s</r>" % (X.escape('<&">'), X.escape("<&>"))).encode())
+    r = X.parse(('<r a="%s">%s</r>' % (X.escape('<&">'), X.escape("<&>"))).encode())
     assert r.get("a") == '<&">' and r.text == "<&>"
