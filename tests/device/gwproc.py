@@ -146,13 +146,24 @@ async def subscribe_at_gateway(
         assert r.status == 200, await r.text()
 
 
-async def gateway_subscription_resumed(cl: Client) -> bool:
-    """Whether the gateway's subscription at the device (its consumer is a registration
-    address) exists and is not paused: the gateway has demand for the topic."""
-    st = await cl.status()
-    return any(
-        "/wsn/registrations/" in x["consumer"] and not x["paused"] for x in st["subscription_list"]
-    )
+async def subscribe_to_heartbeat_once_registered(
+    cl: Client, gw: GatewayProcess, consumer: str
+) -> None:
+    """Wait until the device registered, subscribe `consumer` at the gateway to the device's
+    heartbeat, then wait until the gateway's subscription at the device (its consumer is the
+    registration address) is resumed: the device pushes its readings from then on."""
+    from tests.polling import until  # (imported here: the benches import gwproc without it)
+
+    async def resumed() -> bool:
+        st = await cl.status()
+        return any(
+            "/wsn/registrations/" in x["consumer"] and not x["paused"]
+            for x in st["subscription_list"]
+        )
+
+    await cl.dev.await_line(r"^registered at ", 20)
+    await subscribe_at_gateway(cl.s, gw, consumer, "dev:dev-test/heartbeat")
+    await until(resumed, "the gateway's subscription at the device resumed", 20)
 
 
 def delivered_values(consumer: Consumer) -> list[int]:

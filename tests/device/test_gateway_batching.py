@@ -28,10 +28,10 @@ from gwproc import (
     HEARTBEAT,
     assert_landed_once_in_order,
     delivered_values,
-    gateway_subscription_resumed,
     last_cycle,
     start_gateway_process,
     subscribe_at_gateway,
+    subscribe_to_heartbeat_once_registered,
 )
 from lxml import etree
 
@@ -56,14 +56,7 @@ async def test_readings_buffered_while_the_gateway_is_down_go_in_batches_exactly
         )
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
             cl = Client(dev, s)
-
-            await dev.await_line(r"^registered at ", 20)
-            await subscribe_at_gateway(s, gw, consumer.url, "dev:dev-test/heartbeat")
-            await until(
-                lambda: gateway_subscription_resumed(cl),
-                "the gateway's subscription at the device resumed",
-                20,
-            )
+            await subscribe_to_heartbeat_once_registered(cl, gw, consumer.url)
 
             gw.stop()
             assert await cl.sample("heartbeat", 20) == 20

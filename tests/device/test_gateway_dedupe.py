@@ -29,10 +29,10 @@ from gwproc import (
     GatewayProcess,
     assert_landed_once_in_order,
     delivered_values,
-    gateway_subscription_resumed,
     last_cycle,
     start_gateway_process,
     subscribe_at_gateway,
+    subscribe_to_heartbeat_once_registered,
 )
 
 from tests.polling import until
@@ -135,14 +135,7 @@ async def test_awake_readings_whose_answer_was_lost_arrive_once(
         )
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
             cl = Client(dev, s)
-
-            await dev.await_line(r"^registered at ", 20)
-            await subscribe_at_gateway(s, gw, consumer.url, "dev:dev-test/heartbeat")
-            await until(
-                lambda: gateway_subscription_resumed(cl),
-                "the gateway's subscription at the device resumed",
-                20,
-            )
+            await subscribe_to_heartbeat_once_registered(cl, gw, consumer.url)
             proxy.drop = 2  # the answers to the next two Notify are lost
             assert await cl.sample("heartbeat", 10) == 10
 
