@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "gateway"))
 sys.path.insert(0, str(ROOT))
 
-from gwtest import call, notify_body, reading, topic_filter  # noqa: E402
+from gwtest import call, notify_body, read_request, reading, topic_filter  # noqa: E402
 
 CHUNK = 64 * 1024
 
@@ -53,13 +53,7 @@ async def run(root: Path, flood: int, notifies: int) -> None:
         n, how = 0, "read to its end"
         try:
             while True:
-                head = await r.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":", 1)[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                await r.readexactly(length)
+                await read_request(r)
                 requests += 1
                 w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
                 chunk = b"%x\r\n" % CHUNK + b"x" * CHUNK + b"\r\n"

@@ -155,6 +155,19 @@ async def post(
             await s.close()
 
 
+async def read_request(r: asyncio.StreamReader) -> bytes:
+    """The body of the next HTTP/1.1 request on a raw connection (a hand-written consumer
+    that answers what aiohttp would not), read by its Content-Length; IncompleteReadError
+    when the peer closes."""
+    head = await r.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    return await r.readexactly(length)
+
+
 async def call(
     url: str,
     body: str,

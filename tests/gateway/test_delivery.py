@@ -14,6 +14,7 @@ from gwtest import (
     WSA,
     call,
     notify_body,
+    read_request,
     reading,
     topic_filter,
     validate,
@@ -344,13 +345,7 @@ async def test_an_answer_that_is_not_http_is_retried_and_delivery_goes_on(gw):
     async def consumer(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await r.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":", 1)[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                bodies.append(await r.readexactly(length))
+                bodies.append(await read_request(r))
                 if len(bodies) == 1:
                     w.write(b"NOT HTTP AT ALL\r\n\r\n")
                     await w.drain()

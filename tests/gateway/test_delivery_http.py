@@ -14,7 +14,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from gwtest import call, notify_body, reading, topic_filter
+from gwtest import call, notify_body, read_request, reading, topic_filter
 
 from gateway.http import Running
 from tests.polling import until
@@ -67,13 +67,7 @@ class HostileConsumer:
         self.conns.append(conn)
         try:
             while True:
-                head = await r.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":", 1)[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                conn.requests.append(await r.readexactly(length))
+                conn.requests.append(await read_request(r))
                 if len(self.bodies()) > 1:
                     w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + OK_BODY)
                     await w.drain()
