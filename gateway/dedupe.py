@@ -128,7 +128,11 @@ async def accept_once(
         if not first.cancelled() and first.exception() is None:
             _duplicate(b, key)  # the same Notify, committed while this copy waited
             return
-        _settled(b, key, first)  # it failed: this copy tries itself
+        # it failed: this copy tries itself. Its done callback may not have run yet
+        # (it runs soon, and logs the failure once): forget it here, or this loop would
+        # find it again without ever yielding
+        if b.notify_inflight.get(key) is first:
+            del b.notify_inflight[key]
     try:
         seen = b.storage.seen(key)
     except StorageError as e:

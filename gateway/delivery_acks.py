@@ -38,9 +38,17 @@ class RowDeletions:
 
     def forget(self, seqs: list[int]) -> None:
         """Delete dropped rows in the background (they must not come back on restart)."""
-        fut = asyncio.ensure_future(self.storage.delete_deliveries(seqs))
+        fut = asyncio.ensure_future(self._delete_dropped(seqs))
         self._bg.add(fut)
         fut.add_done_callback(self._bg.discard)
+
+    async def _delete_dropped(self, seqs: list[int]) -> None:
+        try:
+            await self.storage.delete_deliveries(seqs)
+        except Exception:  # logged, not left to "exception was never retrieved"
+            log.exception(
+                "could not delete %d dropped delivery rows (sent after a restart)", len(seqs)
+            )
 
     def ack(self, seqs: list[int]) -> None:
         """Delete delivered rows in the background: what all endpoints acknowledged while

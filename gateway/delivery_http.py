@@ -260,7 +260,7 @@ async def _drain(payload: aiohttp.StreamReader, cap: int, deadline: float) -> bo
     """Read an answer's body to its end and discard it: True if it ended within `cap`
     bytes and before `deadline` (loop time), so the connection may be reused; False past
     either, or if the body broke off (the caller closes the connection)."""
-    if payload.at_eof():  # the usual answer: no body, or all of it came with the head
+    if payload.at_eof():  # the usual answer: no body (a body in the buffer is read below)
         return True
     n = 0
     try:

@@ -28,7 +28,7 @@ import aiohttp
 import pytest
 from gwtest import WSA, WSNT, call, envelope, notify_body, post, reading, subscribe_body
 
-from gateway import http_limits
+from gateway import dedupe, http_limits
 from tests.polling import until
 
 A_NOTIFY = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
@@ -43,6 +43,22 @@ def runner_options(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     made = http_limits.runner_kwargs
     monkeypatch.setattr(http_limits, "runner_kwargs", lambda limits: {**made(limits), **extra})
     return extra
+
+
+@pytest.fixture
+def entered(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The keys of the Notify that reached `dedupe.accept_once`, in order. A copy that
+    entered is already waiting for the first copy's accept: accept_once does not yield
+    between its entry and that wait."""
+    keys: list[object] = []
+    real = dedupe.accept_once
+
+    async def spy(b: Any, key: Any, accept: Any) -> None:
+        keys.append(key)
+        await real(b, key, accept)
+
+    monkeypatch.setattr(dedupe, "accept_once", spy)
+    return keys
 
 
 @contextlib.contextmanager
@@ -88,7 +104,7 @@ async def first_copy_pending(gw: Any, data: bytes) -> asyncio.Task[Any]:
 
 
 async def test_a_copy_of_a_notify_whose_handler_was_cancelled_is_a_duplicate(
-    make_gateway, runner_options, tmp_path
+    make_gateway, runner_options, entered, tmp_path
 ):
     """The first copy's client hangs up while its commit is held, and aiohttp (with
     handler_cancellation on) cancels its handler; the publisher sends the copy. Before the
@@ -107,8 +123,7 @@ async def test_a_copy_of_a_notify_whose_handler_was_cancelled_is_a_duplicate(
         # aiohttp cancels the handler, then forgets the connection
         await until(lambda: not gw.runner.server.connections, "the handler cancelled")
         copy = asyncio.create_task(post(gw.url, data))  # the publisher's retry
-        await until(lambda: gw.runner.server.connections, "the copy received")
-        await asyncio.sleep(0.3)  # the copy reaches the broker and waits
+        await until(lambda: len(entered) == 2, "the copy waiting for the first")
         lock.execute("ROLLBACK")
         r = await copy
     assert r.status == 202 and r.text == "", (r.status, r.text)
@@ -157,7 +172,7 @@ async def test_shutdown_lets_a_cancelled_handler_s_commit_finish_before_storage_
 
 
 async def test_in_the_gateway_s_configuration_a_client_hanging_up_cancels_nothing(
-    make_gateway, tmp_path
+    make_gateway, entered, tmp_path
 ):
     """handler_cancellation is off (aiohttp's default, which gateway.http_limits keeps): a
     client that hangs up while its Notify is being committed gets no answer, but the
@@ -175,7 +190,7 @@ async def test_in_the_gateway_s_configuration_a_client_hanging_up_cancels_nothin
         await asyncio.sleep(0.2)
         assert not accept.done()  # still waiting for the commit, not cancelled
         copy = asyncio.create_task(post(gw.url, data))
-        await asyncio.sleep(0.3)
+        await until(lambda: len(entered) == 2, "the copy waiting for the first")
         lock.execute("ROLLBACK")
         r = await copy
     assert r.status == 202 and r.text == "", (r.status, r.text)
