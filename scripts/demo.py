@@ -85,11 +85,13 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--devices", type=int, default=3, help="simulated devices (default 3)")
-    ap.add_argument("--seconds", type=float, default=40.0,
-                    help="how long devices publish (default 40)")
+    ap.add_argument(
+        "--seconds", type=float, default=40.0, help="how long devices publish (default 40)"
+    )
     ap.add_argument("--work", default=str(ROOT / "var" / "demo"), help="work directory (recreated)")
-    ap.add_argument("--window", default="10 seconds",
-                    help="aggregation window (default '10 seconds')")
+    ap.add_argument(
+        "--window", default="10 seconds", help="aggregation window (default '10 seconds')"
+    )
     args = ap.parse_args()
 
     work = Path(args.work)
@@ -102,9 +104,22 @@ def main() -> int:
     try:
         log("starting the gateway")
         gw = subprocess.Popen(
-            [str(VENV_BIN / "python"), "-m", "gateway", "--host", "127.0.0.1", "--port", "0",
-             "--data-dir", str(data_dir)],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+            [
+                str(VENV_BIN / "python"),
+                "-m",
+                "gateway",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--data-dir",
+                str(data_dir),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
         )
         procs.append(gw)
         broker = wait_for_line(gw, r"(http://\S+/wsn/broker)", 30)
@@ -114,14 +129,29 @@ def main() -> int:
             device_id = f"sim-{i + 1:02d}"
             cfg = json.loads((ROOT / "device" / "config.example.json").read_text())
             cfg.update(
-                device_id=device_id, http_host="127.0.0.1", http_port=free_port(), gateway=broker,
+                device_id=device_id,
+                http_host="127.0.0.1",
+                http_port=free_port(),
+                gateway=broker,
                 sample_period_s=1,
                 # simulated sensors, each device a little different so the plot tells them apart
                 sensors=[
-                    {"topic": "temperature", "kind": "sim", "unit": "Cel", "decimals": 2,
-                     "base": 19.0 + 2.5 * i, "amplitude": 1.0 + i},
-                    {"topic": "humidity", "kind": "sim", "unit": "%RH", "decimals": 1,
-                     "base": 40.0 + 8 * i, "amplitude": 3.0},
+                    {
+                        "topic": "temperature",
+                        "kind": "sim",
+                        "unit": "Cel",
+                        "decimals": 2,
+                        "base": 19.0 + 2.5 * i,
+                        "amplitude": 1.0 + i,
+                    },
+                    {
+                        "topic": "humidity",
+                        "kind": "sim",
+                        "unit": "%RH",
+                        "decimals": 1,
+                        "base": 40.0 + 8 * i,
+                        "amplitude": 3.0,
+                    },
                     {"topic": "heartbeat", "kind": "heartbeat", "period_s": 5},
                 ],
                 wifi=None,
@@ -130,14 +160,21 @@ def main() -> int:
             cfg_path.write_text(json.dumps(cfg, indent=2))
             dev = subprocess.Popen(
                 [str(ROOT / "flash.sh"), "unix", "--config", str(cfg_path)],
-                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=env,
             )
             procs.append(dev)
             addr = wait_for_line(dev, r"(http://\S+/wsn/producer)", 30)
             log(f"device {device_id} at {addr}")
 
-        resp = soap(broker, f"{WSNT.replace('b-2', 'bw-2')}/CreatePullPoint/CreatePullPointRequest",
-                    "<wsnt:CreatePullPoint/>")
+        resp = soap(
+            broker,
+            f"{WSNT.replace('b-2', 'bw-2')}/CreatePullPoint/CreatePullPointRequest",
+            "<wsnt:CreatePullPoint/>",
+        )
         pull = re.search(r"<(?:\w+:)?Address>([^<]+)</", resp)
         assert pull, resp
         pull_addr = pull.group(1)
@@ -146,7 +183,7 @@ def main() -> int:
             broker,
             f"{WSNT.replace('b-2', 'bw-2')}/NotificationProducer/SubscribeRequest",
             f"<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{pull_addr}</wsa:Address>"
-            f"</wsnt:ConsumerReference><wsnt:Filter><wsnt:TopicExpression Dialect=\"{FULL}\" "
+            f'</wsnt:ConsumerReference><wsnt:Filter><wsnt:TopicExpression Dialect="{FULL}" '
             f'xmlns:dev="urn:wsn-edge:devices">dev:*/*</wsnt:TopicExpression></wsnt:Filter>'
             f"</wsnt:Subscribe>",
         )
@@ -160,8 +197,11 @@ def main() -> int:
                     raise RuntimeError(f"{p.args} exited with {p.returncode}")
             log(f"{int(t_end - time.monotonic())} s left")
 
-        resp = soap(pull_addr, f"{WSNT.replace('b-2', 'bw-2')}/PullPoint/GetMessagesRequest",
-                    "<wsnt:GetMessages><wsnt:MaximumNumber>100000</wsnt:MaximumNumber></wsnt:GetMessages>")
+        resp = soap(
+            pull_addr,
+            f"{WSNT.replace('b-2', 'bw-2')}/PullPoint/GetMessagesRequest",
+            "<wsnt:GetMessages><wsnt:MaximumNumber>100000</wsnt:MaximumNumber></wsnt:GetMessages>",
+        )
         n_pulled = len(re.findall(r"NotificationMessage>", resp)) // 2
         log(f"the pull point collected {n_pulled} notifications")
     finally:
@@ -177,16 +217,35 @@ def main() -> int:
     files = sorted(landing.glob("*.jsonl"))
     lines = sum(1 for f in files for _ in f.open())
     size = sum(f.stat().st_size for f in files)
-    log(f"landing zone: {len(files)} file(s), {lines} notification(s) in {landing}, "
-        f"{size / max(lines, 1):.0f} bytes per line")
+    log(
+        f"landing zone: {len(files)} file(s), {lines} notification(s) in {landing}, "
+        f"{size / max(lines, 1):.0f} bytes per line"
+    )
     show_landing_line(files)
     out = work / "ingest"
     ingest = [str(VENV_BIN / "wsn-ingest")]
-    subprocess.run([*ingest, "batch", "--landing", str(landing), "--out", str(out),
-                    "--window", args.window], check=True, env=env)
+    subprocess.run(
+        [*ingest, "batch", "--landing", str(landing), "--out", str(out), "--window", args.window],
+        check=True,
+        env=env,
+    )
     png = work / "temperature.png"
-    subprocess.run([*ingest, "plot", "--out", str(out), "--field", "value",
-                    "--topic", "temperature", "--png", str(png)], check=False, env=env)
+    subprocess.run(
+        [
+            *ingest,
+            "plot",
+            "--out",
+            str(out),
+            "--field",
+            "value",
+            "--topic",
+            "temperature",
+            "--png",
+            str(png),
+        ],
+        check=False,
+        env=env,
+    )
     show_devices(out / "devices")
     log(f"aggregates: {out / 'aggregates'}  devices: {out / 'devices'}  plot: {png}")
     return 0
@@ -199,9 +258,22 @@ def show_landing_line(files: list[Path]) -> None:
         for line in f.open():
             rec = json.loads(line)
             if rec.get("message_type", "").endswith("}Reading"):
-                log("a landing line: " + json.dumps(
-                    {k: rec.get(k) for k in ("device_id", "gateway_id", "producer",
-                                             "event_time", "topic_path", "payload")}))
+                log(
+                    "a landing line: "
+                    + json.dumps(
+                        {
+                            k: rec.get(k)
+                            for k in (
+                                "device_id",
+                                "gateway_id",
+                                "producer",
+                                "event_time",
+                                "topic_path",
+                                "payload",
+                            )
+                        }
+                    )
+                )
                 return
 
 
@@ -209,15 +281,18 @@ def show_devices(devices: Path) -> None:
     """The devices table, one line per device (pyarrow: no JVM to start)."""
     import pyarrow.parquet as pq
 
-    rows = sorted(pq.read_table(devices).to_pylist(),
-                  key=lambda r: str(r.get("device_id") or r.get("producer")))
+    rows = sorted(
+        pq.read_table(devices).to_pylist(),
+        key=lambda r: str(r.get("device_id") or r.get("producer")),
+    )
     log("devices:")
     for r in rows:
         skew = r.get("clock_skew_median_s")
-        log(f"  {r.get('device_id') or '-':8} {r['messages']:5d} msgs  gateway "
+        log(
+            f"  {r.get('device_id') or '-':8} {r['messages']:5d} msgs  gateway "
             f"{r.get('gateway_id')}  at {', '.join(r.get('producers') or [])}  "
-            f"gaps {r['gap_count']}  clock skew "
-            + (f"{skew:+.2f} s" if skew is not None else "-"))
+            f"gaps {r['gap_count']}  clock skew " + (f"{skew:+.2f} s" if skew is not None else "-")
+        )
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ bash scripts/setup.sh --micropython --browser
 export PATH="$PWD/.venv/bin:$PATH"
 export SPARK_LOCAL_IP=127.0.0.1
 echo "== ruff"
-ruff check gateway spark_ingest wsncli tests
-ruff format --check gateway spark_ingest wsncli tests
+ruff check gateway spark_ingest wsncli tests scripts tools
+ruff format --check gateway spark_ingest wsncli tests scripts tools
 echo "== mypy"
 mypy
 echo "== pytest"

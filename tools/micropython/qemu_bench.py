@@ -37,8 +37,11 @@ def main() -> int:
             print(f"{name}: missing (bash scripts/build_micropython.sh)")
             continue
         if size:
-            text, data, bss = subprocess.run([size, str(fw)], capture_output=True, text=True,
-                                             check=True).stdout.splitlines()[1].split()[:3]
+            text, data, bss = (
+                subprocess.run([size, str(fw)], capture_output=True, text=True, check=True)
+                .stdout.splitlines()[1]
+                .split()[:3]
+            )
             print(f"{name}: text {int(text):,} B, data {int(data):,} B, bss {int(bss):,} B")
         t0 = time.monotonic()
         with qemu_run.QemuBoard(fw) as board:
@@ -59,10 +62,11 @@ def main() -> int:
             _, out = board.run(qemu_run.core_tests_script(names), timeout=600)
             tests = time.monotonic() - t2
         print(f"  boot to pty {boot * 1000:.0f} ms; mpremote run round trip {rtt * 1000:.0f} ms")
-        print(f"  heap {heap[0]} B; free after boot {heap[1]} B; free after importing "
-              f"{len(mods)} core modules {heap[2]} B")
-        print(f"  core unit tests ({len(names)} modules): {qemu_run.summary(out)} "
-              f"in {tests:.2f} s")
+        print(
+            f"  heap {heap[0]} B; free after boot {heap[1]} B; free after importing "
+            f"{len(mods)} core modules {heap[2]} B"
+        )
+        print(f"  core unit tests ({len(names)} modules): {qemu_run.summary(out)} in {tests:.2f} s")
     mp32 = BIN / "micropython32"
     if mp32.exists():
         t0 = time.monotonic()
@@ -70,8 +74,9 @@ def main() -> int:
         ms = 1000 * (time.monotonic() - t0)
         print(f"micropython32: {mp32.stat().st_size:,} B, start {ms:.0f} ms")
     t0 = time.monotonic()
-    r = subprocess.run(["bash", str(ROOT / "scripts" / "build_micropython.sh")],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "build_micropython.sh")], capture_output=True, text=True
+    )
     print(f"build_micropython.sh (cached): {time.monotonic() - t0:.2f} s, exit {r.returncode}")
     return 0
 

@@ -61,8 +61,17 @@ class QemuError(RuntimeError):
 def qemu_command(firmware: str | os.PathLike[str], qemu: str = "qemu-system-arm") -> list[str]:
     """The QEMU command line for the MPS2-AN385 board with its UART on a fresh pty."""
     return [
-        qemu, "-machine", "mps2-an385", "-nographic", "-monitor", "null", "-semihosting",
-        "-serial", "pty", "-kernel", str(firmware),
+        qemu,
+        "-machine",
+        "mps2-an385",
+        "-nographic",
+        "-monitor",
+        "null",
+        "-semihosting",
+        "-serial",
+        "pty",
+        "-kernel",
+        str(firmware),
     ]
 
 
@@ -192,7 +201,9 @@ class QemuBoard:
         try:
             cmd = [mpremote, "connect", self.pty, "run", path]
             proc = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
                 preexec_fn=_own_session_and_die_with_parent,
             )
             try:
@@ -224,10 +235,7 @@ def core_test_modules(test_dir: Path = CORE_TEST_DIR) -> list[str]:
 
 
 def core_tests_script(modules: Sequence[str]) -> str:
-    return (
-        "import sys\nimport mp_runner\n"
-        f"n = mp_runner.run({list(modules)!r})\n"
-    )
+    return f"import sys\nimport mp_runner\nn = mp_runner.run({list(modules)!r})\n"
 
 
 BOARD_CHECKS_SCRIPT = "import board_checks\nn = board_checks.run()\n"
@@ -236,8 +244,12 @@ BOARD_CHECKS_SCRIPT = "import board_checks\nn = board_checks.run()\n"
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--firmware", required=True, help="firmware .elf to boot")
-    ap.add_argument("--tests", choices=["core", "board", "all"], default="all",
-                    help="core: the device core's unit tests; board: the board self-checks")
+    ap.add_argument(
+        "--tests",
+        choices=["core", "board", "all"],
+        default="all",
+        help="core: the device core's unit tests; board: the board self-checks",
+    )
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per script")
     ap.add_argument("--boot-timeout", type=float, default=20.0)
     args = ap.parse_args(argv)
@@ -248,8 +260,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.tests in ("core", "all"):
         modules = core_test_modules()
         if modules:
-            scripts.append((f"device core unit tests ({len(modules)} modules)",
-                            core_tests_script(modules)))
+            scripts.append(
+                (f"device core unit tests ({len(modules)} modules)", core_tests_script(modules))
+            )
         elif args.tests == "core":
             print(f"no core tests found in {CORE_TEST_DIR}", file=sys.stderr)
             return 1
