@@ -100,6 +100,10 @@ class Catalog:
             self._create(table, where, config)
 
     def _create(self, table: Table, where: str, config: dict[str, Any]) -> None:
+        # the location first: Hive logs a stack trace for a table whose directory is missing
+        jvm: Any = self.spark._jvm
+        path = jvm.org.apache.hadoop.fs.Path(where)
+        path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()).mkdirs(path)
         cols = ", ".join(f"{_q(f.name)} {f.dataType.simpleString()}" for f in table.schema.fields)
         part = " PARTITIONED BY (`date`, `hour`)" if table.partitioned else ""
         props = ", ".join(f"'{k}' = '{config[k]}'" for k in CONFIG_PROPS)

@@ -44,6 +44,8 @@ from spark_ingest.schema import TABLES
 # format (Parquet compresses the records about 15x). At least two per core.
 JSONL_BYTES_PER_PARTITION = 64 * 1024 * 1024
 PARQUET_BYTES_PER_PARTITION = 4 * 1024 * 1024
+# new landing bytes above which a run keeps the parsed new lines rather than parse them twice
+KEEP_NEW_BYTES = 64 * 1024 * 1024
 
 
 # Settings of the session while a run plans its queries (restored after it). The grouping by
@@ -225,11 +227,15 @@ class Run:
         kept: list[DataFrame] = []
         computed = None
         try:
-            if full:
-                windows = None
-                both = new
-            else:
-                # the windows the new lines fall in decide which consumed files to read again
+            windows: list[int] | None = None
+            both = new
+            if not full and state.files:
+                # the windows the new lines fall in decide which consumed files to read again:
+                # a few new files are parsed twice (once here), many are kept once instead
+                if sum(sizes.values()) > KEEP_NEW_BYTES:
+                    new = materialize(self.spark, new, keep_partitioning=False)
+                    kept.append(new)
+                    both = new
                 windows = sorted(int(r["w"]) for r in new.select("w").distinct().collect())
                 again = files_for_windows(state.files, windows, self.window_us, set(fresh))
                 res.reread = len(again)

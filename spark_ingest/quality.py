@@ -40,15 +40,20 @@ MAX_ORD = 2**63 - 1
 
 SERIES = ["key", "topic_path"]
 # the order of a series' elements: every window operator below sorts by it, so Spark sorts
-# once (and the grouping by series and window after them needs no sort either)
-ORDER = ["w", "ord", "id"]
+# once (and the grouping by series and window after them needs no sort either). Two
+# messages of one series at the same microsecond may come in either order: the second's
+# step is 0 (a burst, never judged), so nothing depends on which.
+ORDER = ["w", "ord"]
 
 
-def _median3(a: Column) -> Column:
-    """Median of an array of at most 3 doubles without nulls (null when empty)."""
-    s = F.array_sort(a)
-    n = F.size(s)
-    return F.when(n == 3, s[1]).when(n == 2, (s[0] + s[1]) / F.lit(2.0)).when(n == 1, s[0])
+def _median3(near: Column, mid: Column, far: Column) -> Column:
+    """Median of up to three steps, nearest first (a series' end leaves the far ones null):
+    least/greatest arithmetic, which Spark compiles, rather than sorting a small array per
+    row."""
+    m = F.greatest(F.least(near, mid), F.least(F.greatest(near, mid), far))
+    return (
+        F.when(far.isNotNull(), m).when(mid.isNotNull(), (near + mid) / F.lit(2.0)).otherwise(near)
+    )
 
 
 def _around(col: str, order: list[str]) -> tuple[Column, Column]:
@@ -56,12 +61,12 @@ def _around(col: str, order: list[str]) -> tuple[Column, Column]:
     spec = f"PARTITION BY key, topic_path ORDER BY {', '.join(order)}"
     lags = [F.expr(f"lag({col}, {i}) IGNORE NULLS OVER ({spec})") for i in range(1, K + 1)]
     leads = [F.expr(f"lead({col}, {i}) IGNORE NULLS OVER ({spec})") for i in range(1, K + 1)]
-    before = _median3(F.array_compact(F.array(*lags)))
-    after = _median3(F.array_compact(F.array(*leads)))
-    return before, after
+    return _median3(*lags), _median3(*leads)
 
 
-def judge(elements: DataFrame, burst_s: float, gap_factor: float) -> DataFrame:
+def judge(
+    elements: DataFrame, burst_s: float, gap_factor: float, with_stored: bool = True
+) -> DataFrame:
     """Steps of every series, judged.
 
     `elements` rows (key, topic_path, kind, w, ord, at, given, anchor, ...): a message
@@ -73,7 +78,10 @@ def judge(elements: DataFrame, burst_s: float, gap_factor: float) -> DataFrame:
     burst), `period`, `gap` and `missed`.
     """
     spec = f"PARTITION BY key, topic_path ORDER BY {', '.join(ORDER)}"
-    prev = F.expr(f"lag(at) IGNORE NULLS OVER ({spec})")
+    # stored elements' kept steps have no time of their own: skip them to find the previous
+    # message's time (only a run with stored context has such rows)
+    nulls = " IGNORE NULLS" if with_stored else ""
+    prev = F.expr(f"lag(at){nulls} OVER ({spec})")
     step = F.coalesce(
         F.col("given"), (F.unix_micros(F.col("at")) - F.unix_micros(prev)) / F.lit(1e6)
     )
@@ -155,7 +163,7 @@ def from_messages(
     )
     if stored is not None:
         elements = elements.unionByName(_stored_elements(stored), allowMissingColumns=True)
-    j = _positions(judge(elements, burst_s, gap_factor))
+    j = _positions(judge(elements, burst_s, gap_factor, with_stored=stored is not None))
     msg = F.col("anchor") == "msg"
     small = F.col("n") <= F.lit(2 * STORED)
     internal = F.col("internal")
