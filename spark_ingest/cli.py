@@ -292,7 +292,7 @@ def _stream(spark: object, args: argparse.Namespace) -> int:
     from spark_ingest.stream import StreamOptions, run_stream
 
     if args.checkpoint:
-        _progress("note: --checkpoint is no longer used: the state lives in OUT/_ingest")
+        _progress("note: --checkpoint is ignored: the stream checkpoints in OUT/_stream")
     opts = StreamOptions(
         **_options(args),  # type: ignore[arg-type]
         max_files=args.max_files_per_trigger,

@@ -20,7 +20,7 @@ it was read, in one run or in many. A run (manifest.py has the order of its step
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,9 +104,17 @@ def partitions_for(spark: SparkSession, sizes: dict[str, int]) -> int:
 
 class Run:
     def __init__(
-        self, spark: SparkSession, landings: Sequence[str], out: str, opts: Options, say: Progress
+        self,
+        spark: SparkSession,
+        landings: Sequence[str],
+        out: str,
+        opts: Options,
+        say: Progress,
+        only: Collection[str] | None = None,
     ) -> None:
         self.spark = spark
+        #: the files this run may read (a stream's micro-batch); None: every listed file
+        self.only = None if only is None else set(only)
         self.landings = list(landings)
         self.out = out.rstrip("/")
         self.opts = opts
@@ -135,9 +143,10 @@ class Run:
                 )
             self.catalog.ensure(self.config, self.hfs.qualify, check=not self.opts.full)
             self.inputs = resolve(self.hfs, self.landings)
-            fresh, changed = new_files(
-                self.inputs.files, state, self.opts.full, self.opts.max_files
-            )
+            listed = self.inputs.files
+            if self.only is not None:
+                listed = {p: b for p, b in listed.items() if p in self.only}
+            fresh, changed = new_files(listed, state, self.opts.full, self.opts.max_files)
             if fresh or self.opts.full:
                 result = self.work(state, fresh)
             else:
@@ -363,7 +372,10 @@ def run_once(
     out: str,
     opts: Options | None = None,
     progress: Progress | None = None,
+    only: Collection[str] | None = None,
 ) -> RunResult:
-    """One run (see the module docstring)."""
+    """One run (see the module docstring); with `only` (qualified paths, as Spark names
+    files), of those of the new files only: a stream's micro-batch."""
     landings = [landing] if isinstance(landing, str) else list(landing)
-    return Run(spark, landings, out, opts or Options(), progress or (lambda _m: None)).execute()
+    say = progress or (lambda _m: None)
+    return Run(spark, landings, out, opts or Options(), say, only).execute()

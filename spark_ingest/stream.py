@@ -1,30 +1,40 @@
-"""`wsn-ingest stream`: the incremental run, again and again, as files arrive.
+"""`wsn-ingest stream`: Spark Structured Streaming over the landing zone, each micro-batch
+one incremental run.
 
-Every trigger is one run (engine.py) over the files that arrived since the last: the same
-code as `batch`, so the stream and a batch run over the same zone give the same tables, a
-late line or a re-uploaded file lands in its windows, and a run's cost follows what it
-reads (its new files and the few files that share their windows), not the history.
-Exactly once: a run commits atomically (manifest.py); a run stopped by a crash, kill -9 or
-a signal leaves nothing the next run does not clean up or finish.
+The query is a file source on every `--landing` (`readStream`, the binaryFile format reading
+only the files' names) and a `foreachBatch` sink: each micro-batch hands the engine
+(engine.py) the files that arrived since the last, and the engine runs over them exactly as
+`batch` does. So the stream and a batch run over the same zone give the same tables, a late
+line or a re-uploaded file lands in its windows, and a micro-batch's cost follows what it
+reads (its new files and the few files that share their windows), not the history: the
+de-duplication state is the tables themselves, not a state store.
+Exactly once: the run commits atomically (manifest.py) before Spark commits the micro-batch;
+a micro-batch Spark replays after a crash finds its files in the manifest and does nothing.
+Windows close when traffic stops: with an interval trigger, a trigger with no new file runs
+the engine over none (sites.close_idle); with available-now, once after the zone is read.
 
 Stopping: SIGTERM or SIGINT (Ctrl-C) lets the running micro-batch finish if it can within
-`stop_grace` seconds, else cancels its Spark jobs (the next start cleans up after it); then
-the summary is printed and the exit status is 0. A second signal cancels at once.
+`stop_grace` seconds, else cancels its Spark jobs (Spark replays it at the next start); then
+the query stops, the summary is printed and the exit status is 0. A second signal cancels at
+once.
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
 
 from spark_ingest.engine import RunResult, run_once
+from spark_ingest.hfs import HFS
 from spark_ingest.options import Options, Progress, interval_us, iso_us
 
 AVAILABLE_NOW = ("available-now", "availablenow", "available_now", "once")
@@ -180,6 +190,122 @@ def _totals(spark: SparkSession, database: str) -> tuple[dict[str, int], dict[st
     return totals, {r["site"]: iso_us(r["c"]) for r in rows}
 
 
+# What the file source hands each micro-batch: the binaryFile format reads a file's bytes
+# only when `content` is selected, so selecting `path` lists the batch's files and reads none
+# of them (the engine reads them, with what it reads again for their windows).
+FILES = "path string, modificationTime timestamp, length long, content binary"
+# The file source forgets a file (and ignores one that appears later with an older
+# modification time) after this long, counted from the newest file it has seen. A site's
+# upload after an outage keeps its files' old times (rsync -t, cp -p): ten years keeps them.
+MAX_FILE_AGE = "3650d"
+# Spark logs a query that ends with an error as an ERROR with its trace; the stream re-raises
+# the error itself (or, when it cancelled the micro-batch, says so in one line)
+QUIET = "org.apache.spark.sql.execution.streaming"
+
+
+def checkpoint_of(out: str) -> str:
+    """The Structured Streaming checkpoint of the stream into `out` (the files its source
+    has handed over, and the micro-batch log)."""
+    return f"{out.rstrip('/')}/_stream"
+
+
+class _Batches:
+    """The foreachBatch function: one engine run over the micro-batch's files, serialised
+    with the idle ticks (one run at a time holds --out's lock)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        landings: list[str],
+        out: str,
+        opts: Options,
+        say: Progress,
+        summary: StreamSummary,
+    ) -> None:
+        self.spark, self.landings, self.out, self.opts, self.say = spark, landings, out, opts, say
+        self.summary = summary
+        self.lock = threading.Lock()
+        self.busy = threading.Event()
+        self.error: BaseException | None = None
+        self.batches = 0
+
+    def run(self, only: list[str] | None) -> RunResult:
+        with self.lock:
+            r = run_once(self.spark, self.landings, self.out, self.opts, self.say, only=only)
+        self.summary.add(r)
+        return r
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        self.busy.set()
+        try:
+            files = [str(r["path"]) for r in df.select("path").collect()]
+            self.say(f"micro-batch {batch_id}: {len(files)} new landing files")
+            self.run(files)
+            self.batches += 1
+        except BaseException as e:
+            self.error = e
+            raise
+        finally:
+            self.busy.clear()
+
+
+def _quiet(spark: SparkSession) -> None:
+    """Spark's and py4j's own reports of a failed micro-batch off: the stream re-raises the
+    error of its foreachBatch function itself (py4j would print its trace as well)."""
+    jvm: Any = spark.sparkContext._jvm
+    log4j = jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel(QUIET, log4j.Level.OFF)
+    # stopping the query interrupts its thread, also in a local file system's shell call
+    log4j.core.config.Configurator.setLevel("org.apache.hadoop.util.Shell", log4j.Level.ERROR)
+    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+
+
+def _query(spark: SparkSession, landings: list[str], checkpoint: str, opts: StreamOptions,
+           batches: _Batches, once: bool) -> StreamingQuery:  # fmt: skip
+    frames = []
+    for landing in landings:
+        reader = (
+            spark.readStream.format("binaryFile")
+            .schema(FILES)
+            .option("pathGlobFilter", "landing-*")
+            .option("maxFileAge", MAX_FILE_AGE)
+        )
+        if opts.max_files is not None:
+            reader = reader.option("maxFilesPerTrigger", opts.max_files)
+        frames.append(reader.load(landing).select("path"))
+    files = frames[0]
+    for f in frames[1:]:
+        files = files.union(f)
+    writer = files.writeStream.foreachBatch(batches).option("checkpointLocation", checkpoint)
+    writer = (
+        writer.trigger(availableNow=True) if once else writer.trigger(processingTime=opts.trigger)
+    )
+    return writer.queryName(f"wsn-ingest {opts.database}").start()
+
+
+def _drive(
+    query: StreamingQuery,
+    batches: _Batches,
+    stopper: _Stopper,
+    once: bool,
+    every: float,
+    timeout: float | None,
+    t0: float,
+) -> None:
+    """Waits while the query runs, until a signal or the timeout; with an interval trigger,
+    a tick that saw no micro-batch since the last runs the engine over no file, which closes
+    the windows of sites whose traffic stopped (sites.close_idle)."""
+    ticked = -1
+    while query.isActive and not stopper.stop.is_set():
+        stopper.stop.wait(every if every else 0.2)
+        if timeout is not None and time.monotonic() - t0 >= timeout:
+            return
+        idle = not once and not batches.busy.is_set() and batches.batches == ticked
+        if idle and query.isActive and not stopper.stop.is_set():
+            batches.run([])
+        ticked = batches.batches
+
+
 def run_stream(
     spark: SparkSession,
     landing: str | Sequence[str],
@@ -198,26 +324,50 @@ def run_stream(
     )  # fmt: skip
     once = opts.trigger.strip().lower() in AVAILABLE_NOW
     every = 0.0 if once else interval_us(opts.trigger) / 1e6
+    checkpoint = checkpoint_of(out)
+    # every micro-batch is an incremental run; the source's rate limit is the only limit
+    each = replace(opts, full=False, max_files=None)
+    batches = _Batches(spark, landings, out, each, say, summary)
+    hfs = HFS(spark)
     t0 = time.monotonic()
+    _quiet(spark)
     with _Stopper(spark, opts.stop_grace, say) as stopper:
-        while not stopper.stop.is_set():
-            started = time.monotonic()
+        try:
+            if opts.full:
+                # a rebuild reads every file once; the source then starts afresh, and hands
+                # over files the manifest has (no-ops) and those that arrive after
+                with batches.lock:
+                    r = run_once(spark, landings, out, replace(opts, max_files=None), say)
+                summary.add(r)
+                hfs.delete(checkpoint)
+            query = _query(spark, landings, checkpoint, opts, batches, once)
             try:
-                r = run_once(spark, landings, out, opts, say)
-            except Exception:
-                if stopper.cancelled:
-                    summary.abandoned = True
-                    say("micro-batch cancelled")
-                    break
+                _drive(query, batches, stopper, once, every, opts.timeout, t0)
+            finally:
+                # a signal lets the running micro-batch finish (the stopper cancels it at
+                # grace); then the query stops between micro-batches
+                while batches.busy.is_set() and query.isActive:
+                    if stopper.cancelled:
+                        # a cancel reaches only the jobs running at that moment: the run's
+                        # next job is cancelled too, until the run gives up
+                        spark.sparkContext.cancelAllJobs()
+                    time.sleep(0.2)
+                query.stop()
+            failed = query.exception()
+            if failed is not None and batches.error is None and not stopper.cancelled:
+                why = str(failed).strip().splitlines()[0] if str(failed).strip() else "?"
+                raise RuntimeError(f"the stream's query failed: {why}")
+            if once and batches.error is None and not stopper.stop.is_set():
+                batches.run([])  # the zone is read: close what is idle
+        except Exception:
+            if not stopper.cancelled:
                 raise
-            summary.add(r)
-            if opts.timeout is not None and time.monotonic() - t0 >= opts.timeout:
-                break
-            if once:
-                if not r.files:
-                    break
-                continue
-            stopper.stop.wait(max(0.0, every - (time.monotonic() - started)))
+        if batches.error is not None:
+            if stopper.cancelled:
+                summary.abandoned = True
+                say("micro-batch cancelled")
+            else:
+                raise batches.error
         summary.stopped_by = stopper.by
     summary.seconds = time.monotonic() - t0
     try:
@@ -227,4 +377,4 @@ def run_stream(
     return summary
 
 
-__all__ = ["StreamOptions", "StreamSummary", "interval_us", "run_stream"]
+__all__ = ["StreamOptions", "StreamSummary", "checkpoint_of", "interval_us", "run_stream"]
