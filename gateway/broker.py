@@ -93,6 +93,8 @@ class NotificationBroker:
         self.pullpoints: dict[str, PullPoint] = {}
         self.registrations: dict[str, Registration] = {}
         self.current: dict[topics.ConcreteTopic, str] = {}
+        #: the prefix each publisher wrote per namespace, reused when rendering its topics
+        self.prefixes = topics.PrefixBook()
         self.observers: list[PublisherObserver] = []
         self._demand: dict[tuple[str, topics.ConcreteTopic], bool] = {}
         self._rp_cache: tuple[int, Element] | None = None

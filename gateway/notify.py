@@ -103,7 +103,7 @@ def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | No
                 "each wsnt:NotificationMessage needs a wsnt:Message with exactly one element",
                 SENDER,
             )
-        topic = _topic_of(tel) if tel is not None else None
+        topic, used = _topic_of(tel) if tel is not None else (None, None)
         producer: Epr | None = None
         if pel is not None:
             with contextlib.suppress(ValueError):
@@ -130,23 +130,25 @@ def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | No
                 )
             if producer is None:
                 producer = r.publisher
+        if used:  # topics keep their publisher's prefix (gateway/topics/prefixes.py)
+            b.prefixes.learn(producer.address if producer is not None else None, used)
         out.append((topic, producer, kids[0], nm))
     return out
 
 
 #: the concrete topics of the wsnt:Topic elements read so far, by what their meaning depends
 #: on (_TopicKey); bounded, cleared when full, small keys only (topics.compile.cacheable)
-_topics_read: dict[_TopicKey, topics.ConcreteTopic] = {}
+_topics_read: dict[_TopicKey, tuple[topics.ConcreteTopic, dict[str, str]]] = {}
 _TOPICS_READ_MAX = 4096
 
 
-def _topic_of(tel: Element) -> topics.ConcreteTopic:
+def _topic_of(tel: Element) -> tuple[topics.ConcreteTopic, dict[str, str]]:
     """The one concrete topic a Notify's wsnt:Topic names (WS-BaseNotification 1.3 §3.2),
     else the fault. What a wsnt:Topic means depends only on its dialect, text and in-scope
     namespaces (WS-Topics 1.3 §8): publishers repeat one topic in message after message and
     Notify after Notify, so it is looked up by those (`_topics_read`), not compiled and
     checked again (an element with child nodes is always compiled: its text is more than
-    `.text`; a faulty one is never kept)."""
+    `.text`; a faulty one is never kept). With it, the prefix its text wrote per namespace."""
     key: _TopicKey | None = None
     if len(tel) == 0:
         key = (tel.get("Dialect"), tel.get("dialect"), tel.text, tuple(tel.nsmap.items()))
@@ -168,8 +170,9 @@ def _topic_of(tel: Element) -> topics.ConcreteTopic:
     if key is not None and cacheable((key[0] or "") + (key[1] or "") + (key[2] or ""), key[3]):
         if len(_topics_read) >= _TOPICS_READ_MAX:
             _topics_read.clear()
-        _topics_read[key] = topic
-    return topic
+        _topics_read[key] = (topic, expr.prefixes_used())
+        return _topics_read[key]
+    return topic, expr.prefixes_used()
 
 
 def registration_for(b: NotificationBroker, producer: Epr | None) -> Registration | None:
@@ -471,7 +474,8 @@ def render_rest(
     `_NM_START + _subscription_reference(id) + this` is the whole message."""
     nm = etree.Element(ns.q(ns.WSNT, "NotificationMessage"), nsmap=_NM_NSMAP)
     if topic is not None:
-        dialect, text, nsmap = topics.render_topic(topic, dialect)
+        prefixes = b.prefixes.choose(topic, producer.address if producer is not None else None)
+        dialect, text, nsmap = topics.render_topic(topic, dialect, prefixes)
         t = etree.SubElement(
             nm, ns.q(ns.WSNT, "Topic"), nsmap={k: v for k, v in nsmap.items() if k} or None
         )

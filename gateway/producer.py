@@ -101,9 +101,7 @@ async def subscribe(b: NotificationBroker, req: SoapRequest) -> Reply:
         topic_exprs=parsed.filter.topic_exprs,
         content=parsed.filter.content,
         producer=parsed.filter.producer,
-        dialect=parsed.filter.topic_exprs[0].dialect
-        if parsed.filter.topic_exprs
-        else topics.CONCRETE,
+        dialect=parsed.filter.dialect or topics.CONCRETE,
         soap=req.version,
     )
     try:
