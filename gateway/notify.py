@@ -103,7 +103,7 @@ def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | No
                 "each wsnt:NotificationMessage needs a wsnt:Message with exactly one element",
                 SENDER,
             )
-        topic, used = _topic_of(tel) if tel is not None else (None, None)
+        topic, used = _read_topic(tel) if tel is not None else (None, None)
         producer: Epr | None = None
         if pel is not None:
             with contextlib.suppress(ValueError):
@@ -142,7 +142,12 @@ _topics_read: dict[_TopicKey, tuple[topics.ConcreteTopic, dict[str, str]]] = {}
 _TOPICS_READ_MAX = 4096
 
 
-def _topic_of(tel: Element) -> tuple[topics.ConcreteTopic, dict[str, str]]:
+def _topic_of(tel: Element) -> topics.ConcreteTopic:
+    """The one concrete topic a Notify's wsnt:Topic names (`_read_topic`)."""
+    return _read_topic(tel)[0]
+
+
+def _read_topic(tel: Element) -> tuple[topics.ConcreteTopic, dict[str, str]]:
     """The one concrete topic a Notify's wsnt:Topic names (WS-BaseNotification 1.3 §3.2),
     else the fault. What a wsnt:Topic means depends only on its dialect, text and in-scope
     namespaces (WS-Topics 1.3 §8): publishers repeat one topic in message after message and

@@ -50,8 +50,8 @@ class CameraError(Exception):
 
 
 class Unreachable(CameraError):
-    """No answer (connection refused, timeout, HTTP error without SOAP): try again later,
-    the subscription may still exist."""
+    """No answer (connection refused, timeout, HTTP error without SOAP), or a Receiver fault
+    to a subscription's operation: try again later, the subscription may still exist."""
 
 
 class Refused(CameraError):
@@ -65,8 +65,9 @@ class Refused(CameraError):
 
 
 class Gone(Refused):
-    """The subscription addressed does not exist (anymore): ResourceUnknownFault, or any
-    Sender fault to a subscription manager (cameras answer an unknown one in many ways)."""
+    """The subscription addressed does not exist (anymore): ResourceUnknownFault or HTTP 404.
+    (Cameras answer an unknown subscription in other ways too; those are Refused, and the
+    source's Unsubscribe that follows finds out, so a slot is never taken for gone.)"""
 
 
 class Missing(CameraError):
@@ -317,8 +318,10 @@ async def _call(aw: Awaitable[T], timeout: float, what: str, address: str = "") 
         sender = "Sender" in code or "Client" in code or not code
         sub = subcodes[0] if subcodes else None
         msg = f"{what}: {f.message or 'fault'}" + (f" ({sub})" if sub else "")
-        if address and (sub == "ResourceUnknownFault" or (sender and sub != "NotAuthorized")):
+        if address and sub == "ResourceUnknownFault":
             raise Gone(msg, sub, sender) from None
+        if address and not sender:  # the camera's trouble, not the subscription's: retried
+            raise Unreachable(msg) from None
         raise Refused(msg, sub, sender) from None
     except zx.TransportError as e:
         status = getattr(e, "status_code", 0) or 0

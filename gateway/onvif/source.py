@@ -51,7 +51,6 @@ UNREACHABLE = "unreachable"  # subscribed, but the camera does not answer (statu
 class _Sub:
     address: str
     kind: str  # client.PULL | client.PUSH
-    token: str | None = None  # the Notify endpoint's secret (PUSH)
 
 
 class CameraSource:
@@ -86,6 +85,8 @@ class CameraSource:
         self.status = model.CameraStatus(cfg.id, cfg.address, cfg.mode)
         self._absolute = False
         self._sub: _Sub | None = None
+        #: the secret in the path of the current Notify endpoint (gateway.onvif.webhook)
+        self._push_token: str | None = None
         self._client: CameraClient | None = None
         self._task: asyncio.Task[None] | None = None
         self._healthy = False
@@ -146,8 +147,7 @@ class CameraSource:
             log.warning("camera %s: topic set: %s", self.cfg.id, why)
         self.sink.camera_topics(self.cfg.id, found)
         st.topics = len(found)
-        kind = self._choose_mode(client)
-        lease = await self._subscribe(client, kind)
+        kind, lease = await self._subscribe(client, self._choose_mode(client))
         st.state = model.SUBSCRIBED
         if kind == PULL:
             await self._pull_loop(client, lease)
@@ -171,17 +171,30 @@ class CameraSource:
             )
         return PUSH
 
-    async def _subscribe(self, client: CameraClient, kind: str) -> timing.Lease:
+    async def _subscribe(self, client: CameraClient, kind: str) -> tuple[str, timing.Lease]:
+        """Subscribe in `kind` (falling back to Notify when `auto` found the camera's pull
+        point support unknown and CreatePullPointSubscription refused); -> (kind, lease)."""
         asked = self.cfg.lifetime
         cam_now = self._camera_now(None, client) if self._absolute else None
         itt = timing.request_time(asked, cam_now)
         if kind == PULL:
-            g = await client.create_pullpoint(itt)
+            try:
+                g = await client.create_pullpoint(itt)
+            except Refused as e:
+                if not (self.cfg.mode == "auto" and client.pullpoint is None and e.sender):
+                    raise
+                if self.notify_base is None:
+                    raise
+                log.info("camera %s: no pull point (%s); Notify instead", self.cfg.id, e)
+                client.pullpoint = False
+                return await self._subscribe(client, PUSH)
             sub = _Sub(g.address, PULL)
         else:
-            token = secrets.token_urlsafe(18)
+            # accepted from now on: a camera may post its first Notify (the current state)
+            # before its answer to Subscribe arrives
+            self._push_token = token = secrets.token_urlsafe(18)
             g = await client.subscribe(f"{self.notify_base}/{self.cfg.id}/{token}", itt)
-            sub = _Sub(g.address, PUSH, token)
+            sub = _Sub(g.address, PUSH)
         self._sub = sub
         lease = timing.lease_of(
             self._mono(), g.current, g.termination, asked, client.skew, self._wall()
@@ -201,7 +214,7 @@ class CameraSource:
             lease = await self._renew(client, lease)
         if lease.granted <= 0:
             raise Refused(f"the camera granted no lifetime ({lease.granted:.0f} s)", None, False)
-        return lease
+        return kind, lease
 
     async def _renew(self, client: CameraClient, lease: timing.Lease) -> timing.Lease:
         assert self._sub is not None
@@ -275,10 +288,8 @@ class CameraSource:
     async def accept_notify(self, token: str, notify: Element) -> bool:
         """A Notify the camera posted to this source's endpoint (gateway.onvif.webhook).
         False (and nothing handed on) when `token` is not the current subscription's."""
-        sub = self._sub
-        if sub is None or sub.kind != PUSH or sub.token is None:
-            return False
-        if not secrets.compare_digest(token, sub.token):
+        expected = self._push_token
+        if expected is None or not secrets.compare_digest(token, expected):
             return False
         self._worked()
         client = self._client
@@ -312,6 +323,7 @@ class CameraSource:
     async def _end_cycle(self, gone: bool) -> None:
         client, self._client = self._client, None
         sub, self._sub = self._sub, None
+        self._push_token = None
         if sub is not None:
             if gone:
                 self._forget()

@@ -118,6 +118,10 @@ class CameraDouble:
     user: str = "admin"
     password: str = "camera-secret"
     pullpoint: bool = True
+    #: GetServiceCapabilities tells whether it has pull points (some cameras leave it out)
+    says_pullpoint: bool = True
+    #: a Subscribe is answered only after the current state was pushed (Initialized)
+    state_before_answer: bool = False
     get_services: bool = True
     max_pullpoints: int = 2
     #: seconds the camera adds to real time (its clock is wrong by this much)
@@ -252,7 +256,7 @@ class CameraDouble:
         self.motion_state = active
         return self.emit(MOTION, (("IsMotion", "true" if active else "false"),))
 
-    def _push(self, s: Sub, msgs: list[etree._Element]) -> None:
+    def _push(self, s: Sub, msgs: list[etree._Element]) -> asyncio.Task[None]:
         env = etree.Element(_q(S12, "Envelope"), nsmap=NSMAP)
         hdr = _sub(env, S12, "Header")
         _sub(hdr, WSA, "Action", NOTIFY_ACTION)
@@ -277,6 +281,7 @@ class CameraDouble:
         t = asyncio.get_running_loop().create_task(send())
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
+        return t
 
     # ------------------------------------------------------------------ SOAP
     def _check(self, el: etree._Element, what: str) -> bool:
@@ -425,7 +430,8 @@ class CameraDouble:
     def _service_capabilities(self, _el: etree._Element, _sid: str) -> etree._Element:
         out = etree.Element(_q(TEV, "GetServiceCapabilitiesResponse"), nsmap={"tev": TEV})
         c = _sub(out, TEV, "Capabilities")
-        c.set("WSPullPointSupport", "true" if self.pullpoint else "false")
+        if self.says_pullpoint:
+            c.set("WSPullPointSupport", "true" if self.pullpoint else "false")
         c.set("WSSubscriptionPolicySupport", "false")
         c.set("MaxPullPoints", str(self.max_pullpoints))
         return out
@@ -526,9 +532,12 @@ class CameraDouble:
         self._times(out, s)
         return out
 
-    def _subscribe(self, el: etree._Element, _sid: str) -> etree._Element:
+    async def _subscribe(self, el: etree._Element, _sid: str) -> etree._Element:
         consumer = el.findtext(f"{{{WSNT}}}ConsumerReference/{{{WSA}}}Address")
         s = self._new_sub("notify", el.find(_q(WSNT, "InitialTerminationTime")), consumer)
+        if self.state_before_answer:  # the current state, delivered before the answer
+            state = (("IsMotion", "true" if self.motion_state else "false"),)
+            await self._push(s, [self.message(MOTION, state, "Initialized", sub=s)])
         out = etree.Element(_q(WSNT, "SubscribeResponse"), nsmap={"wsnt": WSNT})
         self._ref(out, s)
         self._times(out, s)

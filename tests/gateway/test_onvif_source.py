@@ -325,6 +325,35 @@ async def test_a_camera_without_pull_points_pushes_notify(make_camera, make_sour
     assert len(cam.live()) == 1 and cam.live()[0].consumer != consumer
 
 
+async def test_a_notify_before_the_answer_to_subscribe_is_taken(
+    make_camera, make_source, notify_app
+):
+    """Cameras push the current state as soon as they subscribe: a Notify that arrives
+    before the answer to Subscribe is the new subscription's, not refused."""
+    sources, base = notify_app
+    cam = await make_camera(pullpoint=False, state_before_answer=True)
+    sink = Recorder()
+    sources["cam1"] = make_source(cam, sink, notify_base=base)
+    await until(lambda: sink.motion() == ["false"], "the initial state", 10)
+    assert sink.events[0].message.get("PropertyOperation") == "Initialized"
+
+
+async def test_auto_falls_back_to_notify_when_pull_points_are_refused(
+    make_camera, make_source, notify_app
+):
+    """A camera that does not say whether it has pull points, and has none: `auto` tries one,
+    is refused, and subscribes with Notify in the same attempt."""
+    sources, base = notify_app
+    cam = await make_camera(pullpoint=False, says_pullpoint=False)
+    sink = Recorder()
+    src = sources["cam1"] = make_source(cam, sink, notify_base=base)
+    await until(lambda: subscribed(src) and cam.live(), "subscribed", 10)
+    assert src.status.using == "notify" and src.status.subscriptions == 1
+    ops = [op for op, _ in cam.log]
+    assert ops.count("CreatePullPointSubscription") == 1 and ops.count("Subscribe") == 1
+    cam.faults.clear()  # the refused CreatePullPointSubscription
+
+
 async def test_notify_mode_needs_an_address_for_the_camera(make_camera, make_source):
     cam = await make_camera(pullpoint=False)
     src = make_source(cam, Recorder())
