@@ -19,15 +19,17 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from gateway.wire.xmlutil import Element
+from gateway.wire.xmlutil import Element, parse_datetime
 
 from .config import CameraConfig
+from .messages import notification_messages
 
 log = logging.getLogger("gateway.onvif")
 
@@ -78,10 +80,9 @@ def onvif_module() -> Any:
     """`onvif` (onvif-zeep-async), imported without its import-time side effect:
     `onvif.client` calls logging.basicConfig(INFO), which would turn on INFO logging of
     every library in a process that configured none."""
-    try:
-        return importlib.import_module("onvif")
-    except ModuleNotFoundError:
-        pass
+    loaded = sys.modules.get("onvif")
+    if loaded is not None:
+        return loaded
     root = logging.getLogger()
     guard = None if root.handlers else logging.NullHandler()
     if guard is not None:
@@ -268,27 +269,25 @@ class CameraClient:
             self._captures[address] = cap
         cap.doc = None
         req = {"Timeout": timedelta(seconds=max(0.0, wait)), "MessageLimit": limit}
+        tag = f"{{{TEV}}}PullMessagesResponse"
         try:
             await _call(svc.PullMessages(req), wait + self.timeout, "PullMessages", address)
-        except Refused:
-            raise
         except Unreachable:
-            if cap.doc is None:
+            # zeep could not make objects of an answer that did arrive (a camera's odd
+            # payload): the XML is read, not lost; anything else is the failure it was
+            resp = _body_child(cap.doc, tag)
+            if resp is None:
                 raise
-            # zeep could not make objects of the answer (a camera's odd payload) but the
-            # XML arrived: it is read below, not lost
-        resp = _body_child(cap.doc, f"{{{TEV}}}PullMessagesResponse")
-        if resp is None:
-            raise Unreachable("PullMessages: the answer is not a PullMessagesResponse")
-        from gateway.wire.xmlutil import parse_datetime
+        else:
+            resp = _body_child(cap.doc, tag)
+            if resp is None:
+                raise Unreachable("PullMessages: the answer is not a PullMessagesResponse")
 
         def when(local: str) -> datetime | None:
             text = resp.findtext(f"{{{TEV}}}{local}")
             with contextlib.suppress(ValueError, TypeError):
                 return parse_datetime(text or "")
             return None
-
-        from .messages import notification_messages
 
         return Pulled(when("CurrentTime"), when("TerminationTime"), notification_messages(resp))
 

@@ -359,3 +359,20 @@ async def test_notify_mode_needs_an_address_for_the_camera(make_camera, make_sou
     src = make_source(cam, Recorder())
     await until(lambda: src.status.errors >= 1, "refused", 10)
     assert "--public-url" in (src.status.last_error or "") and not cam.live()
+
+
+async def test_an_answer_the_library_cannot_read_is_still_read(make_camera, make_source):
+    """A camera's odd payload (here an UtcTime that is no xsd:dateTime), which zeep cannot
+    turn into its objects, reaches the sink as the camera wrote it: events are read from the
+    answer's XML, not from zeep's objects."""
+    cam = await make_camera()
+    sink = Recorder()
+    src = make_source(cam, sink)
+    await until(lambda: subscribed(src), "subscribed", 10)
+    cam.motion(True)
+    for s in cam.live():
+        for nm in s.queue:
+            nm.find(".//{http://www.onvif.org/ver10/schema}Message").set("UtcTime", "yesterday")  # type: ignore[union-attr]
+    await until(lambda: sink.motion() == ["true"], "the event", 5)
+    assert sink.events[0].message.get("UtcTime") == "yesterday"
+    cam.invalid.clear()  # the double's own answer was invalid, on purpose
