@@ -257,6 +257,14 @@ class CameraClient:
         mgr = await self._manager(address, kind)
         await _call(mgr.Unsubscribe(), self.timeout, "Unsubscribe", address)
 
+    async def synchronize(self, address: str) -> None:
+        """SetSynchronizationPoint (ONVIF events.wsdl): the camera sends the current state of
+        every property topic again (PropertyOperation Initialized), to a pull point or as
+        Notify, whichever the subscription at `address` is."""
+        self._camera.xaddrs[f"{EVENTS_NS}/{PULL}"] = address
+        svc = await _call(self._camera.create_pullpoint_service(), self.timeout, "pull point")
+        await _call(svc.SetSynchronizationPoint(), self.timeout, "SetSynchronizationPoint", address)
+
     async def pull(self, address: str, wait: float, limit: int) -> Pulled:
         """PullMessages (ONVIF events.wsdl): at most `limit` messages, waiting up to `wait`
         seconds for the first one."""

@@ -149,6 +149,11 @@ class CameraSource:
         st.topics = len(found)
         kind, lease = await self._subscribe(client, self._choose_mode(client))
         st.state = model.SUBSCRIBED
+        assert self._sub is not None
+        try:  # the current state of every property, so nothing is missed across a gap
+            await client.synchronize(self._sub.address)
+        except (Refused, Unreachable) as e:  # optional for cameras; events flow without it
+            log.info("camera %s: SetSynchronizationPoint: %s", self.cfg.id, e)
         if kind == PULL:
             await self._pull_loop(client, lease)
         else:

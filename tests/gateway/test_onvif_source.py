@@ -44,11 +44,21 @@ class Recorder:
             raise RuntimeError("the sink is full")
         self.events.extend(events)
 
-    def motion(self) -> list[str]:
+    def values(self, operation: str) -> list[str]:
+        """The Data value of each event whose PropertyOperation is `operation` (Changed:
+        what the camera saw happen; Initialized: its state, sent again on
+        SetSynchronizationPoint after each subscription)."""
         return [
             e.message.find(".//{http://www.onvif.org/ver10/schema}Data/*").get("Value")  # type: ignore[union-attr]
             for e in self.events
+            if e.message.get("PropertyOperation") == operation
         ]
+
+    def changes(self) -> list[str]:
+        return self.values("Changed")
+
+    def initial(self) -> list[str]:
+        return self.values("Initialized")
 
 
 @pytest.fixture
@@ -113,16 +123,17 @@ async def test_discovers_reads_topics_and_pulls_events(make_camera, make_source)
         )
         is not None
     )
+    # SetSynchronizationPoint after subscribing: the current state first
+    await until(lambda: sink.initial() == ["false"], "the state at subscription", 5)
     cam.motion(True)
     cam.motion(False)
-    await until(lambda: len(sink.events) == 2, "two events", 5)
-    e = sink.events[0]
+    await until(lambda: sink.changes() == ["true", "false"], "two events", 5)
+    e = sink.events[1]
     assert e.camera_id == "cam1" and e.topic == ConcreteTopic(TNS1, MOTION)
     assert e.topic_text == "tns1:RuleEngine/CellMotionDetector/Motion"
     assert e.producer == f"{cam.url}/onvif/event_service"
-    assert sink.motion() == ["true", "false"]
     assert etree.QName(e.message).localname == "Message" and e.message.get("UtcTime")
-    assert src.status.events == 2 and src.status.last_event is not None
+    assert src.status.events == 3 and src.status.last_event is not None
     assert [op for op, _ in cam.log[:5]] == [
         "GetSystemDateAndTime",
         "GetServices",
@@ -178,17 +189,19 @@ async def test_after_a_reboot_events_flow_again_without_growing_subscriptions(
 
     cam.on_request = count
     cam.motion(True)
-    await until(lambda: len(sink.events) == 1, "first event", 5)
+    await until(lambda: sink.changes() == ["true"], "first event", 5)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     await cam.reboot(downtime=0.5, clock_shift=-5400)
     await until(lambda: subscribed(src) and len(cam.live()) == 1, "resubscribed", 10)
     cam.motion(False)
-    await until(lambda: len(sink.events) == 2, "an event after the reboot", 10)
+    await until(lambda: sink.changes() == ["true", "false"], "an event after the reboot", 10)
     took = loop.time() - t0
     assert took < 10, took  # one renewal interval: half of the 20 s lifetime
     assert most <= 1 and len(cam.live()) == 1
-    assert src.status.subscriptions == 2 and sink.motion() == ["true", "false"]
+    assert src.status.subscriptions == 2
+    # each subscription began with the camera's state: before, and after the reboot
+    assert sink.initial() == ["false", "true"]
     assert len(sink.topic_sets) == 2  # the topic set is read again after a reconnection
 
 
@@ -204,7 +217,7 @@ async def test_an_unreachable_camera_keeps_its_subscription(make_camera, make_so
     await until(lambda: src.status.state == "unreachable", "noticed", 10)
     await cam.start(cam.port)
     cam.motion(True)
-    await until(lambda: len(sink.events) == 1, "event on the same subscription", 10)
+    await until(lambda: sink.changes() == ["true"], "event on the same subscription", 10)
     assert src.status.subscription == first and src.status.subscriptions == 1
     assert [op for op, _ in cam.log].count("CreatePullPointSubscription") == 1
 
@@ -268,13 +281,13 @@ async def test_wrong_credentials_are_an_error_not_a_storm(make_camera, make_sour
 async def test_a_failing_sink_costs_its_batch_not_the_camera(make_camera, make_source):
     cam = await make_camera()
     sink = Recorder()
-    sink.fail = 1
     src = make_source(cam, sink)
-    await until(lambda: subscribed(src), "subscribed", 10)
+    await until(lambda: sink.initial(), "subscribed", 10)
+    sink.fail = 1
     cam.motion(True)
     await until(lambda: src.status.errors == 1, "the error counted", 5)
     cam.motion(False)
-    await until(lambda: sink.motion() == ["false"], "the next batch", 5)
+    await until(lambda: sink.changes() == ["false"], "the next batch", 5)
     assert src.status.subscriptions == 1
 
 
@@ -306,7 +319,7 @@ async def test_a_camera_without_pull_points_pushes_notify(make_camera, make_sour
     consumer = cam.live()[0].consumer or ""
     assert consumer.startswith(base + "/cam1/") and len(consumer) > len(base) + 25
     cam.motion(True)
-    await until(lambda: sink.motion() == ["true"], "pushed", 5)
+    await until(lambda: sink.changes() == ["true"], "pushed", 5)
     assert sink.events[0].topic_text == "tns1:RuleEngine/CellMotionDetector/Motion"
     # a made-up token, or another camera's path, is refused and hands nothing on
     async with aiohttp.ClientSession() as s:
@@ -315,13 +328,13 @@ async def test_a_camera_without_pull_points_pushes_notify(make_camera, make_sour
                 assert r.status == 404
         async with s.post(consumer, data=b"<not-soap/>") as r:
             assert r.status == 400
-    assert len(sink.events) == 1
+    assert sink.changes() == ["true"]
     # renewed in time; after a reboot, the next renewal finds it gone and subscribes again
     await until(lambda: src.status.renewals >= 1, "renewed", 5)
     await cam.reboot(downtime=0.2, clock_shift=600)
     await until(lambda: src.status.subscriptions == 2 and cam.live(), "resubscribed", 10)
     cam.motion(False)
-    await until(lambda: sink.motion() == ["true", "false"], "pushed after the reboot", 5)
+    await until(lambda: sink.changes() == ["true", "false"], "pushed after the reboot", 5)
     assert len(cam.live()) == 1 and cam.live()[0].consumer != consumer
 
 
@@ -334,8 +347,7 @@ async def test_a_notify_before_the_answer_to_subscribe_is_taken(
     cam = await make_camera(pullpoint=False, state_before_answer=True)
     sink = Recorder()
     sources["cam1"] = make_source(cam, sink, notify_base=base)
-    await until(lambda: sink.motion() == ["false"], "the initial state", 10)
-    assert sink.events[0].message.get("PropertyOperation") == "Initialized"
+    await until(lambda: sink.initial()[:1] == ["false"], "the initial state", 10)
 
 
 async def test_auto_falls_back_to_notify_when_pull_points_are_refused(
@@ -373,6 +385,6 @@ async def test_an_answer_the_library_cannot_read_is_still_read(make_camera, make
     for s in cam.live():
         for nm in s.queue:
             nm.find(".//{http://www.onvif.org/ver10/schema}Message").set("UtcTime", "yesterday")  # type: ignore[union-attr]
-    await until(lambda: sink.motion() == ["true"], "the event", 5)
-    assert sink.events[0].message.get("UtcTime") == "yesterday"
+    await until(lambda: sink.changes() == ["true"], "the event", 5)
+    assert sink.events[-1].message.get("UtcTime") == "yesterday"
     cam.invalid.clear()  # the double's own answer was invalid, on purpose
