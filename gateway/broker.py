@@ -123,7 +123,7 @@ class NotificationBroker:
         if not self.cfg.public_url:
             h = f"[{host}]" if ":" in host else host
             self.base_url = f"http://{h}:{port}"
-        pub = consumer_policy.Target.parse(self.base_url)
+        pub = consumer_policy.ConsumerAddress.parse(self.base_url)
         names = [(host, port), ("localhost", port)]
         if not isinstance(pub, str):
             names.append((pub.host, pub.port))

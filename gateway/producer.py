@@ -47,7 +47,7 @@ PRODUCER_RP = frozenset(
 async def own_pullpoint(b: NotificationBroker, address: str) -> str | None:
     """The id of our pull point that `address` names in any spelling (delivered
     in-process), if any."""
-    t = consumer_policy.Target.parse(address)
+    t = consumer_policy.ConsumerAddress.parse(address)
     if isinstance(t, str):
         return None
     m = RES_PATH.match(t.path)
@@ -61,7 +61,7 @@ async def loops_back(b: NotificationBroker, address: str) -> str | None:
     spelling: scheme, resolved host and port compared, userinfo never part of it.
     A subscription delivering to /wsn/broker would publish its own notifications
     again, forever (consumer_policy.py)."""
-    t = consumer_policy.Target.parse(address)
+    t = consumer_policy.ConsumerAddress.parse(address)
     if not isinstance(t, str) and await b.consumer_policy.refers_to_self(t):
         return (
             f"consumer address {address!r} is this broker itself: delivering there would "
