@@ -104,7 +104,7 @@ async def test_destroy_terminates_the_resource(gw, consumer, kind: str) -> None:
     assert etree.QName(r.body).localname == "DestroyResponse", r.text
     assert etree.QName(r.body).namespace == RL
     assert r.header("Action") == wsdl_action("ImmediateResourceTermination", "Destroy", "output")
-    assert (gw.broker.subs if kind == "subscription" else gw.broker.registrations) == {}
+    assert (gw.state.subscriptions if kind == "subscription" else gw.state.registrations) == {}
     # and now it is gone: the same request is about an unknown resource
     r = await call(addr, DESTROY)
     assert r.fault_name == "ResourceUnknownFault", r.text
@@ -303,7 +303,7 @@ async def test_a_message_its_topic_does_not_admit_is_dropped_counted_and_logged_
         assert r.status == 200, r.text
     good = '<m:Good xmlns:m="urn:m"><m:v>{}</m:v></m:Good>'
     bad = '<m:Bad xmlns:m="urn:m"><m:v>5</m:v></m:Bad>'
-    with caplog.at_level(logging.WARNING, logger="gateway.broker"):
+    with caplog.at_level(logging.WARNING, logger="gateway.notify"):
         for _ in range(2):
             r = await call(
                 gw.url,
@@ -326,7 +326,7 @@ async def test_a_message_its_topic_does_not_admit_is_dropped_counted_and_logged_
         for m in consumer.messages()
     ]
     assert got == [("tns:B", "Good", "1"), ("tns:P", "Good", "2")] * 2, got
-    assert gw.broker.inadmissible == {"{urn:test}B": 2, "{urn:test}P": 2}
+    assert gw.ctx.counts.inadmissible == {"{urn:test}B": 2, "{urn:test}P": 2}
     drops = [r for r in caplog.records if "dropped a notification" in r.getMessage()]
     assert len(drops) == 2, [r.getMessage() for r in drops]  # once per topic
     assert any("messageTypes" in r.getMessage() and "{urn:m}Bad" in r.getMessage() for r in drops)
@@ -415,12 +415,12 @@ async def test_br_demand_that_is_not_an_xsd_boolean_is_refused(gw, value: str) -
     r = await call(gw.url, _register_with_demand(value))
     assert r.fault_name == "PublisherRegistrationRejectedFault", r.text
     assert "xsd:boolean" in r.text
-    assert gw.broker.registrations == {}  # nothing registered
+    assert gw.state.registrations == {}  # nothing registered
 
 
 @pytest.mark.parametrize(("value", "demand"), [(" true ", True), ("1", True), ("0", False)])
 async def test_br_demand_lexical_forms(gw, value: str, demand: bool) -> None:
     r = await call(gw.url, _register_with_demand(value))
     assert r.status == 200, r.text
-    [reg] = gw.broker.registrations.values()
+    [reg] = gw.state.registrations.values()
     assert reg.demand is demand

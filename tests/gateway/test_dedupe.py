@@ -96,7 +96,7 @@ async def test_a_notify_sent_again_is_answered_and_not_published_again(make_gate
     await consumer.wait_for(5)
     await asyncio.sleep(0.3)  # time for a wrong delivery to arrive
     assert values(consumer) == ["1", "2", "3", "4", "4"]
-    assert gw.broker.accepted == 5 and gw.broker.duplicates == 2
+    assert gw.ctx.counts.accepted == 5 and gw.ctx.counts.duplicates == 2
     await until(lambda: len(landed(tmp_path / "d")) >= 5, "5 landing lines")
     await asyncio.sleep(0.4)  # a rotation more
     assert landed(tmp_path / "d") == ["1", "2", "3", "4", "4"]
@@ -120,7 +120,7 @@ async def test_copies_sent_at_once_are_published_once(make_gateway, consumer):
     await consumer.wait_for(4)
     await asyncio.sleep(0.3)
     assert values(consumer) == ["1", "2", "3", "4"]
-    assert gw.broker.duplicates == 7
+    assert gw.ctx.counts.duplicates == 7
 
 
 async def test_the_same_message_id_from_two_publishers_is_published_for_each(
@@ -142,7 +142,7 @@ async def test_the_same_message_id_from_two_publishers_is_published_for_each(
     await consumer.wait_for(4)
     await asyncio.sleep(0.3)
     assert values(consumer) == ["1", "2", "3", "4"]
-    assert gw.broker.duplicates == 3
+    assert gw.ctx.counts.duplicates == 3
 
 
 async def test_the_seen_set_survives_kill_9(tmp_path):
@@ -209,7 +209,7 @@ async def test_a_pair_past_the_age_bound_stops_counting_before_it_is_pruned(make
     await asyncio.sleep(0.8)
     await notify(gw.url, data)  # past it: published again, as the docs promise
     await consumer.wait_for(2)
-    assert values(consumer) == ["1", "1"] and gw.broker.duplicates == 1
+    assert values(consumer) == ["1", "1"] and gw.ctx.counts.duplicates == 1
 
 
 async def test_a_huge_message_id_or_producer_is_kept_as_its_digest(make_gateway, consumer):
@@ -225,8 +225,8 @@ async def test_a_huge_message_id_or_producer_is_kept_as_its_digest(make_gateway,
     await notify(gw.url, notify_env(2, message_id=huge + "2", producer=producer))  # not the same
     await consumer.wait_for(2)
     await asyncio.sleep(0.3)
-    assert values(consumer) == ["1", "2"] and gw.broker.duplicates == 1
-    sizes = gw.broker.storage._reader.execute(
+    assert values(consumer) == ["1", "2"] and gw.ctx.counts.duplicates == 1
+    sizes = gw.ctx.storage._reader.execute(
         "SELECT max(length(publisher) + length(message_id)) FROM notify_seen"
     ).fetchone()[0]
     assert sizes <= 600, sizes
@@ -258,8 +258,8 @@ async def test_the_seen_set_can_be_turned_off(make_gateway, consumer):
     await notify(gw.url, data)
     await notify(gw.url, data)
     await consumer.wait_for(2)
-    assert values(consumer) == ["1", "1"] and gw.broker.duplicates == 0
-    assert gw.broker.storage._reader.execute("SELECT count(*) FROM notify_seen").fetchone()[0] == 0
+    assert values(consumer) == ["1", "1"] and gw.ctx.counts.duplicates == 0
+    assert gw.ctx.storage._reader.execute("SELECT count(*) FROM notify_seen").fetchone()[0] == 0
 
 
 async def test_a_notify_to_a_pull_point_sent_again_is_stored_once(make_gateway):
@@ -287,15 +287,15 @@ async def test_a_notify_to_a_pull_point_sent_again_is_stored_once(make_gateway):
     await notify(pp_a, notify_env(3, message_id=None))  # without a MessageID: every time
     await notify(pp_a, notify_env(3, message_id=None))
     assert await taken(pp_a) == ["1", "2", "3", "3"]
-    assert gw.broker.duplicates == 1
+    assert gw.ctx.counts.duplicates == 1
     await notify(pp_b, notify_env(1, message_id=same))  # another pull point
     await notify(gw.url, notify_env(1, message_id=same))  # the broker (delivered to b)
-    await until(lambda: gw.broker.pullpoints[pp_b.rsplit("/", 1)[1]].queued >= 2, "b's two")
+    await until(lambda: gw.state.pullpoints[pp_b.rsplit("/", 1)[1]].queued >= 2, "b's two")
     assert await taken(pp_b) == ["1", "1"]
-    assert gw.broker.duplicates == 1
+    assert gw.ctx.counts.duplicates == 1
     # known by its ProducerReference, as at the broker: two publishers never collide
     await notify(pp_a, notify_env(4, message_id=same, producer="http://127.0.0.1:9/p"))
     await notify(pp_a, notify_env(5, message_id=same, producer="http://127.0.0.1:9/q"))
     await notify(pp_a, notify_env(4, message_id=same, producer="http://127.0.0.1:9/p"))
     assert await taken(pp_a) == ["4", "5"]
-    assert gw.broker.duplicates == 2
+    assert gw.ctx.counts.duplicates == 2

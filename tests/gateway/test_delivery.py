@@ -63,9 +63,9 @@ async def test_retry_until_the_consumer_recovers(gw, make_consumer):
     assert c.messages()[0].findtext(".//{urn:wsn-edge:reading}value") == "42"
     # the gateway reads the 2xx after the consumer got the message, and deletes the row in
     # the background: awaited, not slept on (a fixed 0.1 s failed whenever that took longer)
-    await until(lambda: gw.broker.delivery.backlog(sid) == 0, "the message out of the backlog")
+    await until(lambda: gw.ctx.delivery.backlog(sid) == 0, "the message out of the backlog")
     # delivered rows are gone from storage
-    await until(lambda: gw.broker.storage.load().deliveries == [], "the delivered row deleted")
+    await until(lambda: gw.ctx.storage.load().deliveries == [], "the delivered row deleted")
 
 
 async def test_slow_or_dead_consumer_does_not_delay_others(make_gateway, make_consumer):
@@ -95,9 +95,9 @@ async def test_backlog_overflow_drops_oldest(make_gateway):
     for v in range(6):
         await _publish(gw, v)
     await asyncio.sleep(0.05)
-    stats = gw.broker.delivery.stats(sid)
+    stats = gw.ctx.delivery.stats(sid)
     assert stats["queued"] == 3 and stats["dropped"] == 3
-    rows = [r for r in gw.broker.storage.load().deliveries if r[1] == sid]
+    rows = [r for r in gw.ctx.storage.load().deliveries if r[1] == sid]
     assert len(rows) == 3
     assert [r.xml.split("<rd:value>")[1].split("<")[0] for r in rows] == ["3", "4", "5"]
 
@@ -131,7 +131,7 @@ async def test_backlog_full_is_logged_once_then_summarised(
         assert r.status == 200, r.text
         assert len(lines()) == 3, lines()  # what the interval held back is not lost
         assert "dropped 1 more" in lines()[2] and "(7 in all)" in lines()[2]
-    assert sid not in gw.broker.subs
+    assert sid not in gw.state.subscriptions
 
 
 async def test_dead_consumer_ends_its_subscription(make_gateway):
@@ -140,10 +140,10 @@ async def test_dead_consumer_ends_its_subscription(make_gateway):
     await _publish(gw, 1)
     for _ in range(40):
         await asyncio.sleep(0.1)
-        if sid not in gw.broker.subs:
+        if sid not in gw.state.subscriptions:
             break
-    assert sid not in gw.broker.subs
-    assert sid not in {s.id for s in gw.broker.storage.load().subscriptions}
+    assert sid not in gw.state.subscriptions
+    assert sid not in {s.id for s in gw.ctx.storage.load().subscriptions}
 
 
 async def test_delivery_uses_the_subscribers_soap_version_and_reference_parameters(gw, consumer):
@@ -174,10 +174,10 @@ async def test_one_notify_larger_than_the_backlog_keeps_only_the_newest(make_gat
     gw = await make_gateway(max_backlog=2)
     sid = await _subscribe(gw, "http://127.0.0.1:9/dead")
     await _publish(gw, *range(5))
-    assert gw.broker.delivery.stats(sid)["queued"] == 2
+    assert gw.ctx.delivery.stats(sid)["queued"] == 2
     # dropped rows are gone from storage too (deleted in the background: awaited)
     await until(
-        lambda: len([r for r in gw.broker.storage.load().deliveries if r[1] == sid]) == 2,
+        lambda: len([r for r in gw.ctx.storage.load().deliveries if r[1] == sid]) == 2,
         "the 3 dropped rows deleted",
     )
 
@@ -227,8 +227,8 @@ async def test_subscriptions_of_one_consumer_share_one_notify(gw, make_consumer)
     assert per_sub[sb] == [str(v) for v in range(1, n, 2)]
     for body in c.bodies():
         validate(body)
-    assert gw.broker.delivery.stats(sa)["delivered"] == n // 2
-    assert gw.broker.storage.load().deliveries == []
+    assert gw.ctx.delivery.stats(sa)["delivered"] == n // 2
+    assert gw.ctx.storage.load().deliveries == []
 
 
 async def test_batches_never_mix_reference_parameters_or_soap_versions(gw, make_consumer):
@@ -272,7 +272,7 @@ async def test_a_paused_subscription_does_not_hold_back_another_of_the_same_cons
     await c.wait_for(1)
     await asyncio.sleep(0.3)
     assert _by_subscription(c.received) == [{sb: ["2"]}]
-    assert gw.broker.delivery.backlog(sa) == 1  # held while paused
+    assert gw.ctx.delivery.backlog(sa) == 1  # held while paused
     assert (await call(gw.url, "<wsnt:ResumeSubscription/>", headers=hdr)).status == 200
     await c.wait_for(2)
     assert _by_subscription(c.received)[1] == {sa: ["1"]}
@@ -290,12 +290,12 @@ async def test_a_dead_consumer_ends_the_subscriptions_waiting_on_it(make_gateway
     await _publish_on(gw, "tns:u", 2)
     for _ in range(40):
         await asyncio.sleep(0.1)
-        if s1 not in gw.broker.subs and s2 not in gw.broker.subs:
+        if s1 not in gw.state.subscriptions and s2 not in gw.state.subscriptions:
             break
-    assert s1 not in gw.broker.subs and s2 not in gw.broker.subs
+    assert s1 not in gw.state.subscriptions and s2 not in gw.state.subscriptions
     # the paused one was not trying to deliver: it stays
-    assert paused in gw.broker.subs
-    assert {s.id for s in gw.broker.storage.load().subscriptions} == {paused}
+    assert paused in gw.state.subscriptions
+    assert {s.id for s in gw.ctx.storage.load().subscriptions} == {paused}
 
 
 async def test_raw_subscriptions_get_one_message_per_request(gw, make_consumer):
@@ -366,6 +366,6 @@ async def test_an_answer_that_is_not_http_is_retried_and_delivery_goes_on(gw):
         await until(lambda: len(bodies) >= 3, "the next message on the same worker", timeout=5)
         assert [b"<rd:value>1</rd:value>" in b for b in bodies] == [True, True, False]
         assert b"<rd:value>2</rd:value>" in bodies[2]
-        await until(lambda: gw.broker.delivery.backlog(sid) == 0, "an empty backlog", timeout=5)
+        await until(lambda: gw.ctx.delivery.backlog(sid) == 0, "an empty backlog", timeout=5)
     finally:
         server.close()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from gwtest import call, notify_body, read_request, reading, topic_filter
 
-from gateway.http import Running
+from gateway.app import Running
 from tests.polling import until
 
 MakeGateway = Callable[..., Awaitable[Running]]
@@ -126,7 +126,7 @@ async def _publish(gw: Running, v: int) -> None:
 
 
 def _deliveries(gw: Running, outcome: str) -> float:
-    got = gw.broker.metrics.registry.get_sample_value("wsn_deliveries_total", {"outcome": outcome})
+    got = gw.ctx.metrics.registry.get_sample_value("wsn_deliveries_total", {"outcome": outcome})
     return got or 0.0
 
 
@@ -140,11 +140,11 @@ async def _one_each(gw: Running, c: HostileConsumer, sid: str) -> None:
     for v in range(3):
         await _publish(gw, v)
         await until(functools.partial(_got, c, v + 1), f"reading {v} there", timeout=10)
-    await until(lambda: gw.broker.delivery.backlog(sid) == 0, "an empty backlog", timeout=5)
+    await until(lambda: gw.ctx.delivery.backlog(sid) == 0, "an empty backlog", timeout=5)
     await asyncio.sleep(0.3)  # a resend (the old code's) would arrive within the backoff
     values = re.findall(rb"<rd:value>([^<]*)</rd:value>", b"".join(c.bodies()))
     assert values == [b"0", b"1", b"2"]  # once each: the 2xx was the outcome
-    state = gw.broker.delivery.state(sid)
+    state = gw.ctx.delivery.state(sid)
     assert state["delivered"] == 3 and state["failures"] == 0, state
     assert _deliveries(gw, "ok") == 3
     assert _deliveries(gw, "retried") == 0 and _deliveries(gw, "failed") == 0
@@ -222,11 +222,11 @@ async def test_a_failure_answer_with_a_flood_of_a_body_is_cut_and_retried_once(
         await until(functools.partial(_got, c, 2), "the retry", timeout=10)
         await _publish(gw, 1)
         await until(functools.partial(_got, c, 3), "reading 1 there", timeout=10)
-        await until(lambda: gw.broker.delivery.backlog(sid) == 0, "an empty backlog", timeout=5)
+        await until(lambda: gw.ctx.delivery.backlog(sid) == 0, "an empty backlog", timeout=5)
         await asyncio.sleep(0.3)
         values = re.findall(rb"<rd:value>([^<]*)</rd:value>", b"".join(c.bodies()))
         assert values == [b"0", b"0", b"1"]
-        state = gw.broker.delivery.state(sid)
+        state = gw.ctx.delivery.state(sid)
         assert state["delivered"] == 2 and state["failures"] == 1, state
         assert _deliveries(gw, "ok") == 2 and _deliveries(gw, "retried") == 1
         first = c.conns[0]

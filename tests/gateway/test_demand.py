@@ -25,7 +25,7 @@ from aiohttp import web
 from gwtest import BR, FULL, SIMPLE, WSA, WSNT, call, reading, sub_address, subscribe_body
 from lxml import etree
 
-from gateway import http
+from gateway import app
 from gateway.demand import DemandManager
 from tests import polling
 
@@ -329,7 +329,7 @@ def register_body(
     )
 
 
-async def register(gw: http.Running, address: str, **kw: Any) -> str:
+async def register(gw: app.Running, address: str, **kw: Any) -> str:
     r = await call(gw.url, register_body(address, **kw), action=A_REG)
     assert r.status == 200, r.text
     reg = r.body.findtext(f"{{{BR}}}ConsumerReference/{{{WSA}}}Address")
@@ -337,12 +337,12 @@ async def register(gw: http.Running, address: str, **kw: Any) -> str:
     return reg
 
 
-def demand(gw: http.Running) -> DemandManager:
+def demand(gw: app.Running) -> DemandManager:
     assert gw.demand is not None
     return gw.demand
 
 
-async def subscribe_full(gw: http.Running, consumer_url: str, expr: str) -> str:
+async def subscribe_full(gw: app.Running, consumer_url: str, expr: str) -> str:
     r = await call(
         gw.url,
         subscribe_body(
@@ -501,7 +501,7 @@ async def test_destroy_registration_unsubscribes_and_forgets(gw, producer):
     assert r.status == 200, r.text
     await until(lambda: not producer.subs, what="unsubscribed")
     await until(lambda: not demand(gw).status())
-    assert await gw.broker.storage.demand_load() == []
+    assert await gw.ctx.storage.demand_load() == []
 
 
 async def test_unreachable_publisher_backs_off_without_blocking_another(
@@ -573,7 +573,7 @@ async def test_rows_of_vanished_registrations_are_dropped_at_start(
     await until(lambda: not producer.subs, what="best-effort Unsubscribe of the orphans")
     assert demand(gw2).status() == []
     await until(lambda: demand(gw2).counters["unsubscribe"] == 2)
-    assert await gw2.broker.storage.demand_load() == []
+    assert await gw2.ctx.storage.demand_load() == []
 
 
 async def test_hostile_answers_are_failures_not_crashes(gw, producer):

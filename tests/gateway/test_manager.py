@@ -114,7 +114,7 @@ async def test_reference_parameter_addressing_on_the_broker_url(gw, consumer):
     hdr = f'<edge:ResourceId wsa:IsReferenceParameter="true">{rid}</edge:ResourceId>'
     r = await call(gw.url, "<wsnt:PauseSubscription/>", headers=hdr)
     assert r.status == 200, r.text
-    assert gw.broker.subs[rid].paused
+    assert gw.state.subscriptions[rid].paused
     r = await call(gw.url, "<wsnt:Unsubscribe/>", headers=hdr)
     assert r.status == 200
     r = await call(gw.url, "<wsnt:Unsubscribe/>", headers=hdr)
@@ -156,13 +156,13 @@ async def test_messages_queued_before_pause_wait_for_resume(gw, make_consumer):
     await until(lambda: slow.requests >= 1, "a first, failed attempt")
     assert (await call(addr, "<wsnt:PauseSubscription/>")).status == 200
     # every attempt the gateway started (before the pause) has reached the consumer and failed
-    stats = gw.broker.delivery.stats
+    stats = gw.ctx.delivery.stats
     await until(lambda: stats(sid)["requests"] == slow.requests, "no attempt in flight")
     slow.fail = 0  # from now on the consumer would accept: only the pause holds the message
     tried = slow.requests
     await asyncio.sleep(0.5)  # > --backoff-max (0.2 s): an unheld retry would have come
     assert slow.messages() == [] and slow.requests == tried
-    assert gw.broker.delivery.backlog(sid) == 1
+    assert gw.ctx.delivery.backlog(sid) == 1
     assert (await call(addr, "<wsnt:ResumeSubscription/>")).status == 200
     await slow.wait_for(1)
 
@@ -173,11 +173,11 @@ async def test_subscription_destroyed_at_termination_time_even_when_paused(gw, c
     )
     assert (await call(addr, "<wsnt:PauseSubscription/>")).status == 200
     await asyncio.sleep(1.4)
-    assert sid not in gw.broker.subs
+    assert sid not in gw.state.subscriptions
     r = await call(addr, "<wsnt:ResumeSubscription/>")
     assert r.fault_name == "ResourceUnknownFault"
     # and it is gone from storage too
-    snap = gw.broker.storage.load()
+    snap = gw.ctx.storage.load()
     assert sid not in {s.id for s in snap.subscriptions}
 
 
@@ -228,14 +228,11 @@ async def test_set_termination_time_on_subscription(gw, consumer):
 
 
 async def test_expiry_with_an_injected_clock(tmp_path, consumer):
-    from gateway import http
-    from gateway.app import build_parts
-    from gateway.broker import NotificationBroker
+    from gateway import app, upkeep
 
     now = [datetime(2030, 1, 1, tzinfo=UTC)]
     cfg = make_config(tmp_path / "d", sweep_interval=3600)  # sweeps only when called
-    broker = NotificationBroker(cfg, build_parts(cfg), clock=lambda: now[0])
-    gw = await http.start(cfg, broker)
+    gw = await app.start(cfg, clock=lambda: now[0])
     try:
         addr, sid = await _sub(
             gw, consumer, "<wsnt:InitialTerminationTime>PT1H</wsnt:InitialTerminationTime>"
@@ -243,15 +240,15 @@ async def test_expiry_with_an_injected_clock(tmp_path, consumer):
         r = await call(addr, "<rp:GetResourceProperty>rl:TerminationTime</rp:GetResourceProperty>")
         assert r.body[0].text == "2030-01-01T01:00:00Z"
         now[0] += timedelta(minutes=59)
-        await broker.sweep()
-        assert sid in broker.subs
+        await upkeep.sweep(gw.ctx)
+        assert sid in gw.state.subscriptions
         now[0] += timedelta(minutes=2)
         # past TerminationTime: unknown at once, destroyed by the next sweep
         r = await call(
             addr, "<wsnt:Renew><wsnt:TerminationTime>PT1H</wsnt:TerminationTime></wsnt:Renew>"
         )
         assert r.fault_name == "ResourceUnknownFault"
-        await broker.sweep()
-        assert sid not in broker.subs
+        await upkeep.sweep(gw.ctx)
+        assert sid not in gw.state.subscriptions
     finally:
         await gw.stop()

@@ -25,6 +25,7 @@ from gwtest import (
     validate_epr,
 )
 
+from gateway.followers import Publishers
 from tests.polling import until
 
 DT = 'xmlns:dt="urn:wsn-edge:device-topics"'
@@ -167,12 +168,12 @@ async def test_destroy_registration(gw):
         assert r.fault_name == "ResourceUnknownFault"
 
 
-async def test_registration_renewal_and_expiry(gw):
+async def test_registration_renewal_and_expiry(make_gateway):
     # the broker's clock is the test's: the registration expires when the test moves the
     # clock past its termination time, not in a race of these requests against one second
     t0 = datetime.now(UTC)
     clock = [t0]
-    gw.broker.clock = lambda: clock[0]
+    gw = await make_gateway(clock=lambda: clock[0])
     soon = (t0 + timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     reg = await _register(gw, itt=soon)
     rid = reg.rsplit("/", 1)[1]
@@ -191,7 +192,7 @@ async def test_registration_renewal_and_expiry(gw):
     assert r.body.findtext(f"{{{RL}}}CurrentTime")
     clock[0] = t0 + timedelta(seconds=1.3)  # past the initial termination time
     await asyncio.sleep(0.3)  # sweeps (every 0.1 s) at that time
-    assert rid in gw.broker.registrations  # renewed: still there
+    assert rid in gw.state.registrations  # renewed: still there
     r = await call(
         reg,
         "<rl:SetTerminationTime><rl:RequestedLifetimeDuration>PT0.5S"
@@ -199,7 +200,7 @@ async def test_registration_renewal_and_expiry(gw):
     )
     assert r.status == 200, r.text
     clock[0] = t0 + timedelta(seconds=2)  # the 0.5 s have passed: the sweeper ends it
-    await until(lambda: rid not in gw.broker.registrations, "the registration expired", 10)
+    await until(lambda: rid not in gw.state.registrations, "the registration expired", 10)
     r = await call(reg, body.format(later))
     assert r.fault_name == "ResourceUnknownFault"  # the device registers again on this
 
@@ -265,12 +266,12 @@ class Recorder:
 
 async def test_demand_seam(gw, consumer):
     rec = Recorder()
-    gw.broker.add_observer(rec)
+    gw.state.observe(Publishers(rec))
     reg = await _register(gw, demand=True)
     rid = reg.rsplit("/", 1)[1]
     topic = "{urn:wsn-edge:devices}esp32-01/temperature"
     assert rec.events == [("created", rid, None), ("demand", topic, False)]
-    assert gw.broker.registrations[rid].demand is True
+    assert gw.state.registrations[rid].demand is True
     r = await call(
         gw.url, subscribe_body(consumer.url, topic_filter("dev:*/temperature", FULL, DEV))
     )
@@ -289,11 +290,11 @@ async def test_demand_seam(gw, consumer):
 
 async def test_registering_again_replaces_the_previous_registration(gw):
     rec = Recorder()
-    gw.broker.add_observer(rec)
+    gw.state.observe(Publishers(rec))
     first = await _register(gw)
     second = await _register(gw)  # same PublisherReference: a device after a reboot
     assert first != second
-    assert list(gw.broker.registrations) == [second.rsplit("/", 1)[1]]
+    assert list(gw.state.registrations) == [second.rsplit("/", 1)[1]]
     r = await call(first, notify_body(("dt:temperature", reading(1)), nsdecl=DT))
     assert r.fault_name == "ResourceUnknownFault"
     assert [e[0] for e in rec.events] == ["created", "destroyed", "created"]

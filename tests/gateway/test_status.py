@@ -28,7 +28,7 @@ from gwtest import (
     topic_filter,
 )
 
-from gateway import http
+from gateway import app
 from gateway.status import STATUS_KEY
 from tests.wsdl_actions import action as wsdl_action
 
@@ -55,7 +55,7 @@ def register_body(device: str, producer: str, demand: bool = False) -> str:
     )
 
 
-async def populate(gw: http.Running, dead: Consumer) -> dict[str, str]:
+async def populate(gw: app.Running, dead: Consumer) -> dict[str, str]:
     """A registered device, a push subscription whose consumer fails (a backlog of 2) and a
     pull point with a subscription into it (depth 2); -> their ids."""
     r = await call(gw.url, register_body("esp32-07", PRODUCER), action=A_REG)
@@ -143,10 +143,10 @@ async def test_loopback_only_unless_status_public(
     """The policy as such; a non-loopback peer can only be simulated here (tests use
     loopback addresses only), so the request object says where it came from."""
     gw = await make_gateway(status_public=public)
-    app = gw.runner.app
+    web_app = gw.runner.app
     transport: Any = type("T", (), {"get_extra_info": lambda self, k, d=None: (peer, 5000)})()
-    req = make_mocked_request("GET", "/status.json", app=app, transport=transport)
-    resp = await app[STATUS_KEY].status_json(req)
+    req = make_mocked_request("GET", "/status.json", app=web_app, transport=transport)
+    resp = await web_app[STATUS_KEY].status_json(req)
     assert resp.status == (200 if allowed else 403)
     if not allowed:
         assert "--status-public" in resp.text  # type: ignore[attr-defined]
@@ -276,7 +276,7 @@ async def test_restored_registrations_and_destroyed_subscriptions_are_logged_as_
         ]
         await gw.stop()
         gw2 = await make_gateway(data_dir=data)  # reloads the registration
-        assert len(gw2.broker.registrations) == 1
+        assert len(gw2.state.registrations) == 1
     created, restored = events("registration_created"), events("registration_restored")
     assert [e.wsn_fields["device"] for e in created] == ["dr"]
     assert [e.wsn_fields["device"] for e in restored] == ["dr"]

@@ -356,7 +356,7 @@ async def test_xpath_filters_have_no_exslt_regex_no_quadratic_cost_and_a_length_
     r = await call(gw.url, subscribe_body(consumer.url, topic))
     assert r.fault_name == "InvalidTopicExpressionFault"
     assert "absolute path is refused" in r.text
-    assert gw.broker.subs == {}  # every refused Subscribe left nothing behind
+    assert gw.state.subscriptions == {}  # every refused Subscribe left nothing behind
     long = f'<wsnt:MessageContent Dialect="{XPATH}">{"1=1 and " * 600}1=1</wsnt:MessageContent>'
     r = await call(gw.url, subscribe_body(consumer.url, long))
     assert r.fault_name == "InvalidMessageContentExpressionFault"
@@ -413,4 +413,4 @@ async def test_bad_notify_is_refused_whole(gw, consumer):
         validate(r.fault)
     await asyncio.sleep(0.2)
     assert consumer.messages() == []  # all-or-nothing: the good first message was not sent
-    assert gw.broker.storage.load().current == []
+    assert gw.ctx.storage.load().current == []
