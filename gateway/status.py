@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 import aiohttp_jinja2
@@ -232,10 +231,8 @@ class StatusView:
         }
         w = ctx.landing.jsonl
         if w is not None:
-            tmp: Path | None = getattr(w, "_tmp", None)  # the open file (landing.LandingWriter)
-            if tmp is not None:
-                out["current_file"] = tmp.name
-                out["current_bytes"] = int(getattr(w, "_size", 0))
+            if (current := w.open_file) is not None:
+                out["current_file"], out["current_bytes"] = current
             out["lines_written"] = w.lines_written
             with contextlib.suppress(StorageError):
                 rows, oldest = await ctx.storage.landing_lag()
