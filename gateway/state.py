@@ -168,7 +168,8 @@ class BrokerState:
         """Who wants a notification on `topic` now: the active (not paused, not expired)
         subscriptions whose topic expressions all select it (WS-BaseNotification 1.3 §4.2,
         WS-Topics 1.3 §9), in id order; those without a topic filter want every topic.
-        Message filters (content, producer properties) are the caller's to apply."""
+        Message filters (content, producer properties) are the caller's to apply. `topic`
+        is in the Topic Set (`grow_topics` first: an expression selects members only)."""
         cands = set(self._no_topic)
         if topic is not None:
             cands |= self.index.match(topic)
