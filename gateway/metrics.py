@@ -64,6 +64,8 @@ class Counts:
     #: notifications dropped because their topic does not admit them (WS-Topics 1.3 §6),
     #: by topic
     inadmissible: Tally[str] = field(default_factory=Tally)
+    #: expiry sweeps done (gateway.upkeep)
+    sweeps: int = 0
     #: (topic, what) warned about once already (gateway.notify.admitted)
     warned: set[tuple[object, str]] = field(default_factory=set)
 

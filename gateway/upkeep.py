@@ -120,3 +120,4 @@ async def sweeper(ctx: Context) -> None:
             await sweep(ctx)
         except Exception:
             log.exception("expiry sweep failed; retrying")
+        ctx.counts.sweeps += 1

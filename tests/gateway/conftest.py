@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gwproducer import TestProducer
 from gwtest import Consumer, make_config
 
 from gateway import app
@@ -57,3 +58,23 @@ async def make_consumer() -> AsyncIterator[Callable[..., Awaitable[Consumer]]]:
 @pytest.fixture
 async def consumer(make_consumer: Callable[..., Awaitable[Consumer]]) -> Consumer:
     return await make_consumer()
+
+
+@pytest.fixture
+async def make_producer() -> AsyncIterator[Callable[..., Awaitable[TestProducer]]]:
+    """Start NotificationProducer doubles (gwproducer.TestProducer) on `port` (0: free)."""
+    made: list[TestProducer] = []
+
+    async def factory(port: int = 0) -> TestProducer:
+        p = await TestProducer().start(port)
+        made.append(p)
+        return p
+
+    yield factory
+    for p in made:
+        await p.stop()
+
+
+@pytest.fixture
+async def producer(make_producer: Callable[..., Awaitable[TestProducer]]) -> TestProducer:
+    return await make_producer()

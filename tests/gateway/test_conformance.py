@@ -27,6 +27,7 @@ from gwtest import (
     epr_address,
     notify_body,
     reading,
+    register,
     sub_address,
     subscribe_body,
     topic_filter,
@@ -79,17 +80,6 @@ async def test_renew_unsubscribe_answer_in_the_port_type_of_the_request(
 DESTROY = '<wsrf-rl:Destroy xmlns:wsrf-rl="http://docs.oasis-open.org/wsrf/rl-2"/>'
 
 
-async def _register(gw) -> str:  # type: ignore[no-untyped-def]
-    r = await call(
-        gw.url,
-        "<br:RegisterPublisher><br:PublisherReference><wsa:Address>http://127.0.0.1:9/p"
-        "</wsa:Address></br:PublisherReference></br:RegisterPublisher>",
-        action=wsdl_action("RegisterPublisher", "RegisterPublisher"),
-    )
-    assert r.status == 200, r.text
-    return epr_address(r, "br:PublisherRegistrationReference/wsa:Address")
-
-
 @pytest.mark.parametrize("kind", ["subscription", "registration"])
 async def test_destroy_terminates_the_resource(gw, consumer, kind: str) -> None:
     """WS-ResourceLifetime Destroy (WS-BaseNotification 1.3 §6.4, WS-BrokeredNotification:
@@ -98,7 +88,7 @@ async def test_destroy_terminates_the_resource(gw, consumer, kind: str) -> None:
         r = await call(gw.url, subscribe_body(consumer.url, topic_filter("tns:t")))
         addr = sub_address(r)
     else:
-        addr = await _register(gw)
+        addr = await register(gw.url, publisher="http://127.0.0.1:9/p", device_id=None, topics=())
     r = await call(addr, DESTROY, action=wsdl_action("ImmediateResourceTermination", "Destroy"))
     assert r.status == 200, r.text
     assert etree.QName(r.body).localname == "DestroyResponse", r.text
@@ -157,7 +147,7 @@ async def test_unsupported_operation_on_an_existing_resource_is_action_not_suppo
     if kind == "subscription":
         addr = sub_address(await call(gw.url, subscribe_body(consumer.url)))
     elif kind == "registration":
-        addr = await _register(gw)
+        addr = await register(gw.url, publisher="http://127.0.0.1:9/p", device_id=None, topics=())
     else:
         r = await call(gw.url, "<wsnt:CreatePullPoint/>")
         addr = epr_address(r, "wsnt:PullPoint/wsa:Address")
@@ -359,7 +349,8 @@ async def test_an_absent_optional_resource_property_is_an_empty_response(gw, con
     asked for while absent, it is an empty GetResourcePropertyResponse, not
     InvalidResourcePropertyQNameFault; an undeclared QName still is that fault."""
     addr = sub_address(await call(gw.url, subscribe_body(consumer.url)))  # no Filter/Policy
-    reg = await _register(gw)  # no br:Topic
+    # no br:Topic
+    reg = await register(gw.url, publisher="http://127.0.0.1:9/p", device_id=None, topics=())
     cases = [
         (addr, "wsnt:Filter"),
         (addr, "wsnt:SubscriptionPolicy"),

@@ -26,13 +26,22 @@ from typing import Any
 
 import aiohttp
 import pytest
-from gwtest import WSA, WSNT, call, envelope, notify_body, post, reading, subscribe_body
+from gwtest import (
+    A_NOTIFY,
+    RD,
+    WSA,
+    WSNT,
+    call,
+    envelope,
+    notify_body,
+    post,
+    reading,
+    subscribe_body,
+)
 
 from gateway import dedupe, http_limits
 from tests.polling import until
 
-A_NOTIFY = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
-RD = "{urn:wsn-edge:reading}"
 BUSY_MS = 10_000  # the gateway waits this long for the lock: longer than any hold here
 
 

@@ -11,6 +11,8 @@ from typing import Any
 import aiohttp
 import pytest
 from gwtest import (
+    A_NOTIFY,
+    A_SUBSCRIBE,
     CONCRETE,
     FULL,
     SOAP12,
@@ -26,9 +28,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import app
 from gateway.metrics import REQUEST_REJECT_REASONS
-
-A_NOTIFY = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
-A_SUBSCRIBE = "http://docs.oasis-open.org/wsn/bw-2/NotificationProducer/SubscribeRequest"
 
 
 async def scrape(gw: app.Running) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
