@@ -19,7 +19,7 @@ A caller may rely on:
   known by a registration or a ProducerReference that happen to use the same MessageID
   therefore never suppress each other's messages;
 * `Dedupe.pullpoint_key`, for a Notify posted to a pull point's own address (WS-BaseNotification
-  1.3 §5.1.2), names the publisher the same way (its ProducerReference, else anonymous)
+  1.3 §5.1.1), names the publisher the same way (its ProducerReference, else anonymous)
   within that pull point: its keys never equal `key_of`'s nor another pull point's;
 * `Dedupe.accept_once` runs `accept` at most once per key at a time and not at all for a key in
   the seen-set (gateway.storage_seen: durable, bounded, written in the accept's own

@@ -11,13 +11,13 @@ PublisherReference address; design.md "Device <-> gateway" step 2):
 - Filter = a TopicExpression of that one topic in the publisher's own namespace (a
   device's `dt:temperature`, Simple dialect for a root topic, Concrete otherwise), not the
   broker-side name `dev:<device_id>/temperature`;
-- paused (WS-BaseNotification 1.3 §6.2) while no active broker subscription selects the
+- paused (WS-BaseNotification 1.3 §6.2.1) while no active broker subscription selects the
   broker-side topic (BrokerState.has_demand), resumed when one does
   ("the NotificationBroker is expected to pause its Subscription whenever it has no active
   Subscribers ... it is obliged to resume", WS-BrokeredNotification 1.0 §4);
-- renewed (§6.1 Renew) before it expires; a lifetime is requested as a duration and the
-  answer's TerminationTime is read against its CurrentTime, so clock skew between broker
-  and publisher does not matter;
+- renewed (WS-BaseNotification 1.3 §6.1.1 Renew) before it expires; a lifetime is
+  requested as a duration and the answer's TerminationTime is read against its
+  CurrentTime, so clock skew between broker and publisher does not matter;
 - subscribed again when the publisher lost it: a ResourceUnknownFault (or HTTP 404) to
   Pause/Resume/Renew, a termination time that has passed, or a fresh RegisterPublisher from
   the same publisher (a rebooted device registers again: the older registration
@@ -341,7 +341,7 @@ class DemandManager(PublisherClient):
             want_paused = not self.state.has_demand(t.broker_topic)
             try:
                 if r.paused != want_paused:
-                    # WS-BaseNotification 1.3 §6.2.1 / §6.2.2
+                    # WS-BaseNotification 1.3 §6.2.1 PauseSubscription / §6.3 ResumeSubscription
                     if want_paused:
                         await self._call(
                             r.epr, ns.A_PAUSE, etree.Element(ns.q(ns.WSNT, "PauseSubscription"))

@@ -80,7 +80,8 @@ def new_msg_id() -> str:
 
 def parse_notify(ctx: Context, req: SoapRequest, reg: Registration | None) -> list[Publication]:
     """The publications of a Notify posted to the broker (`reg` None) or to registration
-    `reg`'s ConsumerReference, device topics mapped (design.md); faults as §3.2 says."""
+    `reg`'s ConsumerReference, device topics mapped (design.md); faults as
+    WS-BaseNotification 1.3 §3.2 says."""
     payload = req.payload
     if payload.tag != ns.q(ns.WSNT, "Notify"):
         raise faults.wsnt("InvalidMessageContentExpressionFault", "not a Notify")

@@ -62,7 +62,7 @@ async def loops_back(policy: ConsumerPolicy, address: str) -> str | None:
 
 
 async def subscribe(ctx: Context, req: SoapRequest, _broker: None) -> Reply:
-    """Subscribe (§4.2)."""
+    """Subscribe (WS-BaseNotification 1.3 §4.2)."""
     now = ctx.clock()
     cfg, state = ctx.cfg, ctx.state
     if len(state.subscriptions) >= cfg.max_subscriptions:
@@ -130,13 +130,13 @@ async def subscribe(ctx: Context, req: SoapRequest, _broker: None) -> Reply:
 
 
 async def get_resource_property(ctx: Context, req: SoapRequest, _broker: None) -> Reply:
-    """GetResourceProperty of the NotificationProducerRP (§4.1) + br:RequiresRegistration
-    (rebuilt on topic growth)."""
+    """GetResourceProperty of the NotificationProducerRP (WS-BaseNotification 1.3 §4.1)
+    + br:RequiresRegistration (rebuilt on topic growth)."""
     return wsrf.get_rp(req, ctx.render.producer_properties(ctx.state.ts), PRODUCER_RP)
 
 
 async def get_current_message(ctx: Context, req: SoapRequest, _broker: None) -> Reply:
-    """GetCurrentMessage (§4.3)."""
+    """GetCurrentMessage (WS-BaseNotification 1.3 §4.3)."""
     ts = ctx.state.ts
     tel = child(req.payload, ns.q(ns.WSNT, "Topic"))
     if tel is None:

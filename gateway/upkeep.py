@@ -1,5 +1,5 @@
 """The broker's state over time: restored from storage at start, swept of resources whose
-TerminationTime has passed while it runs (WS-BaseNotification 1.3 §6.1.1: a paused
+TerminationTime has passed while it runs (WS-BaseNotification 1.3 §6.2.1: a paused
 subscription expires too; WS-ResourceLifetime 1.2 §5 scheduled termination). gateway.app
 runs both in its lifecycle.
 """

@@ -254,7 +254,7 @@ async def test_the_seen_set_can_be_turned_off(make_gateway, consumer):
 
 
 async def test_a_notify_to_a_pull_point_sent_again_is_stored_once(make_gateway):
-    """A Notify posted to a pull point's own address (WS-BaseNotification 1.3 §5.1.2: the
+    """A Notify posted to a pull point's own address (WS-BaseNotification 1.3 §5.1.1: the
     pull point as NotificationConsumer) is deduplicated like one posted to the broker, by
     its publisher and wsa:MessageID within that pull point (gateway.dedupe `pullpoint_key`):
     a consumer-side retry after a lost answer does not put the message in twice. Another
