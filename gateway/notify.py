@@ -25,7 +25,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple, cast
+from typing import NamedTuple
 
 from lxml import etree
 
@@ -59,6 +59,8 @@ class Publication(NamedTuple):
     payload: Element
     message: Element | None = None
 
+
+_publication = tuple.__new__
 
 #: what a wsnt:Topic means depends on: Dialect (1.3 and 2004 spellings), text, in-scope
 #: namespace declarations
@@ -135,7 +137,9 @@ def parse_notify(ctx: Context, req: SoapRequest, reg: Registration | None) -> li
                 )
             if producer is None:
                 producer = r.publisher
-        out.append(Publication(topic, producer, kids[0], nm))
+        # tuple.__new__: one C call (the NamedTuple's own __new__ is a Python function,
+        # once per message of a 100-message Notify)
+        out.append(_publication(Publication, (topic, producer, kids[0], nm)))
     return out
 
 
@@ -289,10 +293,12 @@ async def publish(
     if ctx.landing.enabled:
         # first, before any state is read: big records are built on another thread
         records = ctx.landing.records
-        its = landing.items_for(cast(Sequence[Any], pubs), records, new_msg_id, xmls)
+        # (a Publication's message may be None; items_for reads only its first three)
+        its = landing.items_for(pubs, records, new_msg_id, xmls)  # type: ignore[arg-type]
         lines = await records.lines(now, its)
+    named = topics_of(pubs)
     try:
-        state.grow_topics(topics_of(pubs))
+        state.grow_topics(named)
     except topics.TopicError as e:
         raise faults.from_topic_error(e) from None
     p = plan(
@@ -300,6 +306,7 @@ async def publish(
         ctx.render,
         pubs,
         now,
+        named=named,
         pp_limit=ctx.cfg.pullpoint_max_messages,
         landed=lines,
         jsonl=ctx.landing.jsonl is not None,
@@ -317,7 +324,11 @@ async def publish(
 
 def topics_of(items: Sequence[Publication]) -> list[topics.ConcreteTopic]:
     """The distinct topics of `items`, in order."""
-    return list(dict.fromkeys(it[0] for it in items if it[0] is not None))
+    out: dict[topics.ConcreteTopic, None] = {}
+    for it in items:  # a loop, not a generator: once per message of a Notify
+        if (t := it[0]) is not None:
+            out[t] = None
+    return list(out)
 
 
 def _nobody(_sub_id: str) -> str | None:
@@ -330,6 +341,7 @@ def plan(
     items: Sequence[Publication],
     now: datetime,
     *,
+    named: Sequence[topics.ConcreteTopic] | None = None,
     pp_limit: int = 0,
     landed: list[tuple[str, str]] | None = None,
     jsonl: bool = False,
@@ -343,13 +355,15 @@ def plan(
     `landed`: a (message id, landing line) per item, for the writers `jsonl`/`parquet`;
     `via`/`peer`: nothing goes back to a broker it came through (gateway.loops; `peer(id)`
     is the broker a subscription's consumer answered as); `payload_xmls`: the payloads
-    already serialized, in order; `pp_limit`: the pull-point bound."""
+    already serialized, in order; `named`: `topics_of(items)` when the caller has it;
+    `pp_limit`: the pull-point bound."""
     p = Plan(AcceptBatch(pp_limit=pp_limit), accepted=len(items))
     batch, current = p.batch, p.current
     ts = state.ts
     # recorded on every Notify (INSERT OR IGNORE): a topic grown in memory by a Notify
     # whose commit failed is persisted by the next one
-    batch.grown = [(t.namespace, "/".join(t.path)) for t in topics_of(items)]
+    grown = topics_of(items) if named is None else named
+    batch.grown = [(t.namespace, "/".join(t.path)) for t in grown]
     # who wants a topic depends on the topic and `now` only: asked once per topic
     wanting: dict[topics.ConcreteTopic | None, list[Subscription]] = {}
     for i, (topic, producer, payload, _nm) in enumerate(items):
