@@ -17,7 +17,9 @@ A caller may rely on:
   every transition that may move it, in one place (`_emit`), and each change is a
   `DemandChanged` event;
 * the tables (`subscriptions`, `pullpoints`, `registrations`, `current`) are read-only
-  views: change them through the transitions.
+  views: change them through the transitions;
+* the one thing it logs is an observer's failure (a bug; the other observers are still
+  told, the change stands).
 """
 
 from __future__ import annotations
@@ -213,15 +215,19 @@ class BrokerState:
         return subs, regs
 
     # ------------------------------------------------------------------ restore
-    def restore_topics(self, grown: Iterable[topics.ConcreteTopic]) -> None:
+    def restore_topics(
+        self, grown: Iterable[topics.ConcreteTopic]
+    ) -> list[tuple[topics.ConcreteTopic, topics.TopicError]]:
         """Grow again the topics grown before a restart (before `restore`: a restored
-        subscription's expression is validated against them); one the Topic Set refuses
-        now (it was made fixed since, say) is left out."""
+        subscription's expression is validated against them); those the Topic Set refuses
+        now (it was made fixed since, say) are left out and returned with the reason."""
+        refused = []
         for t in grown:
             try:
                 self.ts.grow(t)
             except topics.TopicError as e:
-                log.warning("not restoring grown topic %s: %s", t, e)
+                refused.append((t, e))
+        return refused
 
     def restore(self, r: Restored) -> None:
         """Load what storage held at start (one transition: demand is computed once)."""

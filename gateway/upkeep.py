@@ -35,9 +35,11 @@ async def restore(ctx: Context) -> None:
     now = ctx.clock()
     ts = ctx.state.ts
     # grown topics first: a subscription's expression is validated against the Topic Set
-    ctx.state.restore_topics(
+    refused = ctx.state.restore_topics(
         [topics.ConcreteTopic(tns, tuple(path.split("/"))) for tns, path in snap.grown]
     )
+    for t, e in refused:
+        log.warning("not restoring grown topic %s: %s", t, e)
     r = Restored(
         current={
             topics.ConcreteTopic(tns, tuple(path.split("/")) if path else ()): xml

@@ -259,6 +259,9 @@ def test_topic_growth_is_told_once_and_refused_by_a_fixed_set() -> None:
     with pytest.raises(topics.TopicError):
         fixed.grow_topics([T])
     assert T not in fixed.ts and rec2.events == []
+    # at restore, a topic the set refuses now is left out and said why (upkeep logs it)
+    ((refused, why),) = fixed.restore_topics([T])
+    assert refused == T and isinstance(why, topics.TopicError) and T not in fixed.ts
 
 
 def test_restore_is_one_transition() -> None:
