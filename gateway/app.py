@@ -125,6 +125,7 @@ def build(cfg: Config, clock: Clock = utcnow) -> Gateway:
         landing=Landing(jsonl, parquet, records),
         policy=policy,
         loop_id=loop_id,
+        clock=clock,
     )
     delivery.on_dead = functools.partial(manager.consumer_dead, ctx)
     demand = DemandManager(state, storage, render, policy, cfg)

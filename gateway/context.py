@@ -39,10 +39,6 @@ class Landing:
     parquet: ParquetLandingWriter | None
     records: RecordBuilder
 
-    @property
-    def enabled(self) -> bool:
-        return self.jsonl is not None or self.parquet is not None
-
 
 @dataclass(frozen=True)
 class Context:
@@ -67,7 +63,5 @@ class Context:
     policy: ConsumerPolicy
     #: this process's id in edge:Via (gateway.loops)
     loop_id: str
-
-    @property
-    def clock(self) -> Clock:
-        return self.state.clock
+    #: the broker's time: the state's clock (a field, not a property: read per request)
+    clock: Clock

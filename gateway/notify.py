@@ -290,7 +290,8 @@ async def publish(
     # each payload serialized once: stored, delivered and landed from the same text
     xmls = [etree.tostring(it[2], encoding="unicode", with_tail=False) for it in pubs]
     lines: list[tuple[str, str]] | None = None
-    if ctx.landing.enabled:
+    jsonl, parquet = ctx.landing.jsonl is not None, ctx.landing.parquet is not None
+    if jsonl or parquet:
         # first, before any state is read: big records are built on another thread
         records = ctx.landing.records
         # (a Publication's message may be None; items_for reads only its first three)
@@ -309,8 +310,8 @@ async def publish(
         named=named,
         pp_limit=ctx.cfg.pullpoint_max_messages,
         landed=lines,
-        jsonl=ctx.landing.jsonl is not None,
-        parquet=ctx.landing.parquet is not None,
+        jsonl=jsonl,
+        parquet=parquet,
         via=via,
         peer=ctx.delivery.peer,
         payload_xmls=xmls,

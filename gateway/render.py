@@ -80,7 +80,7 @@ class Renderer:
             )
             t.set("Dialect", dialect)
             t.text = text
-        prod = producer or Epr(self.broker_url)
+        prod = producer or Epr(self.base_url + "/wsn/broker")
         nm.append(prod.to_element(ns.q(ns.WSNT, "ProducerReference")))
         etree.SubElement(nm, ns.q(ns.WSNT, "Message")).text = _PAYLOAD_MARK
         whole = etree.tostring(nm, encoding="unicode")
