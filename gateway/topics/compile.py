@@ -56,7 +56,7 @@ def compile_expression(
 ) -> TopicExpression:
     """Parse ``text`` of ``dialect`` once into a compiled expression; prefixes
     resolve through ``nsmap`` (the default namespace, key None, is ignored:
-    unprefixed names are in the ad-hoc namespace, §10)."""
+    unprefixed names are in the ad-hoc namespace, WS-Topics 1.3 §10)."""
     canon = canonical_dialect(dialect)
     if not isinstance(text, str):
         raise InvalidTopicExpression("a topic expression must be text")
@@ -129,11 +129,12 @@ def render_topic(
     used by the Subscriber when it created the Subscription". So the answer is
     ``dialect`` itself, spelled as the subscriber spelled it (a 2004 URI stays
     the 2004 URI, surrounding white space dropped), with the topic's concrete
-    path as text: a Concrete path is valid Full (§8.3), and as an XPath (§8.4) it
+    path as text: a Concrete path is valid Full (WS-Topics 1.3 §8.3), and as an
+    XPath (WS-Topics 1.3 §8.4) it
     is a relative location path (``tns:t1/t2``) that selects exactly this
     topic's element from the TopicSet element, the context node. The one
     exception is Simple for a topic that is not a root topic, which Simple
-    cannot express (§8.1); a Simple subscription never selects one, and if it
+    cannot express (WS-Topics 1.3 §8.1); a Simple subscription never selects one, and if it
     did the topic goes out as Concrete (in the Simple URI's family,
     :func:`concrete_of`). An expression without a dialect (no TopicExpression
     in the subscription) gets Concrete.
@@ -143,7 +144,7 @@ def render_topic(
     prefix is unusable or taken, gets one by :func:`prefixes.choose`'s later
     rules (conventional, then ``tns``, ``tns1``, ...). The caller declares the
     returned prefixes on the wsnt:Topic element so the text resolves with the
-    declarations in scope; ad-hoc roots (§10) are unprefixed.
+    declarations in scope; ad-hoc roots (WS-Topics 1.3 §10) are unprefixed.
     """
     canon = canonical_dialect(dialect)
     if not topic.path:
