@@ -119,7 +119,7 @@ def parse_notify(ctx: Context, req: SoapRequest, reg: Registration | None) -> li
         # registration) the one its ProducerReference names
         r = reg
         if r is None and ctx.cfg.requires_registration:
-            r = registration_for(ctx.state, producer)
+            r = registration_for(ctx.state, producer, topic)
             if r is None:
                 raise faults.br(
                     "PublisherRegistrationRejectedFault",
@@ -189,11 +189,19 @@ def _read_topic(tel: Element) -> tuple[topics.ConcreteTopic, dict[str, str]]:
     return topic, expr.prefixes_used()
 
 
-def registration_for(state: BrokerState, producer: Epr | None) -> Registration | None:
+def registration_for(
+    state: BrokerState, producer: Epr | None, topic: topics.ConcreteTopic | None = None
+) -> Registration | None:
+    """The registration a Notify naming `producer` is attributed to: of that publisher's
+    registrations (it may have several: WS-BrokeredNotification 1.0 §5.4 makes a new one on
+    each RegisterPublisher), the newest that allows `topic`, else its newest."""
     if producer is None:
         return None
-    regs = state.registrations_of(producer.address)
-    return regs[0] if regs else None
+    regs = sorted(state.registrations_of(producer.address), key=lambda r: r.created)
+    for r in reversed(regs):
+        if r.allows(publishers.map_device_topic(topic, r.device_id) if topic else None, state.ts):
+            return r
+    return regs[-1] if regs else None
 
 
 async def notify_broker(ctx: Context, req: SoapRequest, _broker: None) -> Reply:

@@ -64,7 +64,6 @@ async def register(url: str, publisher: str, *topics: str, **kw: object) -> str:
 
 
 # ---------------------------------------------------------------- defect 1
-@pytest.mark.xfail(strict=True, reason="issue 25 defect 1: fixed with the rebuilt core")
 async def test_registering_again_creates_a_resource_and_keeps_the_first(make_gateway):
     """WS-BrokeredNotification (002_, RegisterPublisher): "A new resource is created
     regardless of whether the same Publisher has previously registered." The first
@@ -147,7 +146,6 @@ async def publishers() -> AsyncIterator[Publishers]:
     await p._runner.cleanup()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25 defect 2: fixed with the rebuilt core")
 async def test_two_publishers_on_one_host_port_keep_their_own_demand(gw, consumer, publishers):
     """Publishers at http://H:P/a and http://H:P/b, both Demand=true and without an
     edge:DeviceId, are two publishers: registering /b leaves /a subscribed, and a subscriber
@@ -170,7 +168,6 @@ async def test_two_publishers_on_one_host_port_keep_their_own_demand(gw, consume
 
 
 # ---------------------------------------------------------------- defect 3
-@pytest.mark.xfail(strict=True, reason="issue 25 defect 3: fixed with the rebuilt core")
 async def test_a_pull_point_is_destroyed_by_wsrf_destroy(gw):
     """A pull point's EPR presents it as a WS-Resource (WS-BaseNotification 1.3 §5.1), so
     WS-ResourceLifetime's immediate termination ends it like DestroyPullPoint does."""
@@ -196,7 +193,6 @@ async def test_a_pull_point_is_destroyed_by_wsrf_destroy(gw):
 SM = "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25 defect 4: fixed with the rebuilt core")
 @pytest.mark.parametrize("op", ["PauseSubscription", "ResumeSubscription"])
 async def test_pause_resume_answer_in_the_form_the_request_used(gw, consumer, op):
     r = await call(gw.url, subscribe_body(consumer.url, topic_filter("tns:t")))
