@@ -295,13 +295,22 @@ async def publish(
     items: Sequence[Publication],
     via: tuple[str, ...] = (),
     seen: SeenKey | None = None,
+    also: Sequence[topics.ConcreteTopic | None] | None = None,
 ) -> None:
     """Accept notifications (module docstring): topic growth (WS-Topics 1.3 §9), then the
     plan, then one commit, then the state. Returns once committed (a positive answer to
     Notify means durably accepted). `via`: the brokers they went through (gateway.loops);
-    `seen`: the Notify's seen-set key (gateway.dedupe), committed with it."""
+    `seen`: the Notify's seen-set key (gateway.dedupe), committed with it; `also`: per
+    item, a second name of its topic (a camera event's `dev:<camera>/...`,
+    gateway.cameras): grown too, and its subscribers get the item once, under its topic."""
     state = ctx.state
-    pubs = admitted(ctx.counts, state.ts, list(items))
+    if also is not None:  # admitted() may drop items: keep each second name with its item
+        pairs = [(it, a) for it, a in zip(items, also, strict=True)]
+        kept = {id(it) for it in admitted(ctx.counts, state.ts, [it for it, _ in pairs])}
+        pubs = [it for it, _ in pairs if id(it) in kept]
+        also = [a for it, a in pairs if id(it) in kept]
+    else:
+        pubs = admitted(ctx.counts, state.ts, list(items))
     now = ctx.clock()
     # each payload serialized once: stored, delivered and landed from the same text
     xmls = [etree.tostring(it[2], encoding="unicode", with_tail=False) for it in pubs]
@@ -314,6 +323,8 @@ async def publish(
         its = landing.items_for(pubs, records, new_msg_id, xmls)  # type: ignore[arg-type]
         lines = await records.lines(now, its)
     named = topics_of(pubs)
+    if also is not None:
+        named += [t for t in dict.fromkeys(also) if t is not None and t not in named]
     try:
         state.grow_topics(named)
     except topics.TopicError as e:
@@ -331,6 +342,7 @@ async def publish(
         via=via,
         peer=ctx.delivery.peer,
         payload_xmls=xmls,
+        also=also,
     )
     p.batch.seen = seen
     for sid, n in p.deliveries_per_sub.items():  # the backlog bound, in the same commit
@@ -366,6 +378,7 @@ def plan(
     via: tuple[str, ...] = (),
     peer: Callable[[str], str | None] = _nobody,
     payload_xmls: Sequence[str] | None = None,
+    also: Sequence[topics.ConcreteTopic | None] | None = None,
 ) -> Plan:
     """What to store, land and deliver for `items` (pure: reads the state). Their topics
     are in the Topic Set (`publish` grew it) and recorded as grown with the commit.
@@ -373,7 +386,8 @@ def plan(
     `via`/`peer`: nothing goes back to a broker it came through (gateway.loops; `peer(id)`
     is the broker a subscription's consumer answered as); `payload_xmls`: the payloads
     already serialized, in order; `named`: `topics_of(items)` when the caller has it;
-    `pp_limit`: the pull-point bound."""
+    `pp_limit`: the pull-point bound; `also`: per item, a second name of its topic
+    (`publish`): its subscribers get the item too, once, and it is a current message there."""
     p = Plan(AcceptBatch(pp_limit=pp_limit), accepted=len(items))
     batch, current = p.batch, p.current
     ts = state.ts
@@ -382,7 +396,7 @@ def plan(
     grown = topics_of(items) if named is None else named
     batch.grown = [(t.namespace, "/".join(t.path)) for t in grown]
     # who wants a topic depends on the topic and `now` only: asked once per topic
-    wanting: dict[topics.ConcreteTopic | None, list[Subscription]] = {}
+    wanting: dict[object, list[Subscription]] = {}
     for i, (topic, producer, payload, _nm) in enumerate(items):
         payload_xml = (
             payload_xmls[i]
@@ -398,6 +412,9 @@ def plan(
             if ts.has_aliases:
                 for t in topics.resolve_topic(topic, ts):
                     current[t] = payload_xml
+        second = also[i] if also is not None else None
+        if second is not None:
+            current[second] = payload_xml
         if landed is not None:
             line = landed[i][1]
             if jsonl:
@@ -409,9 +426,14 @@ def plan(
         # wrapped message after its SubscriptionReference depends only on the subscriber's
         # dialect, a raw message is the payload; each subscriber's row references it
         rendered: dict[str | None, tuple[str, int]] = {}  # dialect (None: raw) -> text, ref
-        subs = wanting.get(topic)
+        key: object = topic if second is None else (topic, second)
+        subs = wanting.get(key)
         if subs is None:
-            subs = wanting[topic] = state.wanting(topic, now)
+            subs = state.wanting(topic, now)
+            if second is not None and (extra := state.wanting(second, now)):
+                # once each, in id order as state.wanting gives them
+                subs = sorted({s.id: s for s in (*subs, *extra)}.values(), key=lambda s: s.id)
+            wanting[key] = subs
         for sub in subs:
             if via and peer(sub.id) in via:  # never back where it came from
                 continue

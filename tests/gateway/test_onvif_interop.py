@@ -15,25 +15,36 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import AsyncIterator, Sequence
+import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import pytest
 from aiohttp import web
 from camera_double import CameraDouble
-from gwtest import GatewayProcess, start_gateway, stop_gateway
-from lxml import etree
+from gwtest import (
+    CONCRETE,
+    DEV_NS,
+    FULL,
+    WSA,
+    WSNT,
+    Consumer,
+    GatewayProcess,
+    call,
+    start_gateway,
+    stop_gateway,
+    subscribe_body,
+    topic_filter,
+)
 
-from gateway import topics
-from gateway.onvif import CameraConfig, CameraEvent, CameraSource, CameraTopic
 from gateway.onvif.client import onvif_module
 from tests.polling import until
+from wsncli.commands import render_ls
 
-WSNT = "http://docs.oasis-open.org/wsn/b-2"
-WSA = "http://www.w3.org/2005/08/addressing"
-S12 = "http://www.w3.org/2003/05/soap-envelope"
+TT = "http://www.onvif.org/ver10/schema"
 EVENTS = "http://www.onvif.org/ver10/events/wsdl"
 
 
@@ -104,69 +115,66 @@ class HomeAssistantLike:
             await self._runner.cleanup()
 
 
-class ForwardAsNotify:
-    """The camera source's sink for this test: each event posted to the gateway as the
-    Notify of a publisher (its topic with the camera's prefixes, the camera's
-    ProducerReference, the tt:Message)."""
-
-    def __init__(self, broker: str) -> None:
-        self.broker = broker
-        self.session: aiohttp.ClientSession | None = None
-
-    def camera_topics(self, camera_id: str, found: Sequence[CameraTopic]) -> None:
-        pass
-
-    async def camera_events(self, camera_id: str, events: Sequence[CameraEvent]) -> None:
-        env = etree.Element(f"{{{S12}}}Envelope", nsmap={"s": S12, "wsnt": WSNT, "wsa": WSA})
-        notify = etree.SubElement(etree.SubElement(env, f"{{{S12}}}Body"), f"{{{WSNT}}}Notify")
-        for e in events:
-            nm = etree.SubElement(notify, f"{{{WSNT}}}NotificationMessage")
-            dialect, text, decl = topics.render_topic(e.topic, topics.CONCRETE, e.prefixes)
-            t = etree.SubElement(nm, f"{{{WSNT}}}Topic", nsmap=decl)  # type: ignore[arg-type]
-            t.set("Dialect", dialect)
-            t.text = text
-            prod = etree.SubElement(nm, f"{{{WSNT}}}ProducerReference")
-            etree.SubElement(prod, f"{{{WSA}}}Address").text = e.producer
-            etree.SubElement(nm, f"{{{WSNT}}}Message").append(e.message)
-        if self.session is None:
-            self.session = aiohttp.ClientSession()
-        async with self.session.post(
-            self.broker,
-            data=etree.tostring(env),
-            headers={"Content-Type": "application/soap+xml; charset=utf-8"},
-        ) as r:
-            assert r.status == 202, await r.text()
+ONVIF_TOPICS = "http://www.onvif.org/ver10/topics"
+MOTION = "RuleEngine/CellMotionDetector/Motion"
 
 
 @pytest.fixture
-async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
-    gw = await asyncio.to_thread(start_gateway, tmp_path / "gw")
+async def cam() -> AsyncIterator[CameraDouble]:
+    c = await CameraDouble().start()
+    yield c
+    await c.stop()
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path, cam: CameraDouble) -> AsyncIterator[GatewayProcess]:
+    """A gateway process subscribed to the camera double with --onvif-camera (its landing
+    files published within 0.3 s)."""
+    url = f"http://{quote(cam.user)}:{quote(cam.password)}@127.0.0.1:{cam.port}"
+    gw = await asyncio.to_thread(
+        start_gateway, tmp_path / "gw", "--onvif-camera", f"front-door={url}",
+        "--landing-max-age", "0.3",
+    )  # fmt: skip
     yield gw
     await asyncio.to_thread(stop_gateway, gw)
 
 
+async def camera_status(gw: GatewayProcess) -> dict[str, Any]:
+    async with (
+        aiohttp.ClientSession() as s,
+        s.get(gw.url.replace("/wsn/broker", "/status.json")) as r,
+    ):
+        cams = (await r.json())["cameras"]
+    assert [c["id"] for c in cams] == ["front-door"]
+    return dict(cams[0])
+
+
 async def test_a_camera_event_through_the_gateway_is_the_cameras_own_to_home_assistant(
-    gateway: GatewayProcess,
+    gateway: GatewayProcess, cam: CameraDouble, consumer: Consumer, tmp_path: Path
 ):
-    """Acceptance (issue 25): a motion event of the camera reaches an onvif-zeep-async
-    subscriber with no filter as tns1:RuleEngine/CellMotionDetector/Motion, which
-    onvif-parsers recognises, as the same entity as the camera's original."""
-    cam = await CameraDouble().start()
+    """Acceptance (issue 25): a motion event of the camera (the gateway subscribed to it
+    with --onvif-camera) reaches an onvif-zeep-async subscriber with no filter as
+    tns1:RuleEngine/CellMotionDetector/Motion, which onvif-parsers recognises as the same
+    entity as the camera's original; it also reaches a subscriber selecting that one
+    camera (dev:front-door//.), a pull point selecting one kind of event across cameras
+    (dev:*/tns1:RuleEngine/CellMotionDetector/Motion) and the landing zone with
+    device_id = the camera's id."""
     direct, via = HomeAssistantLike(), HomeAssistantLike()
-    forward = ForwardAsNotify(gateway.url)
-    source = CameraSource(
-        CameraConfig("front-door", cam.url, cam.user, cam.password), forward, backoff_initial=0.05
-    )
+    dev = f'xmlns:dev="{DEV_NS}" xmlns:tns1="{ONVIF_TOPICS}"'
     try:
+        await until_async(lambda: camera_status(gateway), lambda c: c["connected"], 15)
+        r = await call(gateway.url, subscribe_body(consumer.url, topic_filter(
+            "dev:front-door//.", FULL, dev)))  # fmt: skip
+        assert r.status == 200, r.text
+        r = await call(gateway.url, "<wsnt:CreatePullPoint/>")
+        pp = r.body.findtext(f"{{{WSNT}}}PullPoint/{{{WSA}}}Address")
+        assert pp
+        r = await call(gateway.url, subscribe_body(pp, topic_filter(
+            f"dev:*/tns1:{MOTION}", FULL, dev)))  # fmt: skip
+        assert r.status == 200, r.text
         await direct.start("127.0.0.1", cam.port, cam.user, cam.password)
         port = int(gateway.url.split(":")[2].split("/")[0])
         await via.start("127.0.0.1", port, "operator", "any", events_at=gateway.url)
-        source.start()
-        await until(lambda: source.status.connected, "the gateway's source subscribed", 10)
-        # the gateway asked the camera for its state (SetSynchronizationPoint) on subscribing
-        await until(lambda: via.unknown or via.entities, "the camera's state, via", 10)
-        assert not via.unknown, f"onvif-parsers does not know {via.unknown}"
-        assert [(op, e.value) for op, e in via.entities] == [("Initialized", False)]
 
         def changed(c: HomeAssistantLike) -> list[Any]:
             return [e for op, e in c.entities if op == "Changed"]
@@ -179,16 +187,118 @@ async def test_a_camera_event_through_the_gateway_is_the_cameras_own_to_home_ass
                 10,
             )
             assert not via.unknown, f"onvif-parsers does not know {via.unknown}"
-        assert set(via.topics) == {"tns1:RuleEngine/CellMotionDetector/Motion"}
+        assert set(via.topics) == {f"tns1:{MOTION}"}
         assert set(direct.topics) == set(via.topics)
         assert changed(via) == changed(direct)
         assert [e.value for e in changed(via)] == [True, False]
         assert changed(via)[0].device_class == "motion"
         assert not cam.invalid, cam.invalid
+
+        # the subscriber selecting the camera: its motion events, under the camera's text
+        await consumer.wait_for(2, timeout=10)
+        texts = [m.findtext(f"{{{WSNT}}}Topic") for m in consumer.messages()]
+        assert texts and set(texts) == {f"tns1:{MOTION}"}, texts
+        # the pull point
+        r = await call(pp, "<wsnt:GetMessages/>")
+        got = r.body.findall(f"{{{WSNT}}}NotificationMessage")
+        values = [m.find(f".//{{{TT}}}Data/{{{TT}}}SimpleItem").get("Value") for m in got]
+        assert values[-2:] == ["true", "false"], values
+        assert {m.findtext(f"{{{WSNT}}}Topic") for m in got} == {f"tns1:{MOTION}"}
+        # the landing zone
+        lines = await until_async(
+            lambda: asyncio.to_thread(landed, tmp_path / "gw" / "landing"),
+            lambda ls: sum(1 for x in ls if x["topic_path"] == MOTION) >= 3,
+            10,
+        )
+        motion = [x for x in lines if x["topic_path"] == MOTION]
+        assert {x["device_id"] for x in motion} == {"front-door"}
+        assert {x["topic_namespace"] for x in motion} == {ONVIF_TOPICS}
+        assert all("<tt:Message" in x["payload"] or "Message" in x["payload"] for x in motion)
+        st = await camera_status(gateway)
+        assert st["events"] >= 3 and st["last_event"] and st["expires"], st
+        # the current message, by either name of the camera's topic
+        for expr in (f"tns1:{MOTION}", f"dev:front-door/tns1:{MOTION}"):
+            r = await call(
+                gateway.url,
+                f'<wsnt:GetCurrentMessage><wsnt:Topic Dialect="'
+                f'{CONCRETE}" {dev}>{expr}</wsnt:Topic></wsnt:GetCurrentMessage>',
+            )
+            assert r.status == 200, r.text
+            item = r.body.find(f"{{{TT}}}Message/{{{TT}}}Data/{{{TT}}}SimpleItem")
+            assert item is not None and item.get("Value") == "false", r.text
+        # /metrics and `wsn ls` show the camera
+        base = gateway.url.replace("/wsn/broker", "")
+        async with aiohttp.ClientSession() as s, s.get(base + "/metrics") as m:
+            metrics = await m.text()
+        assert 'wsn_camera_connected{camera="front-door"} 1.0' in metrics, metrics
+        assert 'wsn_camera_events_total{camera="front-door"}' in metrics
+        async with aiohttp.ClientSession() as s, s.get(base + "/status.json") as m:
+            ls = render_ls(await m.json())
+        assert any(x.split()[:2] == ["front-door", "connected"] for x in ls), ls
     finally:
-        await source.stop()
         for c in (direct, via):
             await c.stop()
-        if forward.session is not None:
-            await forward.session.close()
-        await cam.stop()
+
+
+def landed(d: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for f in sorted(d.glob("*.jsonl")) if d.is_dir() else []:
+        out += [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+    return out
+
+
+async def until_async(get: Any, ok: Any, timeout: float) -> Any:
+    """Poll the coroutine function `get` until `ok(value)`; -> the value."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = await get()
+        if ok(value):
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"not reached within {timeout} s: {value!r}")
+        await asyncio.sleep(0.1)
+
+
+async def test_after_a_camera_reboot_events_flow_again_within_one_renewal_interval(
+    tmp_path: Path, cam: CameraDouble, consumer: Consumer
+):
+    """Acceptance (issue 25): the camera double reboots (subscriptions gone, clock moved an
+    hour); events reach the gateway's subscribers again within one renewal interval (half
+    the 10 s lifetime of the config file's camera), and the camera never holds more than
+    one subscription of the gateway. The camera comes from --onvif-config."""
+    (tmp_path / "front.pw").write_text(cam.password + "\n")
+    conf = tmp_path / "cameras.json"
+    conf.write_text(json.dumps({"cameras": [{
+        "id": "front-door", "address": cam.url, "user": cam.user,
+        "password_file": "front.pw", "lifetime": 10}]}))  # fmt: skip
+    gw = await asyncio.to_thread(start_gateway, tmp_path / "gw", "--onvif-config", str(conf))
+    most = 0
+
+    def watch(_op: str) -> None:
+        nonlocal most
+        most = max(most, len(cam.live()))
+
+    cam.on_request = watch
+    try:
+        await until_async(lambda: camera_status(gw), lambda c: c["connected"], 15)
+        r = await call(gw.url, subscribe_body(consumer.url, topic_filter(
+            f"dev:front-door/tns1:{MOTION}", CONCRETE,
+            f'xmlns:dev="{DEV_NS}" xmlns:tns1="{ONVIF_TOPICS}"')))  # fmt: skip
+        assert r.status == 200, r.text
+        cam.motion(True)
+        await consumer.wait_for(1, timeout=10)
+        before = await camera_status(gw)
+        await cam.reboot()
+        back = asyncio.get_running_loop().time()
+        # each second an event: the first one after the gateway resubscribed is delivered
+        while len(consumer.messages()) < 2:
+            assert asyncio.get_running_loop().time() - back < 5.0 + 1.0, "no event within 5 s"
+            cam.motion(len(consumer.messages()) % 2 == 0)
+            await asyncio.sleep(0.5)
+        after = await camera_status(gw)
+        assert after["subscriptions"] == before["subscriptions"] + 1, (before, after)
+        assert len(cam.live()) == 1 and most <= 1, (cam.live(), most)
+        assert not cam.invalid, cam.invalid
+    finally:
+        await asyncio.to_thread(stop_gateway, gw)
+    assert cam.live() == []  # the gateway unsubscribed when it stopped
