@@ -5,5 +5,5 @@
 # asyncio comes with every board's default manifest (include("$(PORT_DIR)/boards/manifest.py")).
 # main.py and topics.xml go on the board's filesystem (mpremote cp), with /config.json.
 metadata(description="wsn-edge: WS-Notification producer (WS-BaseNotification 1.3)",
-         version="0.1.0", license="Apache-2.0")
+         version="0.2.0", license="Apache-2.0")
 package("wsn", base_path=".")

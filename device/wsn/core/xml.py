@@ -1,8 +1,9 @@
-# A small, bounded, namespace-aware XML reader and the escaping helpers of the writer.
+# A small, bounded, namespace-aware XML reader, and xsd:dateTime / xsd:duration from text.
+# Loaded for a request (or the registration) and dropped when the device is idle again
+# (wsn.device); writing XML is wsn.core.soap.
 #
-# Reading is two layers: tokens() (a streaming tokenizer over a bytes buffer: one event at a
-# time, no lookahead beyond the current markup) and parse() (builds a small tree of Element
-# from the events, resolving namespaces). What a caller may rely on:
+# parse() builds a small tree of Element in one pass over a bytes buffer, resolving
+# namespaces. What a caller may rely on:
 # - UTF-8 input; a BOM and the XML declaration are skipped; comments and processing
 #   instructions are ignored; CDATA is text.
 # - No DTD: a DOCTYPE is rejected, so no entity can be declared or expanded and nothing is
@@ -14,16 +15,11 @@
 #   verbatim (outer_xml) with the namespace declarations it inherits.
 from micropython import const
 
-START = const(1)
-END = const(2)
-TEXT = const(3)
+from wsn.core.soap import escape
 
 _WS = const(" \t\r\n")
 # the predefined entities (XML 1.0 §4.6), name then value: a constant, no dict on the heap
 _ENT = const(("lt", "<", "gt", ">", "amp", "&", "quot", '"', "apos", "'"))
-# markup skipped or read as text: (opening, closing) of a PI / the XML declaration, a comment,
-# CDATA (the only one that is text)
-_SKIP = const(((b"<?", b"?>"), (b"<!--", b"-->"), (b"<![CDATA[", b"]]>")))
 
 
 class XMLError(ValueError):
@@ -72,97 +68,6 @@ def _dec(b):
         raise XMLError("not UTF-8")
 
 
-def tokens(b, max_attrs):
-    # The events of buffer b, one at a time:
-    #   (START, qname, attrs: list of (qname, value) or None, empty, offset of '<', offset after '>')
-    #   (END, qname, offset of '<', offset after '>')
-    #   (TEXT, text: decoded, entities resolved; CDATA verbatim)
-    n = len(b)
-    i = 3 if b[:3] == b"\xef\xbb\xbf" else 0
-    while i < n:
-        if b[i] != 60:  # text up to the next '<'
-            j = b.find(b"<", i)
-            if j < 0:
-                j = n
-            t = _dec(b[i:j])
-            if "]]>" in t:
-                raise XMLError("']]>' in text")
-            yield TEXT, unescape(t)
-            i = j
-            continue
-        for o, e in _SKIP:
-            if b[i:i + len(o)] == o:
-                j = b.find(e, i + len(o))
-                if j < 0:
-                    raise XMLError("truncated at byte %d" % i)
-                if e == b"]]>":  # CDATA
-                    yield TEXT, _dec(b[i + 9:j])
-                i = j + len(e)
-                break
-        else:
-            if b[i + 1:i + 2] == b"!":
-                raise XMLError("DOCTYPE not allowed" if b[i + 2:i + 9] in (b"DOCTYPE", b"doctype")
-                               else "bad '<!' at byte %d" % i)
-            # the tag ends at the first '>' outside quotes
-            j = i + 1
-            q = 0
-            while True:
-                if j >= n:
-                    raise XMLError("truncated at byte %d" % i)
-                c = b[j]
-                if q:
-                    if c == q:
-                        q = 0
-                elif c == 34 or c == 39:
-                    q = c
-                elif c == 62:
-                    break
-                j += 1
-            s = _dec(b[i + 1:j])
-            j += 1
-            if s[:1] == "/":
-                yield END, s[1:].strip(), i, j
-                i = j
-                continue
-            empty = s[-1:] == "/"
-            if empty:
-                s = s[:-1]
-            name = s
-            for c in _WS:
-                name = name.partition(c)[0]
-            s = s[len(name):]
-            attrs = None
-            while True:
-                # ws attr ws? = ws? "value"
-                s = s.lstrip(_WS)
-                if not s:
-                    break
-                e = s.find("=")
-                an = s[:e].rstrip(_WS) if e >= 0 else s
-                if e < 0 or not is_name(an):
-                    raise XMLError("bad attribute %s in <%s" % (an, name))
-                s = s[e + 1:].lstrip(_WS)
-                q = s[:1]
-                if not q or q not in "\"'":
-                    raise XMLError("unquoted attribute %s in <%s" % (an, name))
-                e = s.find(q, 1)
-                v = s[1:e]
-                s = s[e + 1:]
-                if "<" in v or s[:1] not in _WS:
-                    raise XMLError("bad attribute %s in <%s" % (an, name))
-                if attrs is None:
-                    attrs = []
-                elif len(attrs) >= max_attrs:
-                    raise XMLError("too many attributes in <%s" % name)
-                # attribute-value normalisation (XML 1.0 §3.3.3) for literal whitespace
-                v = v.replace("\r\n", " ")
-                for c in "\r\n\t":
-                    v = v.replace(c, " ")
-                attrs.append((an, unescape(v)))
-            yield START, name, attrs, empty, i, j
-            i = j
-
-
 class Element:
     # ns: namespace URI ('' for none); name: local name; attrs: dict of '{ns}local' or 'local'
     # -> value, or None; children: list of Element; text: the direct character data (all
@@ -197,18 +102,14 @@ class Element:
     def resolve(self, qname):
         # A QName in content (e.g. a TopicExpression): (namespace, local); the prefix must be
         # in scope here. An unprefixed name takes the default namespace, or '' if none.
-        uri, local, _ = _split(qname, self.scope, False, False)
-        return uri, local
+        return _split(qname, self.scope, False)[:2]
 
 
-_BASE_SCOPE = {"xml": "http://www.w3.org/XML/1998/namespace"}
-
-
-def _split(qname, scope, attr, check):
+def _split(qname, scope, attr):
     # -> (namespace, local, prefix) of a QName in scope; unprefixed attributes are in no
     # namespace, unprefixed elements in the default one
     p, _, local = qname.rpartition(":")
-    if check and (not is_name(local) or (p and not is_name(p))):
+    if not is_name(local) or (p and not is_name(p)):
         raise XMLError("bad name %s" % qname)
     if not p:
         return ("" if attr else scope.get("", "")), local, ""
@@ -219,67 +120,147 @@ def _split(qname, scope, attr, check):
 
 
 def parse(buf, max_depth=16, max_elements=256, max_attrs=16):
-    # Parse a whole document (bytes) into its root Element. Raises XMLError with a reason a
-    # human can act on for anything malformed, truncated or over the limits.
+    # Parse a whole document (bytes) into its root Element, in one pass over the buffer (one
+    # piece of markup at a time, no lookahead beyond it). Raises XMLError with a reason a human
+    # can act on for anything malformed, truncated or over the limits.
     if not isinstance(buf, (bytes, bytearray)):
         buf = bytes(buf)
+    n = len(buf)
+    i = 3 if buf[:3] == b"\xef\xbb\xbf" else 0
     stack = []
     root = None
     count = 0
-    for t in tokens(buf, max_attrs):
+    while i < n:
         top = stack[-1] if stack else None
-        ev = t[0]
-        if ev == TEXT:
+        if buf[i] != 60:  # text up to the next '<'
+            j = buf.find(b"<", i)
+            if j < 0:
+                j = n
+            t = _dec(buf[i:j])
+            if "]]>" in t:
+                raise XMLError("']]>' in text")
             if top:
-                top.text += t[1]
-            elif t[1].strip():
+                top.text += unescape(t)
+            elif t.strip():
                 raise XMLError("text outside the root")
-        elif ev == END:
-            if not stack:
-                raise XMLError("unexpected end tag </%s>" % t[1])
-            want = (top.prefix + ":" + top.name) if top.prefix else top.name
-            if t[1] != want:
-                raise XMLError("end tag </%s> does not match <%s>" % (t[1], want))
-            stack.pop().end = t[3]
-        else:
-            if root is not None and not stack:
-                raise XMLError("content after the root")
-            count += 1
-            if count > max_elements:
-                raise XMLError("more than %d elements" % max_elements)
-            if len(stack) >= max_depth:
-                raise XMLError("nesting deeper than %d" % max_depth)
-            scope = top.scope if top else _BASE_SCOPE
-            decl = attrs = None
-            for an, v in t[2] or ():
-                if an == "xmlns" or an[:6] == "xmlns:":
-                    if decl is None:
-                        decl = []
-                        scope = dict(scope)
-                    p = an[6:]
-                    if p and not v:
-                        raise XMLError("empty namespace for prefix %s" % p)
-                    scope[p] = v
-                    decl.append(p)
-            for an, v in t[2] or ():
-                if an != "xmlns" and an[:6] != "xmlns:":
-                    uri, local, _ = _split(an, scope, True, True)
-                    key = "{%s}%s" % (uri, local) if uri else local
-                    if attrs is None:
-                        attrs = {}
-                    elif key in attrs:
-                        raise XMLError("duplicate attribute %s" % an)
-                    attrs[key] = v
-            uri, local, p = _split(t[1], scope, False, True)
-            el = Element(uri, local, p, attrs, scope, decl, t[4])
+            i = j
+            continue
+        c = buf[i + 1:i + 2]
+        if c == b"?" or buf[i:i + 4] == b"<!--":  # a PI / the XML declaration, a comment
+            e = b"?>" if c == b"?" else b"-->"
+            j = buf.find(e, i + 2)
+            if j < 0:
+                raise XMLError("truncated at byte %d" % i)
+            i = j + len(e)
+            continue
+        if buf[i:i + 9] == b"<![CDATA[":  # text, verbatim
+            j = buf.find(b"]]>", i)
+            if j < 0:
+                raise XMLError("truncated at byte %d" % i)
             if top:
-                top.children.append(el)
+                top.text += _dec(buf[i + 9:j])
+            i = j + 3
+            continue
+        if c == b"!":
+            raise XMLError("DOCTYPE not allowed" if buf[i + 2:i + 9] in (b"DOCTYPE", b"doctype")
+                           else "bad '<!' at byte %d" % i)
+        # the tag ends at the first '>' outside quotes
+        j = i + 1
+        q = 0
+        while True:
+            if j >= n:
+                raise XMLError("truncated at byte %d" % i)
+            c = buf[j]
+            if q:
+                if c == q:
+                    q = 0
+            elif c == 34 or c == 39:
+                q = c
+            elif c == 62:
+                break
+            j += 1
+        s = _dec(buf[i + 1:j])
+        j += 1
+        if s[:1] == "/":
+            name = s[1:].strip()
+            if not top:
+                raise XMLError("unexpected end tag </%s>" % name)
+            want = (top.prefix + ":" + top.name) if top.prefix else top.name
+            if name != want:
+                raise XMLError("end tag </%s> does not match <%s>" % (name, want))
+            stack.pop().end = j
+            i = j
+            continue
+        if root is not None and not stack:
+            raise XMLError("content after the root")
+        count += 1
+        if count > max_elements:
+            raise XMLError("more than %d elements" % max_elements)
+        if len(stack) >= max_depth:
+            raise XMLError("nesting deeper than %d" % max_depth)
+        empty = s[-1:] == "/"
+        if empty:
+            s = s[:-1]
+        name = s
+        for c in _WS:
+            name = name.partition(c)[0]
+        s = s[len(name):]
+        scope = top.scope if top else {"xml": "http://www.w3.org/XML/1998/namespace"}
+        decl = None
+        pairs = []
+        while True:
+            # ws attr ws? = ws? "value"
+            s = s.lstrip(_WS)
+            if not s:
+                break
+            e = s.find("=")
+            an = s[:e].rstrip(_WS) if e >= 0 else s
+            if e < 0 or not is_name(an):
+                raise XMLError("bad attribute %s in <%s" % (an, name))
+            s = s[e + 1:].lstrip(_WS)
+            q = s[:1]
+            if not q or q not in "\"'":
+                raise XMLError("unquoted attribute %s in <%s" % (an, name))
+            e = s.find(q, 1)
+            v = s[1:e]
+            s = s[e + 1:]
+            if "<" in v or s[:1] not in _WS:
+                raise XMLError("bad attribute %s in <%s" % (an, name))
+            if len(pairs) + len(decl or ()) >= max_attrs:
+                raise XMLError("more than %d attributes in <%s" % (max_attrs, name))
+            # attribute-value normalisation (XML 1.0 §3.3.3) for literal whitespace
+            v = unescape(v.replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
+                         .replace("\t", " "))
+            if an == "xmlns" or an[:6] == "xmlns:":
+                if decl is None:
+                    decl = []
+                    scope = dict(scope)
+                if an[6:] and not v:
+                    raise XMLError("empty namespace for prefix %s" % an[6:])
+                scope[an[6:]] = v
+                decl.append(an[6:])
             else:
-                root = el
-            if t[3]:
-                el.end = t[5]
-            else:
-                stack.append(el)
+                pairs.append((an, v))
+        attrs = None
+        for an, v in pairs:
+            uri, local, _ = _split(an, scope, True)
+            key = "{%s}%s" % (uri, local) if uri else local
+            if attrs is None:
+                attrs = {}
+            elif key in attrs:
+                raise XMLError("duplicate attribute %s" % an)
+            attrs[key] = v
+        uri, local, p = _split(name, scope, False)
+        el = Element(uri, local, p, attrs, scope, decl, i)
+        if top:
+            top.children.append(el)
+        else:
+            root = el
+        if empty:
+            el.end = j
+        else:
+            stack.append(el)
+        i = j
     if stack:
         raise XMLError("truncated: <%s> not closed" % stack[-1].name)
     if root is None:
@@ -291,52 +272,28 @@ def outer_xml(el, buf):
     # The element's markup copied from buf, with declarations added for the namespace
     # bindings it inherits (so QNames in its content still resolve when it is moved).
     src = _dec(buf[el.start:el.end])
-    extra = []
+    extra = ""
     own = el.decl or ()
     for p in el.scope:
         if p != "xml" and p not in own:
-            extra.append(' xmlns%s%s="%s"' % (":" if p else "", p, escape(el.scope[p])))
-    if not extra:
-        return src
+            extra += ' xmlns%s%s="%s"' % (":" if p else "", p, escape(el.scope[p]))
     k = 1 + len(el.prefix) + (1 if el.prefix else 0) + len(el.name)
-    return src[:k] + "".join(extra) + src[k:]
-
-
-def escape(s):
-    # for text and attribute values alike (a '"' in text may be written as &quot; too)
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
-
+    return src[:k] + extra + src[k:]
 
 
 # ---------------------------------------------------------------- XML Schema datatypes
-# xsd:dateTime and xsd:duration from and to integer seconds.
+# xsd:dateTime and xsd:duration to integer seconds (wsn.core.soap writes xsd:dateTime).
 #
 # The core's clock is an int: seconds since 2000-01-01T00:00:00Z (MicroPython's embedded
 # epoch). It stays a small int on 32-bit boards (31-bit small ints) until 2034, where Unix
 # time (~1.76e9) would not; the I/O layer converts (wsn.device.now). No floats anywhere: boards
 # have single precision. Calendar arithmetic is proleptic Gregorian (H. Hinnant's
 # days_from_civil / civil_from_days), valid for any year the callers meet.
-UNIX_2000 = const(946684800)  # Unix time of 2000-01-01T00:00:00Z
 _DAYS = const(730425)  # days from 0000-03-01 to 2000-01-01
 
 
 # a value that is no xsd:dateTime or xsd:duration
 TimeError = XMLError
-
-
-def format_datetime(t):
-    # 2026-11-21T05:00:00Z from integer seconds since 2000
-    z = t // 86400 + _DAYS
-    s = t % 86400
-    era = z // 146097
-    doe = z - era * 146097
-    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    m = mp + 3 if mp < 10 else mp - 9
-    return "%04d-%02d-%02dT%02d:%02d:%02dZ" % (
-        yoe + era * 400 + (m <= 2), m, doy - (153 * mp + 2) // 5 + 1, s // 3600, s // 60 % 60,
-        s % 60)
 
 
 def _int(s):

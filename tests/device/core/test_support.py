@@ -1,10 +1,10 @@
 # ruff: noqa: UP031 - MicroPython-compatible test code (%-formatting runs on every port)
 # Shared helpers for the core tests (a test_* module so the QEMU build freezes it with them).
 # MicroPython-compatible; no files, no time, no sockets.
-from wsn.core import ns
+from wsn.core import soap
 from wsn.core import xml as X
-from wsn.core.producer import Producer
-from wsn.core.topics import TopicSet, load_namespace
+from wsn.core.producer import Producer, TopicSet
+from wsn.core.topics import load_namespace
 
 TOPICS_XML = b"""<?xml version="1.0" encoding="UTF-8"?>
 <wstop:TopicNamespace name="DeviceTopics" targetNamespace="urn:wsn-edge:device-topics"
@@ -97,6 +97,13 @@ def subscribe_xml(
     )
 
 
+def req(buf):
+    # parse_request with the device's default limits
+    from wsn.core.request import parse_request
+
+    return parse_request(buf, 16, 128)
+
+
 def data(r):
     # a Response's whole body as one bytes object (the device writes a list of chunks as is)
     return r.body if isinstance(r.body, bytes) else b"".join(r.body)
@@ -154,4 +161,4 @@ def test_support_rand_is_deterministic_and_varied():
     a = rand(8)
     b = rand(8)
     assert len(a) == 8 and a != b
-    assert ns.SIMPLE == SIMPLE
+    assert soap.SIMPLE == SIMPLE
