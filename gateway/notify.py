@@ -122,7 +122,7 @@ def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | No
                 )
         if r is not None:
             if topic is not None:
-                topic = publishers.map_device_topic(topic, r.device_id)
+                topic = publishers.map_device_topic(topic, r.device_id, r.device_ns)
             if not r.allows(topic, b.ts):
                 raise faults.wsnt(
                     "TopicNotSupportedFault",
