@@ -4,6 +4,7 @@
 # what is checked here is what the device needs to start, with an answer a human can act on.
 import gc
 import json
+import os
 import sys
 
 from wsn.core import soap as S
@@ -26,6 +27,17 @@ def configure(dev, path):
     dev.limits = lim
     # pushes in flight at once (bounds the heap)
     dev.slots = int(lim.get("push_concurrency", 2))
+    # Drop the request path when idle (wsn.device.idle): yes for .mpy files and frozen modules,
+    # not for .py files, which would be compiled again for every request (slower, and the
+    # compiler needs more heap than the bytecode it makes)
+    u = lim.get("unload")
+    if u is None:
+        f = sys.modules["wsn.device"].__file__
+        try:
+            u = not (f[-3:] == ".py" and os.stat(f))
+        except OSError:  # frozen: no file
+            u = True
+    dev.unload = u
     # Collect after every gc_threshold bytes allocated (not only when the heap is full):
     # garbage between collections is what the peak is made of, and collecting a small heap
     # takes about a millisecond. Default: 2048 on heaps up to 256 KB (boards without

@@ -127,18 +127,18 @@ class Device:
 
     def idle(self):
         # Drop every module not in _KEEP (the request path, an optional package) once nothing
-        # uses them, then collect: a small heap stays unfragmented, and the next envelope finds
-        # a contiguous block (cheap at 64 KiB, ~1 ms at 2 MB).
+        # uses them (wsn.boot decides whether to: not for .py files), then collect: a small
+        # heap stays unfragmented, and the next envelope finds a contiguous block (cheap at
+        # 64 KiB, ~1 ms at 2 MB).
         self.mem()
-        if self.busy:
-            return
-        for k in [k for k in sys.modules if k[:4] == "wsn." and " %s " % k not in _KEEP]:
-            del sys.modules[k]
-            k, _, leaf = k.rpartition(".")
-            try:
-                delattr(sys.modules[k], leaf)  # the parent package holds it too
-            except Exception:  # noqa: BLE001 - a parent without it (never imported through it)
-                pass
+        if not self.busy and self.unload:
+            for k in [k for k in sys.modules if k[:4] == "wsn." and " %s " % k not in _KEEP]:
+                del sys.modules[k]
+                k, _, leaf = k.rpartition(".")
+                try:
+                    delattr(sys.modules[k], leaf)  # the parent package holds it too
+                except Exception:  # noqa: BLE001 - a parent without it (never imported through it)
+                    pass
         if self.limits.get("gc_collect_each", True):
             gc.collect()
 

@@ -163,6 +163,9 @@ def make_config(port: int, **overrides: Any) -> dict[str, Any]:
             "push_retries": 2,
             "retry_backoff_ms": 100,
             "read_timeout_s": 2,
+            # drop the request path when idle also when running the source, as a board running
+            # .mpy files does (wsn.device.idle), so every test goes through it
+            "unload": True,
         },
     }
     limits = overrides.pop("limits", None)
@@ -191,14 +194,15 @@ def launch(
     tmp_path: Path,
     started: list[DeviceProcess],
     heapsize: str | None = None,
-    install: str = "source",
+    install: str | Path = "source",
     **overrides: Any,
 ) -> DeviceProcess:
     """Start `interpreter main.py CONFIG.json` and wait for its producer line.
 
     install: "source" (device/ as is), "mpy" (compiled with mpy-cross into tmp_path/mpy, as
-    deployed with mip/mpremote), "frozen" (the interpreter has the device frozen in: only
-    main.py and topics.xml are on the "filesystem")."""
+    flash.sh deploys it), "frozen" (the interpreter has the device frozen in: only main.py and
+    topics.xml are on the "filesystem"), or a Path: a directory the device was installed into
+    (e.g. by mip: main.py, topics.xml and wsn/ in it)."""
     last_error = ""
     # a sleepy device (wsn/gateway.py) serves no HTTP: it announces itself differently
     ready = (
@@ -211,7 +215,9 @@ def launch(
         conf = make_config(port, **overrides)
         cfg = tmp_path / f"config-{port}.json"
         cfg.write_text(json.dumps(conf))
-        if install == "mpy":
+        if isinstance(install, Path):
+            main, path = install / "main.py", f".frozen:{install}"
+        elif install == "mpy":
             app = compile_mpy(tmp_path / "mpy")
             main, path = app / "main.py", f".frozen:{app}"
         elif install == "frozen":
