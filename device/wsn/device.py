@@ -233,8 +233,8 @@ class Device:
         # drains one subscription's queue in order; each push is tried 1 + push_retries times
         # with exponential backoff, then given up (counted). At most push_concurrency pushes
         # are in flight device-wide.
-        g = self.limits.get
-        tries = int(g("push_retries", 3))
+        L = self.limits
+        tries = int(L.get("push_retries", 3))
         try:
             while s.active and not s.paused and len(s.queue):
                 item = s.queue.peek()
@@ -247,10 +247,10 @@ class Device:
                 try:
                     url, body, ctype = self.producer.render(item, False)
                     self.mem()
-                    delay = int(g("retry_backoff_ms", 500))
+                    delay = int(L.get("retry_backoff_ms", 500))
                     for i in range(tries + 1):
                         try:
-                            st = (await post(url, body, ctype, float(g("push_timeout_s", 5)), ""))[0]
+                            st = (await post(url, body, ctype, float(L.get("push_timeout_s", 5)), ""))[0]
                             ok = 200 <= st < 300
                             err = "HTTP %d" % st
                         except Exception as e:  # noqa: BLE001 - unreachable consumer: retry
