@@ -7,7 +7,6 @@ import json
 import os
 import sys
 
-from wsn.core import soap as S
 from wsn.core.producer import TopicSet
 from wsn.core.topics import load_namespace
 
@@ -49,7 +48,7 @@ def configure(dev, path):
         gc.threshold(int(th))
     # the topic namespace document: topics_file, else next to main.py, /topics.xml,
     # /lib/topics.xml, else the default topics
-    tns, names = S.DT, ["temperature", "humidity", "light", "heartbeat"]
+    tns, names = "urn:wsn-edge:device-topics", ["temperature", "humidity", "light", "heartbeat"]
     d = sys.argv[0].rpartition("/")[0] if sys.argv and sys.argv[0] else "."
     for fn in (g("topics_file"), d + "/topics.xml", "/topics.xml", "/lib/topics.xml"):
         try:
@@ -62,7 +61,7 @@ def configure(dev, path):
     dev.sensors = []
     for sp in g("sensors") or [{"topic": "temperature"}]:
         t = sp.get("topic", "")
-        ti = ts.index(t)
+        ti = names.index(t) if t in names else -1
         if ti < 0:
             raise ValueError("sensor topic %s not in the topic namespace %s (%s)" % (
                 t, tns, " ".join(names)))
@@ -151,7 +150,4 @@ def start(dev):
     print("producer %s/wsn/producer" % base)
     if dev.link:
         asyncio.create_task(dev.link.run())
-    for s in dev.sensors:
-        period = float(s[2].get("period_s", g("sample_period_s", 10)))
-        if period > 0:
-            asyncio.create_task(dev.sampler(s, period))
+    asyncio.create_task(dev.sampler())

@@ -26,7 +26,7 @@ from wsn.core.soap import reading
 
 # the modules that stay loaded (" name " in it); every other wsn module is dropped when idle
 _KEEP = const(" wsn wsn.core wsn.device wsn.gateway wsn.sleepy wsn.sensors wsn.core.soap "
-              "wsn.core.producer wsn.core.httpmsg wsn.core.reading ")
+              "wsn.core.producer wsn.core.httpc ")
 
 # The clock: integer seconds since 2000-01-01T00:00:00Z for the core, ticks for intervals. Ports
 # differ in their epoch (unix: 1970, most boards: 2000; time.gmtime(0) tells) and in
@@ -69,22 +69,17 @@ async def post(url, body, ctype, timeout_s, extra):
     # POST body (bytes, or a list of bytes chunks: a batch written in pieces, no big contiguous
     # block) to url -> (status, response body). Raises OSError when the peer is unreachable or
     # slower than timeout_s, ValueError for a bad URL or a malformed answer.
-    al = _alarm(timeout_s)
-    try:
-        return H.parse_response(await _exchange(url, body, ctype, extra))
-    except asyncio.CancelledError:
-        raise OSError("no answer within %s s" % timeout_s)
-    finally:
-        al.cancel()
-
-
-async def _exchange(url, body, ctype, extra):
     host, port, path = H.split_url(url)
     if not isinstance(body, list):
         body = (body,)
-    r, w = await asyncio.open_connection(host, port)
+    n = 0
+    for c in body:
+        n += len(c)
+    al = _alarm(timeout_s)
+    w = None
     try:
-        w.write(H.request_head(host, port, path, ctype, sum([len(c) for c in body]), extra))
+        r, w = await asyncio.open_connection(host, port)
+        w.write(H.request_head(host, port, path, ctype, n, extra))
         for c in body:
             w.write(c)
             await w.drain()
@@ -92,12 +87,16 @@ async def _exchange(url, body, ctype, extra):
         while True:
             c = await r.read(512)  # answers to pushes are small: small reads, small heap
             if not c:
-                return buf
+                return H.parse_response(buf)
             buf += c
             if len(buf) > 16384:
                 raise ValueError("response over 16384 bytes")
+    except asyncio.CancelledError:
+        raise OSError("no answer within %s s" % timeout_s)
     finally:
-        await _close(w)
+        al.cancel()
+        if w:
+            await _close(w)
 
 
 class Device:
@@ -132,7 +131,9 @@ class Device:
         # 64 KiB, ~1 ms at 2 MB).
         self.mem()
         if not self.busy and self.unload:
-            for k in [k for k in sys.modules if k[:4] == "wsn." and " %s " % k not in _KEEP]:
+            for k in list(sys.modules):
+                if k[:4] != "wsn." or " %s " % k in _KEEP:
+                    continue
                 del sys.modules[k]
                 k, _, leaf = k.rpartition(".")
                 try:
@@ -142,6 +143,12 @@ class Device:
         if self.limits.get("gc_collect_each", True):
             gc.collect()
 
+    def pp_dropped(self):
+        n = 0
+        for q in self.producer.pps:
+            n += q.dropped
+        return n
+
     def status_line(self, why):
         # also for the console (flash.sh --monitor): mem, the heap in use between requests
         # (mem_idle), and peak, the most the device saw in use since the previous line
@@ -149,7 +156,7 @@ class Device:
         print("status %s gateway=%s buffered=%d dropped=%d subs=%d pullpoint_dropped=%d "
               "push_failed=%d mem=%d peak=%d" % (
                   why and "[" + why + "]", self.link.state if self.link else "none",
-                  len(p.outbox), p.outbox.dropped, len(p.subs), sum([q.dropped for q in p.pps]),
+                  len(p.outbox), p.outbox.dropped, len(p.subs), self.pp_dropped(),
                   p.push_failed, self.mem_idle, self.mem_top))
         self.mem_top = 0
 
@@ -277,14 +284,33 @@ class Device:
         finally:
             s.sending = False
 
-    async def sampler(self, s, period):
+    async def sampler(self):
+        # One task samples every sensor when it is due (a task each would cost a frame each);
+        # a sensor's period is period_s, else sample_period_s (0: only on /admin/sample).
+        g = self.conf.get
+        due = []
+        for s in self.sensors:
+            due.append(int(float(s[2].get("period_s", g("sample_period_s", 10))) * 1000))
+        nxt = [time.ticks_ms()] * len(due)
         while True:
-            try:
-                self.sample(s)
-            except MemoryError:
-                gc.collect()
-                self.log("sample %s: out of memory" % self.topicset.names[s[0]])
-            await asyncio.sleep_ms(int(period * 1000))
+            t = time.ticks_ms()
+            wait = 1000
+            for i in range(len(due)):
+                if due[i]:
+                    left = time.ticks_diff(nxt[i], t)
+                    if left <= 0:
+                        s = self.sensors[i]
+                        try:
+                            self.sample(s)
+                        except MemoryError:
+                            gc.collect()
+                            self.log("sample %s: out of memory" % self.topicset.names[s[0]])
+                        nxt[i] = time.ticks_add(nxt[i], due[i])
+                        if time.ticks_diff(nxt[i], t) < 0:  # (behind: skip, do not catch up)
+                            nxt[i] = time.ticks_add(t, due[i])
+                        left = time.ticks_diff(nxt[i], t)
+                    wait = min(wait, left)
+            await asyncio.sleep_ms(max(wait, 1))
 
     # ------------------------------------------------------------------ main
     async def run(self):
@@ -315,7 +341,7 @@ class Device:
                     self.idle()
                     gc.collect()
                     self.mem_idle = gc.mem_alloc()
-                k = (p.outbox.dropped, sum([q.dropped for q in p.pps]), p.push_failed)
+                k = (p.outbox.dropped, self.pp_dropped(), p.push_failed)
                 if k != key or period > 0 and ms_since(last) >= period * 1000:
                     self.status_line("drops" if k != key else "")
                     last = time.ticks_ms()

@@ -5,10 +5,10 @@
 # answers 2xx.
 #
 # Awake (run, one task): demand-based publishing.
-# - register: br:RegisterPublisher (Demand=true) until it succeeds (wsn.publisher);
-# - renew: wsrf-rl:SetTerminationTime on the registration address every renew_period_s;
-#   a ResourceUnknownFault or 404 (registration forgotten, e.g. a gateway restart without
-#   state) means register again; so does a push answered that way;
+# - register: br:RegisterPublisher (Demand=true) until it succeeds, and renew:
+#   wsrf-rl:SetTerminationTime on the registration address every renew_period_s (both
+#   wsn.publisher.keep); a ResourceUnknownFault or 404 (registration forgotten, e.g. a gateway
+#   restart without state) means register again; so does a push answered that way;
 # - send: the outbox in order, up to batch_max readings per Notify (one NotificationMessage
 #   each), with a wsa:MessageID that a resend of the same readings repeats (_batch);
 # - while the gateway is unreachable, retry every gateway_retry_s (doubling up to
@@ -88,50 +88,31 @@ class Link:
 
     async def run(self):
         c = self.dev.conf.get
-        renew = int(c("renew_period_s") or max(1, self.ttl // 2)) * 1000
         retry = delay = float(c("gateway_retry_s", 2))
         retry_max = max(retry, float(c("gateway_retry_max_s", 30)))
         # batch_wait_s > 0 buffers by choice: that long after a reading, more join its Notify
         wait = int(float(c("batch_wait_s", 0)) * 1000)
         ob = self.p.outbox
-        due = time.ticks_ms()  # of the next renewal
+        self.due = time.ticks_ms()  # of the next renewal (wsn.publisher.keep)
         while True:
             pause = back = 0
             try:
-                if self.reg is None:
+                if self.reg is None or ms_since(self.due) >= 0:
                     from wsn import publisher
 
-                    err = await publisher.register(self, True)
+                    back = await publisher.keep(self)  # register, or renew
                     publisher = None
-                    if err:
-                        self.last_error = err
-                        self.dev.status_line("gateway refused registration: " + err)
-                        self.set_state("unregistered")
-                        back = 1
-                    else:
-                        self.set_state("registered")
-                        due = time.ticks_add(time.ticks_ms(), renew)
-                elif ms_since(due) >= 0:
-                    due = time.ticks_add(time.ticks_ms(), renew)
-                    from wsn import publisher
-
-                    ok = await publisher.renew(self)
-                    publisher = None
-                    if ok:
-                        self.set_state("registered")
-                    elif self.reg is None:
-                        self.set_state("unregistered")
                 elif len(ob):
                     if wait and len(ob) < self.batch_max:
                         await asyncio.sleep_ms(wait)
                     if await self.send() < 0:
                         self.set_state("unregistered")
                 else:
-                    pause = min(1, -ms_since(due) / 1000)
+                    pause = min(1, -ms_since(self.due) / 1000)
             except Exception as e:  # noqa: BLE001 - unreachable: retry, renewing first
                 self.last_error = repr(e)
                 self.set_state("down")
-                due = time.ticks_ms()
+                self.due = time.ticks_ms()
                 back = 1
             self.dev.idle()
             if back:  # refused or unreachable: again, less and less often

@@ -4,6 +4,7 @@
 # and dropped when the device is idle again (wsn.device.idle); the messages are
 # wsn.core.registration. The device's `busy` count keeps the modules while a request is out.
 import binascii
+import time
 
 from wsn.core import soap as S
 from wsn.device import now
@@ -28,11 +29,32 @@ def setup(dev):
         ("%s:%s" % (u, c("gateway_password") or "")).encode()).decode().strip()
     ln.auth = "Authorization: %s\r\n" % a if a else ""
     ln.batch_max = max(1, int(c("batch_max", 16)))
+    ln.renew = int(c("renew_period_s") or max(1, ln.ttl // 2)) * 1000
     ln.reg_rp = ""
     ln.expires = ln.seq = ln.requests = 0
     ln.registrations = ln.renewals = ln.delivered = ln.batches = 0
     ln.rejected = 0  # readings the gateway refused with a fault (not retried)
     return ln
+
+
+async def keep(ln):
+    # The awake link's registration (wsn.gateway.Link.run): register (Demand=true) when there
+    # is none, else renew it; the next renewal is due renew_period_s later. -> 1 when the
+    # gateway refused (the link backs off), 0 otherwise; raises when it is unreachable.
+    ln.due = time.ticks_add(time.ticks_ms(), ln.renew)
+    if ln.reg is None:
+        err = await register(ln, True)
+        if err:
+            ln.last_error = err
+            ln.dev.status_line("gateway refused registration: " + err)
+            ln.set_state("unregistered")
+            return 1
+        ln.set_state("registered")
+    elif await renew(ln):
+        ln.set_state("registered")
+    elif ln.reg is None:
+        ln.set_state("unregistered")
+    return 0
 
 
 def forgotten(ln, what, st, resp):

@@ -246,7 +246,7 @@ def subscribe(p, req, _, now, actions):
     W = S.WSNT
     F = "SubscribeCreationFailedFault"
     cr = el.find(W, "ConsumerReference")
-    addr, hdr, sent = R.read_epr(cr, req.buf) if cr is not None else (None, "", "")
+    addr, rp, at = R.read_epr(cr, req.buf) if cr is not None else (None, "", ())
     if not addr:
         raise Fault(F, "no ConsumerReference/wsa:Address")
     ts = p.topics
@@ -290,16 +290,21 @@ def subscribe(p, req, _, now, actions):
         p.expire(now)  # reclaim the expired first
         if len(p.subs) >= mx:
             raise Fault(F, "table full (%d)" % mx, code="Receiver")
+    for o in p.subs:  # the gateway subscribes once per topic: share its strings
+        if o.consumer == addr:
+            addr = o.consumer
+        if o.rp == rp:
+            rp = o.rp
     s = Subscription()
     s.id = new_id(p.rand, "s")
     s.consumer = addr
-    s.refparams = hdr
     s.mask = mask
     s.expires = expires
     s.created = now
     # only what differs from the class defaults
-    if sent:
-        s.rp = sent
+    if rp:
+        s.rp = rp
+        s.at = at
     if filt is not None:
         s.filt = filt
     if pol is not None:

@@ -77,19 +77,21 @@ class PullPoint(Ring):
 class Subscription:
     # Made by wsn.core.ops (Subscribe). Defaults as class attributes: each subscription's own
     # dict holds only what differs from them (a smaller dict per subscription on a small heap).
-    #   id, consumer (address), refparams (its reference parameters as header blocks), mask
-    #   (topic bit mask), raw (wsnt:UseRaw), expires (int seconds since 2000, or None: no
-    #   scheduled termination), version (of the Subscribe: pushes use the same), created,
-    #   queue (a Ring of pending pushes; None for a pull point of ours)
-    # and, for the subscription's resource properties (§6.4.1), what Subscribe sent:
-    #   rp (reference parameters as sent), filt (the filter's topic indices, bytes; None: no
-    #   wsnt:Filter), pol (True: a wsnt:SubscriptionPolicy was sent)
+    #   id, consumer (address), rp and at (its reference parameters as sent, and where they
+    #   are marked as header blocks: soap.headers), mask (topic bit mask), raw (wsnt:UseRaw),
+    #   expires (int seconds since 2000, or None: no scheduled termination), version (of the
+    #   Subscribe: pushes use the same), created, queue (a Ring of pending pushes; None for a
+    #   pull point of ours)
+    # and, for the subscription's resource properties (§6.4.1), what else Subscribe sent:
+    #   filt (the filter's topic indices, bytes; None: no wsnt:Filter), pol (True: a
+    #   wsnt:SubscriptionPolicy was sent)
     pullpoint = filt = None  # pullpoint: the PullPoint if the consumer is one of ours
     paused = sending = pol = raw = False  # the I/O layer runs one sender per subscription
     active = True
     version = S.V12
     delivered = failed = 0
     rp = ""
+    at = ()
 
 
 class TopicSet:
@@ -104,9 +106,6 @@ class TopicSet:
         self.names = list(names)
         self.all = (1 << len(names)) - 1
         self.decl = ' xmlns:dt="%s"' % S.escape(ns)
-
-    def index(self, name):
-        return self.names.index(name) if name in self.names else -1
 
 
 class Producer:
@@ -187,7 +186,7 @@ class Producer:
         # Gateway pushes go to the current gateway consumer address (it may have changed since
         # the reading was buffered: re-registration).
         s = item[0]
-        url, hdr = (self.gateway, self.gateway_rp) if gateway else (s.consumer, s.refparams)
+        url, hdr = (self.gateway, self.gateway_rp) if gateway else (s.consumer, S.headers(s.rp, s.at))
         env = S.envelope(s.version, _NOTIFY, item[2] if s.raw else "<wsnt:Notify%s>%s</wsnt:Notify>" % (
             self.topics.decl, S.wrap("wsnt:NotificationMessage", self.nm_content(item))), None, url, hdr)
         return url, env.encode(), S.content_type(s.version)

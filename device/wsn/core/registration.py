@@ -51,7 +51,8 @@ def read_registration(buf):
     r = []
     for tag in ("PublisherRegistrationReference", "ConsumerReference"):
         e = b.find(_BR, tag)
-        a, rp, _ = read_epr(e, buf) if e is not None else (None, "", "")
+        a, rp, at = read_epr(e, buf) if e is not None else (None, "", ())
+        rp = S.headers(rp, at)
         if not a:
             if not r:
                 raise ValueError("no PublisherRegistrationReference")

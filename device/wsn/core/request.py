@@ -147,9 +147,9 @@ def fault_status(version, f):
 
 
 def read_epr(el, buf):
-    # (address, reference parameters as header blocks, reference parameters as sent) of an
-    # EndpointReferenceType element. The header blocks are marked wsa:IsReferenceParameter
-    # (WS-Addressing 1.0 SOAP binding §2.3), ready to be echoed with every push.
+    # (address, reference parameters as sent, where to mark them) of an EndpointReferenceType
+    # element: echoed as header blocks, each top-level one is marked wsa:IsReferenceParameter
+    # (WS-Addressing 1.0 SOAP binding §2.3) at those offsets (soap.headers), unless marked.
     a = rp = None
     for c in el.children:
         if c.ns == S.WSA or c.ns == _WSA04:
@@ -157,15 +157,13 @@ def read_epr(el, buf):
                 a = c.value()
             elif c.name == "ReferenceParameters" and rp is None:
                 rp = c
-    hdr = sent = ""
+    sent = ""
+    at = ()
     for c in rp.children if rp else ():
-        x = X.outer_xml(c, buf)
-        sent += x
         if c.get("{%s}IsReferenceParameter" % S.WSA) is None:
-            k = 1 + len(c.prefix) + (1 if c.prefix else 0) + len(c.name)
-            x = x[:k] + ' wsa:IsReferenceParameter="true"' + x[k:]
-        hdr += x
-    return a, hdr, sent
+            at += (len(sent) + 1 + len(c.prefix) + (1 if c.prefix else 0) + len(c.name),)
+        sent += X.outer_xml(c, buf)
+    return a, sent, at
 
 
 def fault_name(buf):

@@ -10,7 +10,6 @@ SOAP11 = "http://schemas.xmlsoap.org/soap/envelope/"
 SOAP12 = "http://www.w3.org/2003/05/soap-envelope"
 WSA = "http://www.w3.org/2005/08/addressing"
 WSNT = "http://docs.oasis-open.org/wsn/b-2"
-DT = "urn:wsn-edge:device-topics"  # the default topic namespace (device/topics.xml)
 SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
 
 # The prefixes every envelope declares (pushes use them); an element in another namespace
@@ -48,6 +47,14 @@ def epr(address, rid, tag):
     return "<%s><wsa:Address>%s</wsa:Address>%s</%s>" % (
         tag, escape(address), "<wsa:ReferenceParameters><edge:ResourceId>%s</edge:ResourceId>"
         "</wsa:ReferenceParameters>" % rid if rid else "", tag)
+
+
+def headers(rp, at):
+    # reference parameters as sent (wsn.core.request.read_epr) as header blocks: marked
+    # wsa:IsReferenceParameter at the offsets `at` (WS-Addressing 1.0 SOAP binding §2.3)
+    for k in reversed(at):
+        rp = rp[:k] + ' wsa:IsReferenceParameter="true"' + rp[k:]
+    return rp
 
 
 def envelope(version, action, body, relates_to, to, headers):

@@ -33,11 +33,10 @@ def resolve(ts, el, dialect):
     uri = el.scope.get(p) if p else ""
     if uri is None:
         raise Fault(F, "prefix %s undeclared" % p)
-    i = ts.index(local)
-    if uri != ts.ns or i < 0:
+    if uri != ts.ns or local not in ts.names:
         raise Fault("TopicNotSupportedFault", "{%s}%s: the topics are %s in %s" % (
             uri, local, " ".join(ts.names), ts.ns))
-    return i
+    return ts.names.index(local)
 
 
 def load_namespace(buf):

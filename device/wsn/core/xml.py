@@ -15,7 +15,7 @@
 #   verbatim (outer_xml) with the namespace declarations it inherits.
 from micropython import const
 
-from wsn.core.soap import escape
+from wsn.core.soap import DECLS, escape
 
 _WS = const(" \t\r\n")
 # the predefined entities (XML 1.0 §4.6), name then value: a constant, no dict on the heap
@@ -270,13 +270,16 @@ def parse(buf, max_depth=16, max_elements=256, max_attrs=16):
 
 def outer_xml(el, buf):
     # The element's markup copied from buf, with declarations added for the namespace
-    # bindings it inherits (so QNames in its content still resolve when it is moved).
+    # bindings it inherits (so QNames in its content still resolve when it is moved), except
+    # those every envelope of the device declares alike (soap.DECLS): it is copied into one.
     src = _dec(buf[el.start:el.end])
     extra = ""
     own = el.decl or ()
     for p in el.scope:
         if p != "xml" and p not in own:
-            extra += ' xmlns%s%s="%s"' % (":" if p else "", p, escape(el.scope[p]))
+            d = ' xmlns%s%s="%s"' % (":" if p else "", p, escape(el.scope[p]))
+            if d not in DECLS:
+                extra += d
     k = 1 + len(el.prefix) + (1 if el.prefix else 0) + len(el.name)
     return src[:k] + extra + src[k:]
 

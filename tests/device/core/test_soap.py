@@ -78,12 +78,29 @@ def test_epr_and_reference_parameters():
         '<r xmlns:wsnt="%s" xmlns:wsa="%s" xmlns:edge="urn:wsn-edge">%s</r>' % (S.WSNT, S.WSA, e)
     ).encode()
     root = X.parse(buf)
-    addr, hdr, sent = R.read_epr(root.children[0], buf)
+    addr, sent, at = R.read_epr(root.children[0], buf)
     assert addr == "http://a/b"
-    assert 'wsa:IsReferenceParameter="true"' in hdr and "s123" in hdr
-    assert "IsReferenceParameter" not in sent and "s123" in sent
+    # as sent: no declaration every envelope has anyway (soap.DECLS)
+    assert sent == "<edge:ResourceId>s123</edge:ResourceId>", sent
+    hdr = S.headers(sent, at)
+    assert hdr == '<edge:ResourceId wsa:IsReferenceParameter="true">s123</edge:ResourceId>', hdr
     r = req(S.envelope(S.V12, "urn:a", "<x/>", None, None, hdr).encode())
     assert r.resource_id == "s123"
+    # several, one already marked, one with its own namespace (inherited declarations kept)
+    buf = (
+        '<r xmlns:wsa="%s" xmlns:o="urn:o"><wsa:ReferenceParameters><o:A/>'
+        '<o:B wsa:IsReferenceParameter="true">b</o:B><C xmlns="urn:c">c</C>'
+        "</wsa:ReferenceParameters></r>" % S.WSA
+    ).encode()
+    root = X.parse(buf)
+    _, sent, at = R.read_epr(root, buf)
+    h = X.parse(("<h xmlns:wsa=%r>%s</h>" % (S.WSA, S.headers(sent, at))).encode())
+    marks = [c.get("{%s}IsReferenceParameter" % S.WSA) for c in h.children]
+    assert marks == ["true", "true", "true"] and [c.ns for c in h.children] == [
+        "urn:o",
+        "urn:o",
+        "urn:c",
+    ]
 
 
 def test_fault_name_of_non_fault():

@@ -76,7 +76,7 @@ def test_resolve_simple_faults():
 
 def test_topic_set():
     ts = topicset()
-    assert ts.all == 7 and ts.index("heartbeat") == 2 and ts.index("nope") == -1
+    assert ts.all == 7 and ts.names == ["temperature", "humidity", "heartbeat"]
     assert ts.decl == ' xmlns:dt="urn:wsn-edge:device-topics"'
 
 
