@@ -212,7 +212,7 @@ def code_size(root: Path) -> None:
             total = sum(sizes[name].values())
             h = sum(heap.get(mod_name(r), 0) for r in files)
             print(f"   package {name}: {total} B of .mpy ({len(files)} files), import heap {h} B")
-            if name == "default" and len(hot) > 2:
+            if name == "default" and root == ROOT:
                 k = sum(heap.get(m, 0) for m in hot)
                 print(f"     of it, what stays loaded ({', '.join(hot)}): {k} B")
             for rel in files:
@@ -235,7 +235,7 @@ SUB = (
 
 
 async def aims_run(
-    binary: Path, install_: str | Path, heap: str, seconds: float
+    binary: Path, install_: str | Path, heap: str, seconds: float, unload: bool | None
 ) -> dict[str, int | str]:
     """The scenario of section 2 -> {"steady", "peak", "subscribe_peak", "subs", "how"}."""
     from gwproc import start_gateway_process, subscribe_at_gateway
@@ -257,7 +257,7 @@ async def aims_run(
                 status_period_s=1,
                 gateway_retry_s=0.3,
                 verbose=False,
-                limits={"unload": None},
+                limits={"unload": unload},
             )
             async with aiohttp.ClientSession() as s:
                 cl = Client(dev, s)
@@ -342,12 +342,18 @@ async def aims(root: Path, quick: bool) -> None:
         except fw.FirmwareUnavailable as e:
             print(f"   (frozen firmware unavailable: {e})")
         for title, binary, inst, heap in runs:
-            r = await aims_run(binary, inst, heap, seconds)
-            print(
-                f"   {title}: steady {r['steady']}  peak {r['peak']}  "
-                f"(subscriptions {r['subs']}; the Subscribe request's peak {r['subscribe_peak']};"
-                f" read from the {r['how']})"
-            )
+            for unload in (None, False) if inst not in ("frozen",) and root == ROOT else (None,):
+                r = await aims_run(binary, inst, heap, seconds, unload)
+                how = (
+                    " (limits.unload false: the request path stays loaded)"
+                    if unload is False
+                    else ""
+                )
+                print(
+                    f"   {title}{how}: steady {r['steady']}  peak {r['peak']}  "
+                    f"(subscriptions {r['subs']}; the Subscribe request's peak "
+                    f"{r['subscribe_peak']}; read from the {r['how']})"
+                )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
