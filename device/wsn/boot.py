@@ -108,6 +108,7 @@ def network(dev):
             adv = wifi.join(w)
         except ImportError:
             pass
+        dev.conf.pop("wifi")  # joined: the password need not stay in RAM
     adv = g("advertise_host") or adv or (host if host not in ("0.0.0.0", "") else "127.0.0.1")
     return "http://%s:%d" % (adv, int(g("http_port")))
 

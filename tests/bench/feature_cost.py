@@ -116,10 +116,7 @@ def pull_point(t: Path) -> None:
         OPS,
         """    if pp is not None:
         s.pullpoint = pp
-        s.queue = None
-    else:
-        s.queue = Ring(p.L["queue_len"])""",
-        """    s.queue = Ring(p.L["queue_len"])""",
+""",
     )
     cut(
         t,

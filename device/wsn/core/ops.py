@@ -14,7 +14,7 @@ from wsn.core import request as R
 from wsn.core import soap as S
 from wsn.core import xml as X
 from wsn.core.httpc import split_url
-from wsn.core.producer import PullPoint, Ring, Subscription
+from wsn.core.producer import PullPoint, Subscription
 from wsn.core.request import Fault
 from wsn.core.topics import resolve
 
@@ -315,9 +315,6 @@ def subscribe(p, req, _, now, actions):
         s.version = req.version
     if pp is not None:
         s.pullpoint = pp
-        s.queue = None
-    else:
-        s.queue = Ring(p.L["queue_len"])
     p.subs.append(s)
     actions.append(("subscribed", s))
     return "<wsnt:SubscribeResponse>%s%s%s</wsnt:SubscribeResponse>" % (

@@ -28,7 +28,7 @@ class Ring:
     # §5.1.1 lets a full PullPoint "dispose of previously accumulated Notification Messages").
     # counters start as class attributes: an instance stores only those that moved; the
     # slots are allocated by the first push (a gateway buffer nobody uses costs no heap)
-    head = count = dropped = total = 0
+    head = count = dropped = 0
     slots = ()
 
     def __init__(self, size):
@@ -44,7 +44,6 @@ class Ring:
         n = self.size
         if not self.slots:
             self.slots = [None] * n
-        self.total += 1
         full = self.count == n
         self.slots[(self.head + self.count) % n] = item
         if full:
@@ -80,12 +79,12 @@ class Subscription:
     #   id, consumer (address), rp and at (its reference parameters as sent, and where they
     #   are marked as header blocks: soap.headers), mask (topic bit mask), raw (wsnt:UseRaw),
     #   expires (int seconds since 2000, or None: no scheduled termination), version (of the
-    #   Subscribe: pushes use the same), created, queue (a Ring of pending pushes; None for a
-    #   pull point of ours)
+    #   Subscribe: pushes use the same), created, queue (a Ring of pending pushes, made by the
+    #   first push that needs it)
     # and, for the subscription's resource properties (§6.4.1), what else Subscribe sent:
     #   filt (the filter's topic indices, bytes; None: no wsnt:Filter), pol (True: a
     #   wsnt:SubscriptionPolicy was sent)
-    pullpoint = filt = None  # pullpoint: the PullPoint if the consumer is one of ours
+    pullpoint = filt = queue = None  # pullpoint: the PullPoint if the consumer is one of ours
     paused = sending = pol = raw = False  # the I/O layer runs one sender per subscription
     active = True
     version = S.V12
@@ -162,7 +161,10 @@ class Producer:
                 self.outbox.push(item)
                 gw = True
             else:
-                if s.queue.push(item):
+                q = s.queue
+                if q is None:  # made by the first push (a subscription of the gateway has none)
+                    q = s.queue = Ring(self.L["queue_len"])
+                if q.push(item):
                     self.queue_dropped += 1
                 kick.append(s)
         return kick, gw
