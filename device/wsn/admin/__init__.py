@@ -25,10 +25,13 @@ def check_auth(header, secret):
             return False
     elif scheme != "bearer":
         return False
-    # constant time: no early exit on the first difference
+    # constant time: no early exit on the first difference; on the UTF-8 bytes (indexing a str
+    # would intern each character sent: wsn.core.xml.is_name)
+    cred = cred.encode()
+    secret = secret.encode()
     r = len(cred) ^ len(secret)
     for i in range(min(len(cred), len(secret))):
-        r |= ord(cred[i]) ^ ord(secret[i])
+        r |= cred[i] ^ secret[i]
     return r == 0
 
 

@@ -135,9 +135,10 @@ def handle(p, method, path, body, now, ctype):
         except X.XMLError as e:
             raise Fault("", "malformed XML: %s" % e, S.SOAP12, base=False, status=400)
         r = req.resource_id
-        if kind == "-" and r and r[0] in "sp":
-            # design.md: an EPR's edge:ResourceId reference parameter also selects it
-            kind, rid = r[0], r
+        if kind == "-" and r and r[:1] in "sp":
+            # design.md: an EPR's edge:ResourceId reference parameter also selects it (its
+            # first letter sliced, not indexed: wsn.core.xml.is_name says why)
+            kind, rid = r[:1], r
         el = req.body
         if el is None:
             raise Fault("", "empty SOAP Body", S.SOAP12, base=False)

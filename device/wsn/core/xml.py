@@ -26,14 +26,36 @@ class XMLError(ValueError):
     pass
 
 
+# MicroPython interns every one-character str that indexing or iterating a str makes, and
+# every chr(), and never frees a name: walking a request's names character by character would
+# keep each distinct character an attacker sends (tests/device/test_small_heap.py). What comes
+# from the network is read by slices, str methods or its UTF-8 bytes (ints), never by index.
+_NOT_NAME = const(b" \t\r\n<>&\"'=/;!?()[]{}*|,+@$%^`~\\")
+
+
 def is_name(s):
     # XML 1.0 NameChar, restricted to what matters here: no markup, quotes or spaces.
-    if not s or s[0] in "-.0123456789":
+    b = s.encode()
+    if not b or b[0] in b"-.0123456789":
         return False
-    for c in s:
-        if c in " \t\r\n<>&\"'=/;!?()[]{}*|,+@$%^`~\\":
+    for c in b:
+        if c in _NOT_NAME:
             return False
     return True
+
+
+def _char(n):
+    # the character of a character reference (chr() would intern it): its UTF-8 bytes decoded.
+    # ValueError unless it is a Char (XML 1.0 §2.2, §4.1 "Legal Character").
+    if not (n in (9, 10, 13) or 32 <= n < 0xD800 or 0xE000 <= n < 0xFFFE or 0xFFFF < n < 0x110000):
+        raise ValueError
+    k = (n > 127) + (n > 0x7FF) + (n > 0xFFFF)  # continuation bytes
+    b = bytearray(k + 1)
+    for i in range(k, 0, -1):
+        b[i] = 0x80 | n & 63
+        n >>= 6
+    b[0] = n | (0, 0xC0, 0xE0, 0xF0)[k]
+    return _dec(b)
 
 
 def unescape(s):
@@ -50,7 +72,7 @@ def unescape(s):
         n = p[:k]
         if n[:1] == "#":
             try:
-                out.append(chr(int(n[2:], 16) if n[1:2] == "x" else int(n[1:])))
+                out.append(_char(int(n[2:], 16) if n[1:2] == "x" else int(n[1:])))
             except (ValueError, OverflowError):
                 raise XMLError("bad character reference %s" % n)
         elif n in _ENT and not _ENT.index(n) & 1:
@@ -309,7 +331,7 @@ def parse_datetime(s):
     # xsd:dateTime -> int seconds since 2000 (fractions truncated). No zone = UTC
     # (WS-BaseNotification 1.3 §4.2: "MUST be interpreted as universal time").
     s = s.strip()
-    if len(s) < 19 or s[4] + s[7] + s[10] + s[13] + s[16] != "--T::":
+    if len(s) < 19 or s[4:5] + s[7:8] + s[10:11] + s[13:14] + s[16:17] != "--T::":
         raise TimeError("bad xsd:dateTime %s" % s)
     y = _int(s[:4])
     v = []
@@ -320,18 +342,16 @@ def parse_datetime(s):
         raise TimeError("bad xsd:dateTime %s" % s)
     rest = s[19:]
     if rest[:1] == ".":
-        k = 1
-        while rest[k:k + 1].isdigit():
-            k += 1
-        if k == 1:
+        k = rest[1:].lstrip("0123456789")
+        if len(k) == len(rest) - 1:
             raise TimeError("bad xsd:dateTime %s" % s)
-        rest = rest[k:]
+        rest = k
     off = 0
     if rest not in ("Z", ""):
-        if len(rest) != 6 or rest[0] not in "+-" or rest[3] != ":":
+        if len(rest) != 6 or rest[:1] not in ("+", "-") or rest[3:4] != ":":
             raise TimeError("bad xsd:dateTime %s" % s)
         off = _int(rest[1:3]) * 3600 + _int(rest[4:6]) * 60
-        if rest[0] == "+":
+        if rest[:1] == "+":
             off = -off
     # days from civil (Hinnant), March-based years
     y -= m <= 2
@@ -345,36 +365,38 @@ def parse_datetime(s):
 def parse_duration(s):
     # xsd:duration -> int seconds (a fraction of a second rounds up, so a short positive
     # duration is never 0). Years count 365 days and months 30: a subscription's lifetime
-    # needs no calendar.
+    # needs no calendar. Read on its UTF-8 bytes (is_name says why).
     s = s.strip()
     neg = s[:1] == "-"
     if neg:
         s = s[1:]
     bad = TimeError("bad xsd:duration %s" % s)
-    if s[:1] != "P" or len(s) < 2 or s[-1] == "T":
+    b = s.encode()
+    if b[:1] != b"P" or len(b) < 2 or b[-1:] == b"T":
         raise bad
     total = 0
-    num = ""
     t = 0  # 4 once in the time part: the index of its units below
-    for c in s[1:]:
-        if c.isdigit() or c == ".":
-            num += c
+    j = 1  # where the number being read starts
+    for i in range(1, len(b)):
+        c = b[i:i + 1]
+        if c in b"0123456789.":
             continue
-        if c == "T":
+        num = b[j:i]
+        j = i + 1
+        if c == b"T":
             if t or num:
                 raise bad
             t = 4
             continue
-        k = ("HMS" if t else "YMWD").find(c)
+        k = (b"HMS" if t else b"YMWD").find(c)
         if not num or k < 0:
             raise bad
-        w, dot, f = num.partition(".")
-        if dot and (c != "S" or not (w + f).isdigit() or "." in f):
+        w, dot, f = num.partition(b".")
+        if dot and (c != b"S" or not (w + f).isdigit() or b"." in f):
             raise bad
-        total += (int(w or "0") + (1 if f.strip("0") else 0)) * \
+        total += (int(w or b"0") + (1 if f.strip(b"0") else 0)) * \
             (31536000, 2592000, 604800, 86400, 3600, 60, 1)[k + t]
-        num = ""
-    if num:
+    if j < len(b):
         raise bad
     return -total if neg else total
 

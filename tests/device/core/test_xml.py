@@ -34,6 +34,20 @@ def test_entities_and_char_refs():
     r = X.parse(b'<r a="&lt;&quot;&#65;">&amp;&gt;&#x42;&apos;</r>')
     assert r.get("a") == '<"A'
     assert r.text == "&>B'"
+    # every UTF-8 length (the characters are made from their UTF-8 bytes, not by chr())
+    r = X.parse(b"<r>&#xe9;&#x4E00;&#x1F600;&#127;</r>")
+    assert r.text == "\u00e9\u4e00\U0001f600\x7f", r.text
+    for ref in (b"&#x110000;", b"&#-1;", b"&#xD800;", b"&#x;", b"&#0;", b"&#xFFFE;"):
+        _err(b"<r>" + ref + b"</r>", "bad character reference")
+
+
+def test_names_of_any_script():
+    # names are checked on their UTF-8 bytes: any character but the excluded ASCII ones
+    r = X.parse("<\u540d\u524d a\u00e9='1'><b\u00e9/></\u540d\u524d>".encode())
+    assert r.name == "\u540d\u524d" and r.get("a\u00e9") == "1"
+    assert r.children[0].name == "b\u00e9"
+    assert X.is_name("x") and X.is_name("\u00e9") and not X.is_name("") and not X.is_name("1a")
+    assert not X.is_name("a b") and not X.is_name("a<") and not X.is_name("-a")
 
 
 def test_doctype_rejected_no_entity_expansion():
