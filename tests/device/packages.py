@@ -36,6 +36,21 @@ def package_files() -> dict[str, list[tuple[str, Path]]]:
     return out
 
 
+def module_name(rel: str) -> str:
+    """wsn/core/xml.py -> wsn.core.xml (a package's __init__.py: the package)."""
+    return rel.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+
+
+def mpy_cross_args(rel: str) -> list[str]:
+    """The mpy-cross options the project compiles device/<rel> with (flash.sh passes the same,
+    tests/flash checks it). -O3: no line numbers (MicroPython's py/emitbc.c at level 3); a
+    traceback still names the module and each function, every line as line 1, and nothing in
+    the device reads line numbers. -s: the module's name as imported, which MicroPython interns
+    when it imports the module anyway; a path would be one more name held in the heap for good
+    (the stored source name is interned when the .mpy is loaded)."""
+    return ["-O3", "-s", module_name(rel)]
+
+
 def package_url(base: str, name: str) -> str:
     """The URL of a package's package.json in the checkout served at base."""
     return f"{base}/device/{'' if name == 'default' else name + '/'}package.json"

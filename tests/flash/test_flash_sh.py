@@ -25,6 +25,8 @@ from pathlib import Path
 import pytest
 from flash_report import flash_summaries
 
+from tests.device.packages import mpy_cross_args
+
 ROOT = Path(__file__).resolve().parents[2]
 FLASH = ROOT / "flash.sh"
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -204,11 +206,11 @@ def test_esp32_dry_run_sequence(config: Path) -> None:
     assert len(compiled) == len(mods) and mods
     for c, src in zip(compiled, mods, strict=True):
         rel = src.relative_to(ROOT / "device").as_posix()
+        # compiled as the tests and the benches compile them
         assert c == [
             "mpy-cross",
             "-march=xtensawin",
-            "-s",
-            rel,
+            *mpy_cross_args(rel),
             "-o",
             f"{stage}/device/{rel[:-3]}.mpy",
             str(src),
