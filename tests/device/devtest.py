@@ -194,6 +194,7 @@ def launch(
     started: list[DeviceProcess],
     heapsize: str | None = None,
     install: str | Path = "source",
+    board_paths: bool = False,
     **overrides: Any,
 ) -> DeviceProcess:
     """Start `interpreter main.py CONFIG.json` and wait for its producer line.
@@ -201,7 +202,13 @@ def launch(
     install: "source" (device/ as is), "mpy" (compiled with mpy-cross into tmp_path/mpy, as
     flash.sh deploys it), "frozen" (the interpreter has the device frozen in: only main.py and
     topics.xml are on the "filesystem"), or a Path: a directory the device was installed into
-    (e.g. by mip: main.py, topics.xml and wsn/ in it)."""
+    (e.g. by mip: main.py, topics.xml and wsn/ in it).
+
+    board_paths (an install directory only): run it as a board runs what mip installed with
+    --target . (files in /, its working directory): `micropython -m main config.json` in that
+    directory with "" first on sys.path, so every path MicroPython interns (a module's
+    __file__, sys.argv) is as short as on the board (`wsn/core/xml.mpy`, not
+    `/tmp/.../wsn/core/xml.mpy`): for the heap figures of tests/bench/device_bench.py."""
     last_error = ""
     # a sleepy device (wsn/gateway.py) serves no HTTP: it announces itself differently
     ready = (
@@ -231,6 +238,13 @@ def launch(
         if heapsize:
             cmd += ["-X", f"heapsize={heapsize}"]
         cmd += [str(main), str(cfg)]
+        cwd = tmp_path
+        if board_paths and isinstance(install, Path):
+            # `-m main`: the unix port puts a script's absolute directory first on sys.path
+            conf.setdefault("topics_file", "topics.xml")  # on a board: /topics.xml
+            (install / "config.json").write_text(json.dumps(conf))
+            cmd[-2:] = ["-m", "main", "config.json"]
+            cwd, path = install, ":.frozen"
         env = {**os.environ, "MICROPYPATH": path}
         proc = subprocess.Popen(
             cmd,
@@ -238,7 +252,7 @@ def launch(
             stderr=subprocess.STDOUT,
             text=True,
             env=env,
-            cwd=str(tmp_path),
+            cwd=str(cwd),
         )
         dev = DeviceProcess(proc, port, conf)
         started.append(dev)
