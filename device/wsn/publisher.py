@@ -58,12 +58,16 @@ async def keep(ln):
 
 
 def forgotten(ln, what, st, resp):
-    # a refusal: ResourceUnknownFault or 404 -> the registration is forgotten (-> True)
+    # a refusal (resp: the whole answer, wsn.device.post): ResourceUnknownFault or 404 -> the
+    # registration is forgotten (-> True)
+    from wsn.core import httpmsg as H
     from wsn.core.request import fault_name
 
     ln.dev.busy += 1
     try:
-        name, reason = fault_name(resp)
+        name, reason = fault_name(H.body(resp))
+    except ValueError:  # a malformed chunked body: no fault we understand
+        name = reason = None
     finally:
         ln.dev.busy -= 1
     ln.last_error = "%s: HTTP %d %s %s" % (what, st, name, reason)
@@ -81,6 +85,7 @@ async def register(ln, demand):
     dev.busy += 1
     try:
         from wsn.core import registration as R
+        from wsn.core import httpmsg as H
 
         ts = dev.topicset
         names = []
@@ -91,7 +96,7 @@ async def register(ln, demand):
             ln.version, ln.url, ln.p.addr, ln.p.device_id, ts, names, now() + ln.ttl,
             demand).encode(), None)
         try:
-            ln.reg, ln.reg_rp, con, con_rp = R.read_registration(body)
+            ln.reg, ln.reg_rp, con, con_rp = R.read_registration(H.body(body))
         except Exception as e:  # noqa: BLE001 - a fault or garbage: refused
             return "register: HTTP %d %s" % (st, e)
     finally:

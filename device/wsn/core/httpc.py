@@ -1,6 +1,6 @@
 # The HTTP/1.1 client of the device (RFC 9112), sans-I/O: the pushes and the gateway link
-# (wsn.device.post) write a request and read the whole answer. The server side, loaded per
-# request, is wsn.core.httpmsg.
+# (wsn.device.post) write a request and read the status of the whole answer. Reading an answer's
+# body and the server side, loaded when needed, are wsn.core.httpmsg.
 
 
 def request_head(host, port, path, ctype, length, extra):
@@ -25,29 +25,10 @@ def split_url(url):
     return host, int(port), "/" + path
 
 
-def parse_response(data):
-    # a whole response -> (status, body), a chunked body decoded (RFC 9112 §7.1). Raises
-    # ValueError for a bad or truncated head or a malformed chunked body.
-    k = data.find(b"\r\n\r\n")
-    lines = data[:max(k, 0)].decode().split("\r\n")
-    p = lines[0].split(" ", 2)
-    if k < 0 or len(p) < 2 or p[0][:5] != "HTTP/" or not p[1].isdigit():
+def status(data):
+    # the status code of a whole response (the body, if needed, is wsn.core.httpmsg.body: only
+    # the gateway link's answers are read). Raises ValueError for a bad or truncated head.
+    p = data[:data.find(b"\r\n")].split(b" ", 2)
+    if b"\r\n\r\n" not in data or len(p) < 2 or p[0][:5] != b"HTTP/" or not p[1].isdigit():
         raise ValueError("bad or truncated response head")
-    body = data[k + 4:]
-    for ln in lines:
-        n, _, v = ln.partition(":")
-        if n.strip().lower() == "transfer-encoding" and v.strip().lower() == "chunked":
-            out = []
-            i = 0
-            while True:
-                j = body.find(b"\r\n", i)
-                if j < 0:
-                    raise ValueError("truncated chunk")
-                n = int(body[i:j].split(b";")[0].strip(), 16)
-                if not n:
-                    return int(p[1]), b"".join(out)
-                out.append(body[j + 2:j + 2 + n])
-                i = j + 4 + n
-                if i > len(body):
-                    raise ValueError("truncated chunk")
-    return int(p[1]), body
+    return int(p[1])

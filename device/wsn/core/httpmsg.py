@@ -1,6 +1,7 @@
-# The HTTP/1.1 requests the device serves (RFC 9112), sans-I/O: wsn.server feeds the bytes in
-# and writes the answer out. Loaded for a request and dropped when the device is idle again;
-# the client side (pushes, the gateway link) is wsn.core.httpc.
+# The HTTP/1.1 messages the device reads (RFC 9112), sans-I/O: the requests it serves (wsn.server
+# feeds the bytes in and writes the answer out) and the body of an answer the gateway link reads.
+# Loaded when needed and dropped when the device is idle again; writing a request and reading
+# an answer's status, which every push does, is wsn.core.httpc.
 
 # "status reason" lines, one string: no objects on the heap, frozen or not
 _REASONS = ("200 OK\n202 Accepted\n400 Bad Request\n401 Unauthorized\n404 Not Found\n"
@@ -61,3 +62,27 @@ def response_head(status, ctype, length):
     return ("HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n"
             "\r\n" % (status, _REASONS[i + 4:_REASONS.find("\n", i)] if i >= 0 else "Status", ctype,
                        length)).encode()
+
+
+def body(data):
+    # the body of a whole response whose head wsn.core.httpc.status accepted, a chunked body
+    # decoded (RFC 9112 §7.1). Raises ValueError for a malformed or truncated chunked body.
+    k = data.find(b"\r\n\r\n")
+    b = data[k + 4:]
+    for ln in data[:k].split(b"\r\n"):
+        n, _, v = ln.partition(b":")
+        if n.strip().lower() == b"transfer-encoding" and v.strip().lower() == b"chunked":
+            out = []
+            i = 0
+            while True:
+                j = b.find(b"\r\n", i)
+                if j < 0:
+                    raise ValueError("truncated chunk")
+                n = int(b[i:j].split(b";")[0].strip(), 16)
+                if not n:
+                    return b"".join(out)
+                out.append(b[j + 2:j + 2 + n])
+                i = j + 4 + n
+                if i > len(b):
+                    raise ValueError("truncated chunk")
+    return b
