@@ -113,9 +113,9 @@ def network(dev):
     return "http://%s:%d" % (adv, int(g("http_port")))
 
 
-def start(dev):
-    # After configure(): the network, the producer, the gateway link, the server and the
-    # samplers. -> the coroutine of sleepy mode (wsn.sleepy) to run instead of the server, or
+def start(dev, path):
+    # The config file at path (configure()), the network, the producer, the gateway link and
+    # the server. -> the coroutine of sleepy mode (wsn.sleepy) to run instead of the server, or
     # None once the server listens (it prints one line `producer http://...`).
     import asyncio
     import os
@@ -123,6 +123,7 @@ def start(dev):
 
     from wsn.core.producer import Producer
 
+    configure(dev, path)
     g = dev.conf.get
     base = network(dev)
     p = dev.producer = Producer(dev.device_id, dev.topicset, base, os.urandom, dev.limits)
@@ -151,4 +152,3 @@ def start(dev):
     print("producer %s/wsn/producer" % base)
     if dev.link:
         asyncio.create_task(dev.link.run())
-    asyncio.create_task(dev.sampler())

@@ -67,8 +67,9 @@ def _alarm(s):
 
 async def post(url, body, ctype, timeout_s, extra):
     # POST body (bytes, or a list of bytes chunks: a batch written in pieces, no big contiguous
-    # block) to url -> (status, response body). Raises OSError when the peer is unreachable or
-    # slower than timeout_s, ValueError for a bad URL or a malformed answer.
+    # block) to url -> (status, the whole response: wsn.core.httpmsg.body reads its body).
+    # Raises OSError when the peer is unreachable or slower than timeout_s, ValueError for a
+    # bad URL or a malformed head.
     host, port, path = H.split_url(url)
     if not isinstance(body, list):
         body = (body,)
@@ -87,7 +88,7 @@ async def post(url, body, ctype, timeout_s, extra):
         while True:
             c = await r.read(512)  # answers to pushes are small: small reads, small heap
             if not c:
-                return H.parse_response(buf)
+                return H.status(buf), buf
             buf += c
             if len(buf) > 16384:
                 raise ValueError("response over 16384 bytes")
@@ -100,16 +101,10 @@ async def post(url, body, ctype, timeout_s, extra):
 
 
 class Device:
-    # conf, device_id, limits, topicset, sensors: set by wsn.boot.configure (read the config
-    # file, the topics, the sensors); producer by run()
+    # Device().run(config path): conf, device_id, limits, topicset, sensors, producer, link are
+    # set by wsn.boot (the config file, the topics, the sensors, the network)
     producer = link = None
     busy = conns = mem_peak = mem_top = mem_idle = requests = uptime_ms = 0
-
-    def __init__(self, path):
-        from wsn import boot
-
-        boot.configure(self, path)
-        self.started = time.ticks_ms()  # ticks wrap (~12 days on boards): uptime is summed
 
     def log(self, msg):
         if self.conf.get("verbose", True):
@@ -179,8 +174,11 @@ class Device:
                 self.conns += 1
                 self.busy += 1
                 try:
+                    from wsn import server  # (dropped when idle: wsn.server.serve ends with idle())
+
                     c = asyncio.StreamReader(c)
-                    asyncio.create_task(self._conn(c, c))
+                    asyncio.create_task(server.serve(self, c, c))
+                    server = None  # this loop's frame must not keep it
                 except BaseException:
                     self.conns -= 1
                     self.busy -= 1
@@ -192,16 +190,6 @@ class Device:
                     pass
                 c = None
                 gc.collect()
-
-    async def _conn(self, r, w):
-        try:
-            from wsn import server
-
-            await server.serve(self, r, w)
-        finally:
-            self.conns -= 1
-            self.busy -= 1
-            self.idle()
 
     # ------------------------------------------------------------------ publishing
     def read(self, s):
@@ -284,17 +272,55 @@ class Device:
         finally:
             s.sending = False
 
-    async def sampler(self):
-        # One task samples every sensor when it is due (a task each would cost a frame each);
-        # a sensor's period is period_s, else sample_period_s (0: only on /admin/sample).
+    # ------------------------------------------------------------------ main
+    async def run(self, path):
+        # The device with the config file at path: start-up (wsn.boot), then its clock, one
+        # task (a task each would cost a frame each): each sensor is sampled when it is due (its
+        # period_s, else sample_period_s; 0: only on /admin/sample), and every 0.5 s the
+        # housekeeping runs: expiry (WS-BaseNotification 1.3 §6.4 scheduled termination) and
+        # the status line, printed when a drop counter moves and every status_period_s;
+        # mem_idle is the heap in use after a collection with no request in flight and the
+        # request path dropped.
+        from wsn import boot
+
+        self.started = time.ticks_ms()  # ticks wrap (~12 days on boards): uptime is summed
+        c = boot.start(self, path)  # the config, the producer, the gateway link, the server
+        boot = None
+        if c:  # sleepy mode: its loop instead of the server's
+            await c
+            return
+        p = self.producer
         g = self.conf.get
+        period = float(g("status_period_s", 60)) * 1000
         due = []
         for s in self.sensors:
             due.append(int(float(s[2].get("period_s", g("sample_period_s", 10))) * 1000))
-        nxt = [time.ticks_ms()] * len(due)
+        last = hk = time.ticks_ms()
+        nxt = [last] * len(due)
+        key = (0, 0, 0)
         while True:
             t = time.ticks_ms()
-            wait = 1000
+            wait = 500 - time.ticks_diff(t, hk)
+            if wait <= 0:  # housekeeping
+                hk = t
+                wait = 500
+                try:
+                    self.uptime_ms += time.ticks_diff(t, self.started)
+                    self.started = t
+                    for s in p.expire(now()):
+                        self.log("expired %s" % s.id)
+                    if not self.busy:
+                        self.idle()
+                        gc.collect()
+                        self.mem_idle = gc.mem_alloc()
+                    k = (p.outbox.dropped, self.pp_dropped(), p.push_failed)
+                    if k != key or period > 0 and ms_since(last) >= period:
+                        self.status_line("drops" if k != key else "")
+                        last = time.ticks_ms()
+                    key = k
+                except Exception as e:  # noqa: BLE001 - housekeeping must outlive any error
+                    gc.collect()
+                    self.log("housekeeping: %r" % e)
             for i in range(len(due)):
                 if due[i]:
                     left = time.ticks_diff(nxt[i], t)
@@ -311,41 +337,3 @@ class Device:
                         left = time.ticks_diff(nxt[i], t)
                     wait = min(wait, left)
             await asyncio.sleep_ms(max(wait, 1))
-
-    # ------------------------------------------------------------------ main
-    async def run(self):
-        from wsn import boot
-
-        c = boot.start(self)  # the producer, the gateway link, the server, the samplers
-        boot = None
-        if c:  # sleepy mode: its loop instead of the server's
-            await c
-            return
-        # housekeeping: expiry (WS-BaseNotification 1.3 §6.4 scheduled termination) every
-        # 0.5 s, and the status line, printed when a drop counter moves and every
-        # status_period_s; mem_idle is the heap in use after a collection with no request in
-        # flight and the request path dropped
-        p = self.producer
-        period = float(self.conf.get("status_period_s", 60))
-        last = time.ticks_ms()
-        key = (0, 0, 0)
-        while True:
-            await asyncio.sleep_ms(500)
-            try:
-                t = time.ticks_ms()
-                self.uptime_ms += time.ticks_diff(t, self.started)
-                self.started = t
-                for s in p.expire(now()):
-                    self.log("expired %s" % s.id)
-                if not self.busy:
-                    self.idle()
-                    gc.collect()
-                    self.mem_idle = gc.mem_alloc()
-                k = (p.outbox.dropped, self.pp_dropped(), p.push_failed)
-                if k != key or period > 0 and ms_since(last) >= period * 1000:
-                    self.status_line("drops" if k != key else "")
-                    last = time.ticks_ms()
-                key = k
-            except Exception as e:  # noqa: BLE001 - housekeeping must outlive any error
-                gc.collect()
-                self.log("housekeeping: %r" % e)

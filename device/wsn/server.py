@@ -22,11 +22,14 @@ async def _discard(r, left):
 
 
 async def serve(dev, r, w):
+    # one connection, counted by dev.serve (its accept loop): the slot is given back and what
+    # the request loaded dropped (dev.idle) when it ends
     st = 500
     ct = "text/plain"  # of the answers made here
-    # the request must arrive, and the answer leave, within read_timeout_s
-    al = _alarm(float(dev.limits.get("read_timeout_s", 10)))
+    al = None
     try:
+        # the request must arrive, and the answer leave, within read_timeout_s
+        al = _alarm(float(dev.limits.get("read_timeout_s", 10)))
         try:
             st, ct, b = handle(dev, *(await _request(dev, r, w)))
         except asyncio.CancelledError:
@@ -54,8 +57,12 @@ async def serve(dev, r, w):
     except asyncio.CancelledError:  # too slow writing, or the end of the lingering
         pass
     finally:
-        al.cancel()
+        if al:
+            al.cancel()
         await _close(w)
+        dev.conns -= 1
+        dev.busy -= 1
+        dev.idle()
 
 
 async def _request(dev, r, w):
