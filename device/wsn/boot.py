@@ -48,7 +48,7 @@ def configure(dev, path):
         gc.threshold(int(th))
     # the topic namespace document: topics_file, else next to main.py, /topics.xml,
     # /lib/topics.xml, else the default topics
-    tns, names = "urn:wsn-edge:device-topics", ["temperature", "humidity", "light", "heartbeat"]
+    tns, names = "urn:wsn-edge:device-topics", "temperature humidity light heartbeat".split()
     d = sys.argv[0].rpartition("/")[0] if sys.argv and sys.argv[0] else "."
     for fn in (g("topics_file"), d + "/topics.xml", "/topics.xml", "/lib/topics.xml"):
         try:
@@ -79,11 +79,13 @@ def configure(dev, path):
                 print("sensor %s: no %s hardware here, simulating" % (t, k))
         elif k not in ("sim", "heartbeat"):
             raise ValueError("sensor kind %s: one of sim heartbeat internal_temp adc" % k)
-        u = ["temperature", "Cel", "humidity", "%RH", "light", "lx", "heartbeat", "1"]
+        # the default units (UCUM): one string, split here, not eight short constants (a .mpy
+        # keeps each short constant as a name for good)
+        u = "temperature Cel humidity %RH light lx heartbeat 1".split()
         dev.sensors.append([ti, k, sp, 0, hw, sp.get("unit") or (
             u[u.index(t) + 1] if t in u else "")])
     # "awake" (default): serves Subscribe, pushes each reading; "sleepy": wsn.sleepy
-    if g("mode", "awake") not in ("awake", "sleepy") or g("mode") == "sleepy" and not g("gateway"):
+    if g("mode") not in (None, "awake", "sleepy") or g("mode") == "sleepy" and not g("gateway"):
         raise ValueError("config: mode 'awake', or 'sleepy' with a 'gateway'")
 
 

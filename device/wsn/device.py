@@ -47,10 +47,10 @@ def ms_since(t):
 # One request per connection (Connection: close), Content-Length bodies only, every read under
 # a timeout, sizes bounded: a slow, truncated or oversized request gets 408/400/413 and never
 # holds the device. Message parsing is in wsn.core.httpmsg.
-async def _close(w):
+async def _close(s):
     try:
-        w.close()
-        await w.wait_closed()
+        s.close()
+        await s.wait_closed()
     except Exception:  # noqa: BLE001 - already reset by the peer: closed either way
         pass
 
@@ -65,10 +65,10 @@ def _alarm(s):
     return asyncio.create_task(ring(asyncio.current_task()))
 
 
-async def post(url, body, ctype, timeout_s, extra):
+async def post(url, body, ctype, t, extra):
     # POST body (bytes, or a list of bytes chunks: a batch written in pieces, no big contiguous
     # block) to url -> (status, the whole response: wsn.core.httpmsg.body reads its body).
-    # Raises OSError when the peer is unreachable or slower than timeout_s, ValueError for a
+    # Raises OSError when the peer is unreachable or slower than t seconds, ValueError for a
     # bad URL or a malformed head.
     host, port, path = H.split_url(url)
     if not isinstance(body, list):
@@ -76,7 +76,7 @@ async def post(url, body, ctype, timeout_s, extra):
     n = 0
     for c in body:
         n += len(c)
-    al = _alarm(timeout_s)
+    al = _alarm(t)
     w = None
     try:
         r, w = await asyncio.open_connection(host, port)
@@ -93,7 +93,7 @@ async def post(url, body, ctype, timeout_s, extra):
             if len(buf) > 16384:
                 raise ValueError("response over 16384 bytes")
     except asyncio.CancelledError:
-        raise OSError("no answer within %s s" % timeout_s)
+        raise OSError("no answer within %s s" % t)
     finally:
         al.cancel()
         if w:
@@ -106,9 +106,9 @@ class Device:
     producer = link = None
     busy = conns = mem_peak = mem_top = mem_idle = requests = uptime_ms = 0
 
-    def log(self, msg):
+    def log(self, text):
         if self.conf.get("verbose", True):
-            print(msg)
+            print(text)
 
     def mem(self):
         # the heap in use now (garbage included): mem_top is the highest since the last status
@@ -127,7 +127,7 @@ class Device:
         self.mem()
         if not self.busy and self.unload:
             for k in list(sys.modules):
-                if k[:4] != "wsn." or " %s " % k in _KEEP:
+                if k[:4] != "wsn." or " " + k + " " in _KEEP:
                     continue
                 del sys.modules[k]
                 k, _, leaf = k.rpartition(".")
@@ -144,13 +144,13 @@ class Device:
             n += q.dropped
         return n
 
-    def status_line(self, why):
+    def status_line(self, text):
         # also for the console (flash.sh --monitor): mem, the heap in use between requests
         # (mem_idle), and peak, the most the device saw in use since the previous line
         p = self.producer
         print("status %s gateway=%s buffered=%d dropped=%d subs=%d pullpoint_dropped=%d "
               "push_failed=%d mem=%d peak=%d" % (
-                  why and "[" + why + "]", self.link.state if self.link else "none",
+                  text and "[" + text + "]", self.link.state if self.link else "none",
                   len(p.outbox), p.outbox.dropped, len(p.subs), self.pp_dropped(),
                   p.push_failed, self.mem_idle, self.mem_top))
         self.mem_top = 0
@@ -177,7 +177,7 @@ class Device:
                     from wsn import server  # (dropped when idle: wsn.server.serve ends with idle())
 
                     c = asyncio.StreamReader(c)
-                    asyncio.create_task(server.serve(self, c, c))
+                    asyncio.create_task(server.serve(self, c))
                     server = None  # this loop's frame must not keep it
                 except BaseException:
                     self.conns -= 1

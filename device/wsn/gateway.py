@@ -34,10 +34,10 @@ class Link:
         if self.waiting:
             self.waiting.cancel()
 
-    def set_state(self, st):
-        if st != self.state:
-            self.state = st
-            self.dev.status_line("gateway " + st)
+    def set_state(self, state):
+        if state != self.state:
+            self.state = state
+            self.dev.status_line("gateway " + state)
 
     async def post(self, url, body, ctype):
         self.requests += 1

@@ -18,7 +18,7 @@ def setup(dev):
     ln.dev = dev
     ln.p = dev.producer
     ln.url = c("gateway")
-    ln.version = S.V11 if str(c("gateway_soap", "1.2")) == "1.1" else S.V12
+    ln.version = S.V11 if c("gateway_soap") in ("1.1", 1.1) else S.V12
     ln.ttl = int(c("registration_ttl_s", 600))
     # Credentials for a gateway that protects its management operations (RegisterPublisher,
     # SetTerminationTime): gateway_token -> Bearer, else gateway_user + gateway_password ->
@@ -57,21 +57,21 @@ async def keep(ln):
     return 0
 
 
-def forgotten(ln, what, st, resp):
-    # a refusal (resp: the whole answer, wsn.device.post): ResourceUnknownFault or 404 -> the
-    # registration is forgotten (-> True)
+def forgotten(ln, text, status, body):
+    # the gateway refused `text` (push, renew) with HTTP status and the whole answer body
+    # (wsn.device.post): ResourceUnknownFault or 404 -> the registration is forgotten (-> True)
     from wsn.core import httpmsg as H
     from wsn.core.request import fault_name
 
     ln.dev.busy += 1
     try:
-        name, reason = fault_name(H.body(resp))
+        name, reason = fault_name(H.body(body))
     except ValueError:  # a malformed chunked body: no fault we understand
         name = reason = None
     finally:
         ln.dev.busy -= 1
-    ln.last_error = "%s: HTTP %d %s %s" % (what, st, name, reason)
-    if name == "ResourceUnknownFault" or st == 404:
+    ln.last_error = "%s: HTTP %d %s %s" % (text, status, name, reason)
+    if name == "ResourceUnknownFault" or status == 404:
         ln.dev.log("registration %s forgotten: registering again" % ln.reg)
         ln.reg = None
         return True
@@ -106,7 +106,7 @@ async def register(ln, demand):
     ln.expires = now() + ln.ttl
     ln.registrations += 1
     dev.log("registered at %s (Demand=%s) consumer %s" % (
-        ln.reg, "true" if demand else "false", con))
+        ln.reg, ("false", "true")[bool(demand)], con))
 
 
 async def renew(ln):

@@ -9,21 +9,22 @@ from wsn.core import httpmsg as H
 from wsn.device import _alarm, _close, now
 
 
-async def _discard(r, left):
-    # read and drop up to `left` bytes (until EOF, an error or the caller's alarm)
+async def _discard(r, count):
+    # read and drop up to count bytes (until EOF, an error or the caller's alarm)
     try:
-        while left > 0:
+        while count > 0:
             c = await r.read(512)
             if not c:
                 break
-            left -= len(c)
+            count -= len(c)
     except Exception:  # noqa: BLE001 - reset: done either way
         pass
 
 
-async def serve(dev, r, w):
-    # one connection, counted by dev.serve (its accept loop): the slot is given back and what
-    # the request loaded dropped (dev.idle) when it ends
+async def serve(dev, r):
+    # one connection, r its stream (MicroPython's asyncio Stream reads and writes), counted by
+    # dev.serve (its accept loop): the slot is given back and what the request loaded dropped
+    # (dev.idle) when it ends
     st = 500
     ct = "text/plain"  # of the answers made here
     al = None
@@ -31,7 +32,7 @@ async def serve(dev, r, w):
         # the request must arrive, and the answer leave, within read_timeout_s
         al = _alarm(float(dev.limits.get("read_timeout_s", 10)))
         try:
-            st, ct, b = handle(dev, *(await _request(dev, r, w)))
+            st, ct, b = handle(dev, *(await _request(dev, r)))
         except asyncio.CancelledError:
             st, b = 408, b"request too slow\n"
         except H.HTTPError as e:
@@ -40,10 +41,10 @@ async def serve(dev, r, w):
             st, b = 503, b"out of memory: retry\n"
         if not isinstance(b, list):  # chunks of a large answer: no big contiguous block
             b = (b,)
-        w.write(H.response_head(st, ct, sum([len(c) for c in b])))
+        r.write(H.response_head(st, ct, sum([len(c) for c in b])))
         for c in b:
-            w.write(c)
-            await w.drain()
+            r.write(c)
+            await r.drain()
         b = None
         if st >= 400:
             # "lingering close" (RFC 9112 §9.6): read and discard what the client still sends
@@ -59,13 +60,13 @@ async def serve(dev, r, w):
     finally:
         if al:
             al.cancel()
-        await _close(w)
+        await _close(r)
         dev.conns -= 1
         dev.busy -= 1
         dev.idle()
 
 
-async def _request(dev, r, w):
+async def _request(dev, r):
     buf = b""
     while True:
         k = buf.find(b"\r\n\r\n")
@@ -91,8 +92,8 @@ async def _request(dev, r, w):
     if n > len(body):
         if not body and hd.get("expect", "").lower() == "100-continue":
             # RFC 9110 §10.1.1: curl and .NET clients wait for this before the body
-            w.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            await w.drain()
+            r.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            await r.drain()
         try:
             body += await r.readexactly(n - len(body))
         except EOFError:
@@ -100,7 +101,7 @@ async def _request(dev, r, w):
     return method, path, query, hd, body[:n]
 
 
-def handle(dev, method, path, query, hd, body):
+def handle(dev, method, path, query, headers, body):
     # -> (status, content type, body bytes or list of chunks)
     dev.requests += 1
     dev.mem()
@@ -111,11 +112,11 @@ def handle(dev, method, path, query, hd, body):
             from wsn import admin
         except ImportError:
             return 404, "text/plain", ("%s needs the package wsn/admin\n" % path).encode()
-        return admin.handle(dev, method, path, query, hd)
+        return admin.handle(dev, method, path, query, headers)
     if path == "/" and method == "GET":
         return 200, "text/plain", ("wsn-edge device %s: WS-Notification producer at %s\n"
-                                   % (dev.device_id, p.addr)).encode()
-    r = p.handle(method, path, body, now(), hd.get("content-type", ""))
+                            % (dev.device_id, p.addr)).encode()
+    r = p.handle(method, path, body, now(), headers.get("content-type", ""))
     for act, s in r.actions:
         if act == "resumed":
             dev.kick(s)

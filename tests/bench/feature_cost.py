@@ -70,12 +70,12 @@ def cut(tree: Path, rel: str, old: str, new: str = "") -> None:
 def pull_point(t: Path) -> None:
     OPS = "core/ops.py"
     P = "core/producer.py"
-    drop(t, OPS, "create_pullpoint", "get_messages", "destroy_pullpoint", "_notify_pp")
-    drop(t, P, "PullPoint")
+    (t / "wsn" / "core" / "pullpoint.py").unlink()
     for row in (
-        '    "\\n- wsnt:CreatePullPoint create_pullpoint 1"\n',
-        '    "\\np wsnt:GetMessages get_messages 6"\n',
-        '    "\\np wsnt:DestroyPullPoint destroy_pullpoint 6"\n',
+        '    "\\n- wsnt:CreatePullPoint pullpoint.create_pullpoint 1"\n',
+        '    "\\np wsnt:GetMessages pullpoint.get_messages 6"\n',
+        '    "\\np wsnt:DestroyPullPoint pullpoint.destroy_pullpoint 6"\n',
+        '    "\\np wsnt:Notify pullpoint.notify 6"\n',
         '    "\\np wsrf-rl:Destroy wsrf.destroy 5"\n',
         '    "\\np wsrf-rp:GetResourceProperty wsrf.get_rp 2"\n',
     ):
@@ -92,11 +92,17 @@ def pull_point(t: Path) -> None:
         OPS,
         """        if kind == "p":
             target.touched = now
-            if op is None and (el.name == "Notify" and el.ns == S.WSNT or req.action == _NOTIFY):
-                # Notify into the pull point (§5.1.1), or a raw notification: what §3.1 says a
-                # producer SHOULD send it with is the Notify action. HTTP 202, no envelope.
-                _notify_pp(req, target)
-                return Response(202, S.content_type(req.version), b"", actions)
+            if op is None and req.action == _NOTIFY:
+                # a raw notification: what §3.1 says a producer SHOULD send it with is the
+                # Notify action; the pull point keeps it as it keeps a Notify (§5.1.1)
+                op = ("pullpoint.notify", "6")
+""",
+    )
+    cut(
+        t,
+        OPS,
+        """        if out is None:  # a notification kept: HTTP 202, no envelope
+            return Response(202, S.content_type(req.version), b"", actions)
 """,
     )
     cut(
@@ -150,7 +156,7 @@ def pause_resume(t: Path) -> None:
         t,
         OPS,
         """    n = req.body.name
-    if n[0] == "U":
+    if n == "Unsubscribe":
         p.drop(s, actions)
     else:
         s.paused = n[0] == "P"
@@ -236,7 +242,7 @@ def durations(t: Path) -> None:
     cut(
         t,
         "core/xml.py",
-        """    if text[:1] == "P" or text[:2] == "-P":
+        """    if text.lstrip("-")[:1] == "P":
         return now + parse_duration(text)
 """,
     )

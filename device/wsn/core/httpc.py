@@ -3,10 +3,11 @@
 # body and the server side, loaded when needed, are wsn.core.httpmsg.
 
 
-def request_head(host, port, path, ctype, length, extra):
-    # a POST (the only request the device makes); extra: header lines, each ending in CRLF
+def request_head(host, port, path, ctype, count, extra):
+    # a POST (the only request the device makes) of count body bytes; extra: header lines,
+    # each ending in CRLF
     return ("POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
-            "Connection: close\r\n%s\r\n" % (path, host, port, ctype, length, extra)).encode()
+            "Connection: close\r\n%s\r\n" % (path, host, port, ctype, count, extra)).encode()
 
 
 def split_url(url):
@@ -19,10 +20,9 @@ def split_url(url):
         host, port = hp[1:k], hp[k + 2:]
     else:
         host, _, port = hp.partition(":")
-    port = port or "80"
-    if not host or not port.isdigit():
+    if not host or port and not port.isdigit():
         raise ValueError("bad URL %s" % url)
-    return host, int(port), "/" + path
+    return host, int(port) if port else 80, "/" + path
 
 
 def status(data):

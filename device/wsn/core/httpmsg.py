@@ -3,8 +3,10 @@
 # Loaded when needed and dropped when the device is idle again; writing a request and reading
 # an answer's status, which every push does, is wsn.core.httpc.
 
+from micropython import const
+
 # "status reason" lines, one string: no objects on the heap, frozen or not
-_REASONS = ("200 OK\n202 Accepted\n400 Bad Request\n401 Unauthorized\n404 Not Found\n"
+_REASONS = const("200 OK\n202 Accepted\n400 Bad Request\n401 Unauthorized\n404 Not Found\n"
             "405 Method Not Allowed\n408 Request Timeout\n411 Length Required\n"
             "413 Content Too Large\n431 Request Header Fields Too Large\n"
             "500 Internal Server Error\n503 Service Unavailable\n")
@@ -44,24 +46,26 @@ def parse_head(head):
     return p[0], path, query, h
 
 
-def body_length(method, headers, limit):
-    # -> number of body bytes to read. Raises HTTPError 411 (chunked), 413 (over the limit),
+def body_length(method, headers, size):
+    # -> number of body bytes to read. Raises HTTPError 411 (chunked), 413 (over size bytes),
     # 400 (bad Content-Length). No Content-Length nor Transfer-Encoding: empty (RFC 9112 §6.3).
     if "transfer-encoding" in headers:
         raise HTTPError(411, "send Content-Length, not chunked")
     cl = headers.get("content-length", "0")
     if not cl.isdigit():
         raise HTTPError(400, "bad Content-Length")
-    if int(cl) > limit:
-        raise HTTPError(413, "body over the %d-byte limit" % limit)
+    if int(cl) > size:
+        raise HTTPError(413, "body over the %d-byte limit" % size)
     return int(cl)
 
 
-def response_head(status, ctype, length):
-    i = _REASONS.find("%d " % status)
+def response_head(status, ctype, count):
+    # the head of an answer of count body bytes (a status not in _REASONS: an empty reason
+    # phrase, which RFC 9112 §4 allows)
+    i = _REASONS.find(str(status) + " ")
     return ("HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n"
-            "\r\n" % (status, _REASONS[i + 4:_REASONS.find("\n", i)] if i >= 0 else "Status", ctype,
-                       length)).encode()
+            "\r\n" % (status, _REASONS[i + 4:_REASONS.find("\n", i)] if i >= 0 else "", ctype,
+                       count)).encode()
 
 
 def body(data):

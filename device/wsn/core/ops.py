@@ -1,11 +1,10 @@
 # The producer's requests (WS-BaseNotification 1.3): dispatch, Subscribe (§4.2), Renew
-# (§6.1.1), Unsubscribe (§6.1.2), PauseSubscription (§6.2.1) and ResumeSubscription (§6.3),
-# CreatePullPoint (§5.2) and the PullPoint's GetMessages (§5.1.2), DestroyPullPoint (§5.1.4)
-# and Notify into it (§5.1.1). Producer.handle loads it for a request; the device drops it when
-# it is idle again. The optional operations are packages of their own (wsn.core.current,
-# wsn.core.wsrf), imported on first use: a request for one that is not installed gets
-# wsa:ActionNotSupported, the fault for an action a node does not support (WS-Addressing 1.0
-# SOAP Binding §6.4.4).
+# (§6.1.1), Unsubscribe (§6.1.2), PauseSubscription (§6.2.1) and ResumeSubscription (§6.3).
+# Producer.handle loads it for a request; the device drops it when it is idle again. The pull
+# point's operations (wsn.core.pullpoint) and the optional ones (packages of their own:
+# wsn.core.current, wsn.core.wsrf) are imported on first use: a request for one that is not
+# installed gets wsa:ActionNotSupported, the fault for an action a node does not support
+# (WS-Addressing 1.0 SOAP Binding §6.4.4).
 from binascii import hexlify
 
 from micropython import const
@@ -14,7 +13,7 @@ from wsn.core import request as R
 from wsn.core import soap as S
 from wsn.core import xml as X
 from wsn.core.httpc import split_url
-from wsn.core.producer import PullPoint, Subscription
+from wsn.core.producer import Subscription
 from wsn.core.request import Fault
 from wsn.core.topics import resolve
 
@@ -24,12 +23,14 @@ _NOTIFY = const("http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify
 
 # The operations, as data: one row per line, "<kind> <Body element> <handler> <portType>".
 # kind: "-" producer, "s" subscription, "p" pull point; the Body element as "prefix:local" with
-# the prefixes of soap.DECLS; handler: a function here, or "package.function" of an optional
-# package of wsn.core; portType: index into _PORTS of the WSDL portType whose output action
-# answers it: "http://docs.oasis-open.org/<portType>/<element>Response", the WS-Addressing 1.0
-# Metadata §4.4.4 default action of bw-2.wsdl (Pause/Resume: the PausableSubscriptionManager
-# portType), rpw-2 and rlw-2. One string, not a tuple of tuples: mpy-cross stores each string of
-# a constant tuple on its own, and a .mpy install makes each of them an object on the heap.
+# the prefixes of soap.DECLS; handler: a function here, or "module.function" of a module of
+# wsn.core imported on first use (the pull point, an optional package; a handler answering None
+# kept a notification: HTTP 202); portType: index into _PORTS of the WSDL portType whose output
+# action answers it: "http://docs.oasis-open.org/<portType>/<element>Response", the
+# WS-Addressing 1.0 Metadata §4.4.4 default action of bw-2.wsdl (Pause/Resume: the
+# PausableSubscriptionManager portType), rpw-2 and rlw-2. One string, not a tuple of tuples:
+# mpy-cross stores each string of a constant tuple on its own, and a .mpy install makes each of
+# them an object on the heap.
 _PORTS = const(("wsn/bw-2/NotificationProducer", "wsn/bw-2/CreatePullPoint",
                 "wsrf/rpw-2/GetResourceProperty", "wsn/bw-2/SubscriptionManager",
                 "wsn/bw-2/PausableSubscriptionManager", "wsrf/rlw-2/ImmediateResourceTermination",
@@ -37,7 +38,7 @@ _PORTS = const(("wsn/bw-2/NotificationProducer", "wsn/bw-2/CreatePullPoint",
 _OPS = const(
     "\n- wsnt:Subscribe subscribe 0"
     "\n- wsnt:GetCurrentMessage current.get_current 0"
-    "\n- wsnt:CreatePullPoint create_pullpoint 1"
+    "\n- wsnt:CreatePullPoint pullpoint.create_pullpoint 1"
     "\n- wsrf-rp:GetResourceProperty wsrf.get_rp 2"
     "\ns wsnt:Renew renew 3"
     "\ns wsnt:Unsubscribe state 3"
@@ -45,8 +46,9 @@ _OPS = const(
     "\ns wsnt:ResumeSubscription state 4"
     "\ns wsrf-rl:Destroy wsrf.destroy 5"
     "\ns wsrf-rp:GetResourceProperty wsrf.get_rp 2"
-    "\np wsnt:GetMessages get_messages 6"
-    "\np wsnt:DestroyPullPoint destroy_pullpoint 6"
+    "\np wsnt:GetMessages pullpoint.get_messages 6"
+    "\np wsnt:DestroyPullPoint pullpoint.destroy_pullpoint 6"
+    "\np wsnt:Notify pullpoint.notify 6"
     "\np wsrf-rl:Destroy wsrf.destroy 5"
     "\np wsrf-rp:GetResourceProperty wsrf.get_rp 2"
     "\n"
@@ -90,10 +92,10 @@ def new_id(rand, prefix):
     return prefix + hexlify(rand(8)).decode()
 
 
-def get(p, rid, kind):
-    # the subscription (kind "s") or pull point ("p") of that id, or None
+def get(p, key, kind):
+    # the subscription (kind "s") or pull point ("p") of the id key, or None
     for x in p.subs if kind == "s" else p.pps:
-        if x.id == rid:
+        if x.id == key:
             return x
 
 
@@ -108,8 +110,8 @@ def counters(p):
             ("gatewayBuffered", len(p.outbox)), ("gatewayDropped", p.outbox.dropped)]
 
 
-def _text(status, msg):
-    return Response(status, "text/plain; charset=utf-8", msg.encode() + b"\n", ())
+def _text(status, text):
+    return Response(status, "text/plain; charset=utf-8", text.encode() + b"\n", ())
 
 
 def handle(p, method, path, body, now, ctype):
@@ -135,7 +137,7 @@ def handle(p, method, path, body, now, ctype):
         except X.XMLError as e:
             raise Fault("", "malformed XML: %s" % e, S.SOAP12, base=False, status=400)
         r = req.resource_id
-        if kind == "-" and r and r[:1] in "sp":
+        if kind == "-" and r and r[:1] in ("s", "p"):
             # design.md: an EPR's edge:ResourceId reference parameter also selects it (its
             # first letter sliced, not indexed: wsn.core.xml.is_name says why)
             kind, rid = r[:1], r
@@ -157,11 +159,10 @@ def handle(p, method, path, body, now, ctype):
                             "http://docs.oasis-open.org/wsrf/r-2")
         if kind == "p":
             target.touched = now
-            if op is None and (el.name == "Notify" and el.ns == S.WSNT or req.action == _NOTIFY):
-                # Notify into the pull point (§5.1.1), or a raw notification: what §3.1 says a
-                # producer SHOULD send it with is the Notify action. HTTP 202, no envelope.
-                _notify_pp(req, target)
-                return Response(202, S.content_type(req.version), b"", actions)
+            if op is None and req.action == _NOTIFY:
+                # a raw notification: what §3.1 says a producer SHOULD send it with is the
+                # Notify action; the pull point keeps it as it keeps a Notify (§5.1.1)
+                op = ("pullpoint.notify", "6")
         why = "no operation {%s}%s here" % (el.ns, el.name)
         f = None
         if op:
@@ -169,8 +170,8 @@ def handle(p, method, path, body, now, ctype):
             if not m:
                 f = globals()[h]
             else:
-                # an optional package, imported on first use (then in sys.modules until the
-                # device is idle again)
+                # the pull point, or an optional package, imported on first use (then in
+                # sys.modules until the device is idle again)
                 try:
                     f = getattr(__import__("wsn.core." + m, None, None, (h,)), h)
                 except ImportError:
@@ -180,6 +181,8 @@ def handle(p, method, path, body, now, ctype):
                         extra="<wsa:ProblemAction><wsa:Action>%s</wsa:Action></wsa:ProblemAction>"
                         % S.escape(req.action or ""))
         out = f(p, req, target, now, actions)
+        if out is None:  # a notification kept: HTTP 202, no envelope
+            return Response(202, S.content_type(req.version), b"", actions)
     except R.NotSoap as e:
         return _text(400, str(e))
     except Fault as f:
@@ -193,26 +196,26 @@ def handle(p, method, path, body, now, ctype):
                     [c.encode() for c in env] if isinstance(env, list) else env.encode(), actions)
 
 
-def time_el(tag, t):
-    # <tag>xsd:dateTime of t</tag> (every time element the device writes), or xsi:nil for
+def time_el(name, t):
+    # <name>xsd:dateTime of t</name> (every time element the device writes), or xsi:nil for
     # t None: no scheduled termination
     if t is None:
-        return '<%s xmlns:xsi="%s" xsi:nil="true"/>' % (tag, _XSI)
-    return S.wrap(tag, S.format_datetime(t))
+        return '<%s xmlns:xsi="%s" xsi:nil="true"/>' % (name, _XSI)
+    return S.wrap(name, S.format_datetime(t))
 
 
-def _unknown_children(parent, keep, fault, what, tag):
+def _unknown_children(el, keep, fault, text, name):
     # WS-BaseNotification 1.3 §4.2: the fault names every child it did not understand
     bad = ""
     first = None
-    for c in parent.children:
+    for c in el.children:
         if c.ns != S.WSNT or c.name != keep:
             first = first or c
-            bad += '<%s xmlns:q="%s">q:%s</%s>' % (tag, S.escape(c.ns), c.name, tag) if c.ns \
-                else S.wrap(tag, c.name)
+            bad += '<%s xmlns:q="%s">q:%s</%s>' % (name, S.escape(c.ns), c.name, name) if c.ns \
+                else S.wrap(name, c.name)
     if first:
-        raise Fault(fault, "only %s, not {%s}%s" % (what, first.ns, first.name), extra=bad)
-    return len(parent.children)
+        raise Fault(fault, "only %s, not {%s}%s" % (text, first.ns, first.name), extra=bad)
+    return len(el.children)
 
 
 def _term(p, el, now, fault):
@@ -230,7 +233,7 @@ def _term(p, el, now, fault):
         try:
             t = X.parse_time(el.text, now)
             if t <= now:
-                why = "%s is past" % S.format_datetime(t)
+                why = "%s is in the past" % S.format_datetime(t)
             elif mx and t - now > mx:
                 why = "%s is over %d s ahead" % (S.format_datetime(t), mx)
         except X.XMLError as e:
@@ -339,66 +342,9 @@ def state(p, req, s, now, actions):
     # Unsubscribe (§6.1.2: gone once answered); Pause/Resume (§6.2.1: while paused nothing is
     # produced for it; on resume only new readings, option 3; pushes already queued stay)
     n = req.body.name
-    if n[0] == "U":
+    if n == "Unsubscribe":
         p.drop(s, actions)
     else:
         s.paused = n[0] == "P"
         actions.append(("paused" if s.paused else "resumed", s))
     return "<wsnt:%sResponse/>" % n
-
-
-def create_pullpoint(p, req, _, now, actions):
-    # §5.2; pull points unused for pullpoint_idle_s are reclaimed first
-    p.expire(now)
-    n = p.L["max_pullpoints"]
-    if len(p.pps) >= n:
-        raise Fault("UnableToCreatePullPointFault", "all %d in use" % n, code="Receiver")
-    pp = PullPoint(p.L["pullpoint_size"])
-    pp.id = new_id(p.rand, "p")
-    pp.touched = now
-    p.pps.append(pp)
-    actions.append(("pullpoint", pp))
-    return S.wrap("wsnt:CreatePullPointResponse",
-                  S.epr(p.base + "/wsn/pullpoints/" + pp.id, pp.id, "wsnt:PullPoint"))
-
-
-def get_messages(p, req, pp, now, actions):
-    # §5.1.2: the answer in pieces, one per message
-    mx = req.body.find(S.WSNT, "MaximumNumber")
-    n = None
-    if mx is not None:
-        n = mx.value()
-        if not n.isdigit():
-            raise Fault("UnableToGetMessagesFault", "MaximumNumber %s: want an int >= 0" % n)
-        n = int(n)
-    out = ["<wsnt:GetMessagesResponse%s>" % p.topics.decl]
-    while len(pp) and (n is None or len(out) <= n):
-        it = pp.pop()
-        out.append(S.wrap("wsnt:NotificationMessage",
-                          it if isinstance(it, str) else p.nm_content(it)))
-    out.append("</wsnt:GetMessagesResponse>")
-    return out
-
-
-def destroy_pullpoint(p, req, pp, now, actions):
-    # §5.1.4; subscriptions delivering into it would have nowhere to go: they end with it
-    pp.active = False
-    p.pps.remove(pp)
-    for s in [s for s in p.subs if s.pullpoint is pp]:
-        p.drop(s, actions)
-    actions.append(("destroyed", pp))
-    return "<wsnt:DestroyPullPointResponse/>"
-
-
-def _notify_pp(req, pp):
-    # §5.1.1: each NotificationMessage's content is kept as received (with the declarations it
-    # inherits added to each child; text re-escaped); a raw notification is kept as the Message
-    el = req.body
-    if el.name == "Notify" and el.ns == S.WSNT:
-        for nm in el.findall(S.WSNT, "NotificationMessage"):
-            m = S.escape(nm.text.strip())
-            for c in nm.children:
-                m += X.outer_xml(c, req.buf)
-            pp.push(m)
-    else:
-        pp.push(S.wrap("wsnt:Message", X.outer_xml(el, req.buf)))

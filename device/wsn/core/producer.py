@@ -1,7 +1,7 @@
 # The device's NotificationProducer, SubscriptionManager and PullPoints: the state and the
-# publishing side, which stay loaded. Requests are handled by wsn.core.ops, loaded for a request
-# and dropped when the device is idle again (wsn.device), so the heap holds its bytecode only
-# while a request is served.
+# publishing side, which stay loaded. Requests are handled by wsn.core.ops (and a pull point's by
+# wsn.core.pullpoint), loaded for a request and dropped when the device is idle again
+# (wsn.device), so the heap holds their bytecode only while a request is served.
 #
 #   p = Producer(device_id, TopicSet(ns, names), "http://host:port", rand, limits)
 #       (limits: a dict, completed with the defaults of wsn.core.ops.defaults)
@@ -65,14 +65,6 @@ class Ring:
         return item
 
 
-class PullPoint(Ring):
-    # WS-BaseNotification 1.3 §5.1: a ring of messages. An item is a str (the content of a
-    # wsnt:NotificationMessage received by Notify) or a tuple (subscription, topic index,
-    # payload, time) delivered in memory by one of our own subscriptions, rendered only when
-    # fetched (32 of them stay small on a 64 KiB heap).
-    active = True
-
-
 class Subscription:
     # Made by wsn.core.ops (Subscribe). Defaults as class attributes: each subscription's own
     # dict holds only what differs from them (a smaller dict per subscription on a small heap).
@@ -108,14 +100,14 @@ class TopicSet:
 
 
 class Producer:
-    def __init__(self, device_id, topics, base_url, rand, limits):
+    def __init__(self, device_id, topics, url, rand, limits):
         from wsn.core.ops import defaults
 
         self.L = defaults(limits)  # the caller's dict, completed with the defaults
         self.device_id = device_id
         self.topics = topics
-        self.base = base_url
-        self.addr = base_url + "/wsn/producer"
+        self.base = url
+        self.addr = url + "/wsn/producer"
         self.rand = rand
         self.subs = []  # at most max_subscriptions
         self.pps = []  # pull points, at most max_pullpoints
@@ -140,18 +132,19 @@ class Producer:
         return ops.handle(self, method, path, body, now, ctype)
 
     # ------------------------------------------------------------------ publishing
-    def publish(self, ti, payload, now):
-        # A new reading on topic index ti. -> (subscriptions whose queue got a push: the I/O
-        # layer starts their sender; True if the gateway outbox got one).
+    def publish(self, index, data, now):
+        # A new reading (the payload XML data) on the topic of that index. -> (subscriptions
+        # whose queue got a push: the I/O layer starts their sender; True if the gateway outbox
+        # got one).
         if self.current:
-            self.current[ti] = payload
+            self.current[index] = data
         self.published += 1
         kick = []
         gw = False
         for s in self.subs:
-            if s.paused or not (s.mask >> ti) & 1 or (s.expires is not None and s.expires <= now):
+            if s.paused or not (s.mask >> index) & 1 or (s.expires is not None and s.expires <= now):
                 continue
-            item = (s, ti, payload, now)
+            item = (s, index, data, now)
             pp = s.pullpoint
             if pp is not None:
                 if pp.active:

@@ -15,9 +15,10 @@ _BR = const("http://docs.oasis-open.org/wsn/br-2")
 _ACTION = const("http://docs.oasis-open.org/%sRequest")
 
 
-def register_publisher(version, gateway_url, producer_addr, device_id, ts, names, expires,
-                       demand):
-    # -> envelope str: one br:Topic per name of TopicSet ts. Demand=true: the gateway pauses
+
+def register_publisher(version, url, addr, device_id, topics, names, expires, demand):
+    # -> envelope str to the gateway at url, from the producer at addr: one br:Topic per name
+    # of the TopicSet topics. Demand=true: the gateway pauses
     # our subscriptions while nobody wants the topic (WS-BrokeredNotification demand-based
     # publishing). Demand=false (sleepy mode): the device serves no Subscribe and simply
     # publishes to the ConsumerReference. The PublisherReference's metadata names the device
@@ -31,10 +32,10 @@ def register_publisher(version, gateway_url, producer_addr, device_id, ts, names
            "</edge:TopicNamespace></wsa:Metadata></br:PublisherReference>%s<br:Demand>%s" \
            "</br:Demand><br:InitialTerminationTime>%s</br:InitialTerminationTime>" \
            "</br:RegisterPublisher>" % (
-               xmlns("br"), ts.decl, S.escape(producer_addr), S.escape(device_id), S.escape(ts.ns), t,
-               "true" if demand else "false", S.format_datetime(expires))
+               xmlns("br"), topics.decl, S.escape(addr), S.escape(device_id), S.escape(topics.ns), t,
+               ("false", "true")[bool(demand)], S.format_datetime(expires))
     return S.envelope(version, _ACTION % "wsn/brw-2/RegisterPublisher/RegisterPublisher", body,
-                      None, gateway_url, "")
+                      None, url, "")
 
 
 def read_registration(buf):
@@ -62,21 +63,22 @@ def read_registration(buf):
     return tuple(r)
 
 
-def set_termination_time(version, reg_addr, reg_rp, expires):
-    # WS-ResourceLifetime 1.2 SetTerminationTime on the registration (design.md step 3)
+def set_termination_time(version, url, reg_rp, expires):
+    # WS-ResourceLifetime 1.2 SetTerminationTime on the registration at url, with its reference
+    # parameters reg_rp (design.md step 3)
     body = "<wsrf-rl:SetTerminationTime%s>%s</wsrf-rl:SetTerminationTime>" % (
         xmlns("wsrf-rl"), S.wrap("wsrf-rl:RequestedTerminationTime", S.format_datetime(expires)))
     return S.envelope(version, _ACTION % "wsrf/rlw-2/ScheduledResourceTermination/SetTerminationTime",
-                      body, None, reg_addr, reg_rp)
+                      body, None, url, reg_rp)
 
 
-def set_gateway(p, consumer, refparams):
+def set_gateway(p, consumer, rp):
     # The gateway's ConsumerReference from RegisterPublisherResponse. After a re-registration
     # under a new address, subscriptions made for the old registration are orphans (the gateway
     # subscribes again): they are removed -> list of them.
     old = p.gateway
     p.gateway = consumer
-    p.gateway_rp = refparams or ""
+    p.gateway_rp = rp or ""
     gone = []
     for s in p.subs[:]:
         if old and consumer != old and s.consumer == old:

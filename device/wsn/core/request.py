@@ -46,7 +46,7 @@ class NotSoap(ValueError):
 # The prefixes of the namespaces the device reads operations in and writes faults in (the
 # operations are looked up as "prefix:local", wsn.core.ops); soap.DECLS declares the first
 # three on every envelope, an element in one of the others declares it itself (xmlns()).
-NS = const(
+_NS = const(
     ' wsa="http://www.w3.org/2005/08/addressing"'
     ' wsnt="http://docs.oasis-open.org/wsn/b-2"'
     ' edge="urn:wsn-edge"'
@@ -59,17 +59,17 @@ NS = const(
 )
 
 
-def prefix(uri):
-    # the prefix NS gives uri, or None
-    k = NS.find('="%s"' % uri)
-    return NS[NS.rfind(" ", 0, k) + 1:k] if k > 0 else None
+def prefix(ns):
+    # the prefix _NS gives the namespace ns, or None
+    k = _NS.find('="%s"' % ns)
+    return _NS[_NS.rfind(" ", 0, k) + 1:k] if k > 0 else None
 
 
 def xmlns(p):
-    # the declaration of prefix p (one of NS) for an element that uses it, '' if every
+    # the declaration of prefix p (one of _NS) for an element that uses it, '' if every
     # envelope declares it
-    k = NS.find(" %s=" % p)
-    return "" if S.DECLS.find(":%s=" % p) > 0 else " xmlns:" + NS[k + 1:NS.find(" ", k + 1)]
+    k = _NS.find(" %s=" % p)
+    return "" if S.DECLS.find(":%s=" % p) > 0 else " xmlns:" + _NS[k + 1:_NS.find(" ", k + 1)]
 
 
 def compat():
@@ -81,13 +81,13 @@ def compat():
         return None
 
 
-def parse_request(buf, max_depth, max_elements):
+def parse_request(buf, depth, count):
     # -> the request: the Envelope element with the SOAP parts picked out as attributes
     # (no class of its own): version, header, body (the first child element of soap:Body,
     # or None), buf, and the headers action, message_id, to, resource_id (edge:ResourceId),
     # each None if absent. Raises xml.XMLError (malformed), NotSoap, or Fault
     # (VersionMismatch, MustUnderstand, no Body).
-    r = X.parse(buf, max_depth, max_elements, 16)
+    r = X.parse(buf, depth, count, 16)
     sns = r.ns
     if r.name != "Envelope":
         raise NotSoap("not a SOAP Envelope: {%s}%s" % (sns, r.name))
@@ -117,18 +117,19 @@ def parse_request(buf, max_depth, max_elements):
     return r
 
 
-def fault_envelope(version, f, now, relates_to):
+def fault_envelope(version, f, now, message_id):
     # The soap:Fault element (SOAP 1.2 §5.4; SOAP 1.1 in wsn.core.compat) with a WS-BaseFaults
     # detail (WS-BaseFaults 1.2: Timestamp, Description), in an envelope.
     reason = S.escape(f.reason)
     p = prefix(f.fns)
     decl = xmlns(p) if p else ' xmlns:f="%s"' % S.escape(f.fns)
-    fq = "%s:%s" % (p or "f", f.name)
+    fq = (p or "f") + ":" + f.name
     detail = f.extra
     if f.base:
         detail = "<%s%s%s><wsrf-bf:Timestamp>%s</wsrf-bf:Timestamp>" \
                  "<wsrf-bf:Description>%s</wsrf-bf:Description>%s</%s>" % (
-                     fq, decl, xmlns("wsrf-bf"), S.format_datetime(now), reason, f.extra, fq)
+                     fq, decl, ' xmlns:wsrf-bf="http://docs.oasis-open.org/wsrf/bf-2"',
+                     S.format_datetime(now), reason, f.extra, fq)
     if version == S.V11:
         body = compat().fault(f, fq, reason, detail)
     else:
@@ -137,8 +138,8 @@ def fault_envelope(version, f, now, relates_to):
             sub = "<s:Subcode><s:Value%s>%s</s:Value></s:Subcode>" % (decl, fq)
         body = '<s:Fault><s:Code><s:Value>s:%s</s:Value>%s</s:Code><s:Reason><s:Text xml:lang="en">' \
                '%s</s:Text></s:Reason>%s</s:Fault>' % (
-                   f.code, sub, reason, S.wrap("s:Detail", detail) if detail else "")
-    return S.envelope(version, f.action, body, relates_to, None, "")
+                   f.code, sub, reason, "<s:Detail>%s</s:Detail>" % detail if detail else "")
+    return S.envelope(version, f.action, body, message_id, None, "")
 
 
 def fault_status(version, f):

@@ -13,7 +13,7 @@ WSNT = "http://docs.oasis-open.org/wsn/b-2"
 SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
 
 # The prefixes every envelope declares (pushes use them); an element in another namespace
-# declares it itself (wsn.core.request.NS lists them all). The topic namespace is declared by
+# declares it itself (wsn.core.request._NS lists them all). The topic namespace is declared by
 # the element that holds topic QNames (TopicSet.decl), so a device in its own namespace names
 # its topics in it (WS-Topics 1.3 §6, WS-BaseNotification 1.3 §3.1).
 DECLS = (
@@ -22,6 +22,8 @@ DECLS = (
     ' xmlns:edge="urn:wsn-edge"'
 )
 
+# (Parameter names reuse names the device has anyway, `name`, `text`, `url`, `key`, ...: a .mpy
+# keeps each parameter's name, and MicroPython keeps every name it loads for good.)
 V11 = const(11)
 V12 = const(12)
 _DAYS = const(730425)  # days from 0000-03-01 to 2000-01-01
@@ -31,9 +33,9 @@ def content_type(version):
     return "application/soap+xml; charset=utf-8" if version == V12 else "text/xml; charset=utf-8"
 
 
-def wrap(tag, content):
-    # <tag>content</tag>: one format string instead of one per element
-    return "<%s>%s</%s>" % (tag, content, tag)
+def wrap(name, text):
+    # <name>text</name>: one format string instead of one per element
+    return "<%s>%s</%s>" % (name, text, name)
 
 
 def escape(s):
@@ -41,12 +43,12 @@ def escape(s):
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
-def epr(address, rid, tag):
-    # An EndpointReference element; the resource id also travels as a reference parameter
-    # (design.md: every EPR carries <edge:ResourceId>).
+def epr(url, key, name):
+    # An EndpointReference element <name> of address url; the resource id key also travels as
+    # a reference parameter (design.md: every EPR carries <edge:ResourceId>).
     return "<%s><wsa:Address>%s</wsa:Address>%s</%s>" % (
-        tag, escape(address), "<wsa:ReferenceParameters><edge:ResourceId>%s</edge:ResourceId>"
-        "</wsa:ReferenceParameters>" % rid if rid else "", tag)
+        name, escape(url), "<wsa:ReferenceParameters><edge:ResourceId>%s</edge:ResourceId>"
+        "</wsa:ReferenceParameters>" % key if key else "", name)
 
 
 def headers(rp, at):
@@ -57,14 +59,15 @@ def headers(rp, at):
     return rp
 
 
-def envelope(version, action, body, relates_to, to, headers):
-    # A complete envelope. body: the XML of the Body's content, a str (-> a str) or a list of
+def envelope(version, action, body, message_id, to, headers):
+    # A complete envelope; message_id: of the request it answers (wsa:RelatesTo), or None.
+    # body: the XML of the Body's content, a str (-> a str) or a list of
     # str (-> a list of str: large answers stay in pieces, so a small heap needs no big
     # contiguous block); headers: extra header XML (e.g. echoed reference parameters). The
     # prefixes of DECLS are declared on the Envelope, so body fragments may use them freely.
     head = '<s:Envelope xmlns:s="%s"%s><s:Header><wsa:Action>%s</wsa:Action>%s%s%s</s:Header><s:Body>' % (
         SOAP12 if version == V12 else SOAP11, DECLS, action,
-        wrap("wsa:RelatesTo", escape(relates_to)) if relates_to else "",
+        wrap("wsa:RelatesTo", escape(message_id)) if message_id else "",
         wrap("wsa:To", escape(to)) if to else "", headers)
     if isinstance(body, list):
         return [head] + body + ["</s:Body></s:Envelope>"]

@@ -12,10 +12,10 @@ from wsn.core.request import Fault
 _WSTOP = const("http://docs.oasis-open.org/wsn/t-1")
 
 
-def resolve(ts, el, dialect):
-    # Resolve the Simple TopicExpression held by element el against TopicSet ts, using the
-    # namespace declarations in scope at el. -> topic index. Faults: with dialect, el's Dialect
-    # attribute must be Simple (else TopicExpressionDialectUnknownFault);
+def resolve(topics, el, dialect):
+    # Resolve the Simple TopicExpression held by element el against the TopicSet topics, using
+    # the namespace declarations in scope at el. -> topic index. Faults: with dialect, el's
+    # Dialect attribute must be Simple (else TopicExpressionDialectUnknownFault);
     # InvalidTopicExpressionFault (not a QName, undeclared prefix) and TopicNotSupportedFault
     # (another namespace, or not one of our root topics). An unprefixed name is in no
     # namespace, whatever default namespace is in scope: WS-Topics 1.3 §10, the ad-hoc Topic
@@ -33,10 +33,10 @@ def resolve(ts, el, dialect):
     uri = el.scope.get(p) if p else ""
     if uri is None:
         raise Fault(F, "prefix %s undeclared" % p)
-    if uri != ts.ns or local not in ts.names:
+    if uri != topics.ns or local not in topics.names:
         raise Fault("TopicNotSupportedFault", "{%s}%s: the topics are %s in %s" % (
-            uri, local, " ".join(ts.names), ts.ns))
-    return ts.names.index(local)
+            uri, local, " ".join(topics.names), topics.ns))
+    return topics.names.index(local)
 
 
 def load_namespace(buf):

@@ -83,11 +83,11 @@ def unescape(s):
     return "".join(out)
 
 
-def _dec(b):
+def _dec(s):
     try:
-        return str(b, "utf-8")
+        return str(s, "utf-8")
     except UnicodeError:
-        raise XMLError("not UTF-8")
+        raise XMLError("text not in UTF-8")
 
 
 class Element:
@@ -121,18 +121,18 @@ class Element:
     def value(self):
         return self.text.strip()
 
-    def resolve(self, qname):
+    def resolve(self, name):
         # A QName in content (e.g. a TopicExpression): (namespace, local); the prefix must be
         # in scope here. An unprefixed name takes the default namespace, or '' if none.
-        return _split(qname, self.scope, False)[:2]
+        return _split(name, self.scope, False)[:2]
 
 
-def _split(qname, scope, attr):
-    # -> (namespace, local, prefix) of a QName in scope; unprefixed attributes are in no
+def _split(name, scope, attr):
+    # -> (namespace, local, prefix) of the QName name in scope; unprefixed attributes are in no
     # namespace, unprefixed elements in the default one
-    p, _, local = qname.rpartition(":")
+    p, _, local = name.rpartition(":")
     if not is_name(local) or (p and not is_name(p)):
-        raise XMLError("bad name %s" % qname)
+        raise XMLError("bad name %s" % name)
     if not p:
         return ("" if attr else scope.get("", "")), local, ""
     uri = scope.get(p)
@@ -141,17 +141,18 @@ def _split(qname, scope, attr):
     return uri, local, p
 
 
-def parse(buf, max_depth=16, max_elements=256, max_attrs=16):
+def parse(buf, depth=16, count=256, attrs=16):
     # Parse a whole document (bytes) into its root Element, in one pass over the buffer (one
-    # piece of markup at a time, no lookahead beyond it). Raises XMLError with a reason a human
-    # can act on for anything malformed, truncated or over the limits.
+    # piece of markup at a time, no lookahead beyond it), at most depth deep, count elements
+    # and attrs attributes per element. Raises XMLError with a reason a human can act on for
+    # anything malformed, truncated or over the limits.
     if not isinstance(buf, (bytes, bytearray)):
         buf = bytes(buf)
     n = len(buf)
     i = 3 if buf[:3] == b"\xef\xbb\xbf" else 0
     stack = []
     root = None
-    count = 0
+    n_el = 0
     while i < n:
         top = stack[-1] if stack else None
         if buf[i] != 60:  # text up to the next '<'
@@ -215,17 +216,16 @@ def parse(buf, max_depth=16, max_elements=256, max_attrs=16):
             continue
         if root is not None and not stack:
             raise XMLError("content after the root")
-        count += 1
-        if count > max_elements:
-            raise XMLError("more than %d elements" % max_elements)
-        if len(stack) >= max_depth:
-            raise XMLError("nesting deeper than %d" % max_depth)
+        n_el += 1
+        if n_el > count:
+            raise XMLError("more than %d elements" % count)
+        if len(stack) >= depth:
+            raise XMLError("nesting deeper than %d" % depth)
         empty = s[-1:] == "/"
         if empty:
             s = s[:-1]
-        name = s
-        for c in _WS:
-            name = name.partition(c)[0]
+        # the name ends at the first white space (split(): no character of _WS made one by one)
+        name = s.split(None, 1)[0] if s and s[:1] not in _WS else ""
         s = s[len(name):]
         scope = top.scope if top else {"xml": "http://www.w3.org/XML/1998/namespace"}
         decl = None
@@ -248,8 +248,8 @@ def parse(buf, max_depth=16, max_elements=256, max_attrs=16):
             s = s[e + 1:]
             if "<" in v or s[:1] not in _WS:
                 raise XMLError("bad attribute %s in <%s" % (an, name))
-            if len(pairs) + len(decl or ()) >= max_attrs:
-                raise XMLError("more than %d attributes in <%s" % (max_attrs, name))
+            if len(pairs) + len(decl or ()) >= attrs:
+                raise XMLError("more than %d attributes in <%s" % (attrs, name))
             # attribute-value normalisation (XML 1.0 §3.3.3) for literal whitespace
             v = unescape(v.replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
                          .replace("\t", " "))
@@ -263,17 +263,17 @@ def parse(buf, max_depth=16, max_elements=256, max_attrs=16):
                 decl.append(an[6:])
             else:
                 pairs.append((an, v))
-        attrs = None
+        a = None
         for an, v in pairs:
             uri, local, _ = _split(an, scope, True)
             key = "{%s}%s" % (uri, local) if uri else local
-            if attrs is None:
-                attrs = {}
-            elif key in attrs:
+            if a is None:
+                a = {}
+            elif key in a:
                 raise XMLError("duplicate attribute %s" % an)
-            attrs[key] = v
+            a[key] = v
         uri, local, p = _split(name, scope, False)
-        el = Element(uri, local, p, attrs, scope, decl, i)
+        el = Element(uri, local, p, a, scope, decl, i)
         if top:
             top.children.append(el)
         else:
@@ -351,7 +351,7 @@ def parse_datetime(s):
         if len(rest) != 6 or rest[:1] not in ("+", "-") or rest[3:4] != ":":
             raise TimeError("bad xsd:dateTime %s" % s)
         off = _int(rest[1:3]) * 3600 + _int(rest[4:6]) * 60
-        if rest[:1] == "+":
+        if rest[:1] != "-":
             off = -off
     # days from civil (Hinnant), March-based years
     y -= m <= 2
@@ -405,6 +405,6 @@ def parse_time(text, now):
     # The [xsd:dateTime | xsd:duration] of InitialTerminationTime / TerminationTime
     # (WS-BaseNotification 1.3 §4.2, §6.1.1) -> absolute int seconds.
     text = text.strip()
-    if text[:1] == "P" or text[:2] == "-P":
+    if text.lstrip("-")[:1] == "P":
         return now + parse_duration(text)
     return parse_datetime(text)

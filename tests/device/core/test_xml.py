@@ -72,19 +72,19 @@ def test_malformed_inputs():
 def test_limits_depth_elements_attributes():
     deep = b"<a>" * 20 + b"</a>" * 20
     try:
-        X.parse(deep, max_depth=16)
+        X.parse(deep, depth=16)
         raise AssertionError("depth")
     except X.XMLError as e:
         assert "deeper" in str(e)
     many = b"<r>" + b"<e/>" * 100 + b"</r>"
     try:
-        X.parse(many, max_elements=64)
+        X.parse(many, count=64)
         raise AssertionError("count")
     except X.XMLError as e:
         assert "elements" in str(e)
     attrs = ("<r " + " ".join(['a%d="1"' % i for i in range(20)]) + "/>").encode()
     try:
-        X.parse(attrs, max_attrs=16)
+        X.parse(attrs, attrs=16)
         raise AssertionError("attrs")
     except X.XMLError as e:
         assert "attributes" in str(e)

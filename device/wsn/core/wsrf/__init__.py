@@ -8,7 +8,8 @@ from micropython import const
 
 from wsn.core import soap as S
 from wsn.core import xml as X
-from wsn.core.ops import counters, destroy_pullpoint, time_el
+from wsn.core.ops import counters, time_el
+from wsn.core.pullpoint import destroy_pullpoint
 from wsn.core.request import Fault, prefix, xmlns
 
 _WSRF_RP = const("http://docs.oasis-open.org/wsrf/rp-2")
