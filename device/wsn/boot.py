@@ -82,8 +82,10 @@ def configure(dev, path):
         # the default units (UCUM): one string, split here, not eight short constants (a .mpy
         # keeps each short constant as a name for good)
         u = "temperature Cel humidity %RH light lx heartbeat 1".split()
+        # its period in ms: period_s, else sample_period_s (0: only on /admin/sample)
         dev.sensors.append([ti, k, sp, 0, hw, sp.get("unit") or (
-            u[u.index(t) + 1] if t in u else "")])
+            u[u.index(t) + 1] if t in u else ""),
+            int(float(sp.get("period_s", g("sample_period_s", 10))) * 1000)])
     # "awake" (default): serves Subscribe, pushes each reading; "sleepy": wsn.sleepy
     if g("mode") not in (None, "awake", "sleepy") or g("mode") == "sleepy" and not g("gateway"):
         raise ValueError("config: mode 'awake', or 'sleepy' with a 'gateway'")

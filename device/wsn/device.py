@@ -78,6 +78,7 @@ async def post(url, body, ctype, t, extra):
         n += len(c)
     al = _alarm(t)
     w = None
+    Device.out += 1
     try:
         r, w = await asyncio.open_connection(host, port)
         w.write(H.request_head(host, port, path, ctype, n, extra))
@@ -95,6 +96,7 @@ async def post(url, body, ctype, t, extra):
     except asyncio.CancelledError:
         raise OSError("no answer within %s s" % t)
     finally:
+        Device.out -= 1
         al.cancel()
         if w:
             await _close(w)
@@ -104,7 +106,9 @@ class Device:
     # Device().run(config path): conf, device_id, limits, topicset, sensors, producer, link are
     # set by wsn.boot (the config file, the topics, the sensors, the network)
     producer = link = None
-    busy = conns = mem_peak = mem_top = mem_idle = requests = uptime_ms = 0
+    # out: requests the device made that are in flight (wsn.device.post: pushes, the gateway
+    # link's); mem_idle is measured when none is, nor a request to the device (busy)
+    busy = conns = out = mem_peak = mem_top = mem_idle = requests = uptime_ms = 0
 
     def log(self, text):
         if self.conf.get("verbose", True):
@@ -194,7 +198,8 @@ class Device:
     # ------------------------------------------------------------------ publishing
     def read(self, s):
         # One reading of sensor s as the payload XML, or None if the sensor failed. A sensor is
-        # a list [topic index, kind, spec, reads so far, hardware read(), unit] (wsn.boot).
+        # a list [topic index, kind, spec, reads so far, hardware read(), unit, period in ms]
+        # (wsn.boot).
         sp = s[2]
         s[3] += 1
         try:
@@ -276,10 +281,10 @@ class Device:
     async def run(self, path):
         # The device with the config file at path: start-up (wsn.boot), then its clock, one
         # task (a task each would cost a frame each): each sensor is sampled when it is due (its
-        # period_s, else sample_period_s; 0: only on /admin/sample), and every 0.5 s the
-        # housekeeping runs: expiry (WS-BaseNotification 1.3 §6.4 scheduled termination) and
-        # the status line, printed when a drop counter moves and every status_period_s;
-        # mem_idle is the heap in use after a collection with no request in flight and the
+        # period; 0: only on /admin/sample), and every 0.5 s the housekeeping runs: expiry
+        # (WS-BaseNotification 1.3 §6.4 scheduled termination) and the status line, printed
+        # when a drop counter moves and every status_period_s; mem_idle is the heap in use
+        # after a collection with no request in flight, to the device or from it, and the
         # request path dropped.
         from wsn import boot
 
@@ -290,13 +295,9 @@ class Device:
             await c
             return
         p = self.producer
-        g = self.conf.get
-        period = float(g("status_period_s", 60)) * 1000
-        due = []
-        for s in self.sensors:
-            due.append(int(float(s[2].get("period_s", g("sample_period_s", 10))) * 1000))
+        period = float(self.conf.get("status_period_s", 60)) * 1000
         last = hk = time.ticks_ms()
-        nxt = [last] * len(due)
+        nxt = [last] * len(self.sensors)
         key = (0, 0, 0)
         while True:
             t = time.ticks_ms()
@@ -312,7 +313,8 @@ class Device:
                     if not self.busy:
                         self.idle()
                         gc.collect()
-                        self.mem_idle = gc.mem_alloc()
+                        if not self.out:
+                            self.mem_idle = gc.mem_alloc()
                     k = (p.outbox.dropped, self.pp_dropped(), p.push_failed)
                     if k != key or period > 0 and ms_since(last) >= period:
                         self.status_line("drops" if k != key else "")
@@ -321,19 +323,19 @@ class Device:
                 except Exception as e:  # noqa: BLE001 - housekeeping must outlive any error
                     gc.collect()
                     self.log("housekeeping: %r" % e)
-            for i in range(len(due)):
-                if due[i]:
+            for i in range(len(nxt)):
+                s = self.sensors[i]
+                if s[6]:
                     left = time.ticks_diff(nxt[i], t)
                     if left <= 0:
-                        s = self.sensors[i]
                         try:
                             self.sample(s)
                         except MemoryError:
                             gc.collect()
                             self.log("sample %s: out of memory" % self.topicset.names[s[0]])
-                        nxt[i] = time.ticks_add(nxt[i], due[i])
+                        nxt[i] = time.ticks_add(nxt[i], s[6])
                         if time.ticks_diff(nxt[i], t) < 0:  # (behind: skip, do not catch up)
-                            nxt[i] = time.ticks_add(t, due[i])
+                            nxt[i] = time.ticks_add(t, s[6])
                         left = time.ticks_diff(nxt[i], t)
                     wait = min(wait, left)
             await asyncio.sleep_ms(max(wait, 1))

@@ -116,7 +116,9 @@ def handle(dev, method, path, query, headers, body):
     if path == "/" and method == "GET":
         return 200, "text/plain", ("wsn-edge device %s: WS-Notification producer at %s\n"
                             % (dev.device_id, p.addr)).encode()
-    r = p.handle(method, path, body, now(), headers.get("content-type", ""))
+    from wsn.core import ops
+
+    r = ops.handle(p, method, path, body, now(), headers.get("content-type", ""))
     for act, s in r.actions:
         if act == "resumed":
             dev.kick(s)

@@ -1,6 +1,6 @@
 # The producer's requests (WS-BaseNotification 1.3): dispatch, Subscribe (§4.2), Renew
 # (§6.1.1), Unsubscribe (§6.1.2), PauseSubscription (§6.2.1) and ResumeSubscription (§6.3).
-# Producer.handle loads it for a request; the device drops it when it is idle again. The pull
+# wsn.server loads it for a request (handle); the device drops it when it is idle again. The pull
 # point's operations (wsn.core.pullpoint) and the optional ones (packages of their own:
 # wsn.core.current, wsn.core.wsrf) are imported on first use: a request for one that is not
 # installed gets wsa:ActionNotSupported, the fault for an action a node does not support
@@ -115,7 +115,7 @@ def _text(status, text):
 
 
 def handle(p, method, path, body, now, ctype):
-    # One HTTP request (Producer.handle) -> Response
+    # One HTTP request to the Producer p, its subscriptions or its pull points -> Response
     L = p.L
     kind = "-"
     rid = ""

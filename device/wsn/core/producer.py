@@ -5,7 +5,7 @@
 #
 #   p = Producer(device_id, TopicSet(ns, names), "http://host:port", rand, limits)
 #       (limits: a dict, completed with the defaults of wsn.core.ops.defaults)
-#   r = p.handle("POST", "/wsn/producer", body_bytes, now, content_type)
+#   r = wsn.core.ops.handle(p, "POST", "/wsn/producer", body_bytes, now, content_type)
 #       -> Response(status, content_type, body bytes or list of chunks, actions)
 #   kick, gw = p.publish(topic_index, payload_xml, now)   # a new reading
 #   url, body, ctype = p.render(item, False)              # one push, rendered when sent
@@ -124,12 +124,6 @@ class Producer:
         self.subs.remove(s)
         if actions is not None:
             actions.append(("unsubscribed", s))
-
-    def handle(self, method, path, body, now, ctype):
-        # One HTTP request to the producer, its subscriptions or its pull points -> Response
-        from wsn.core import ops
-
-        return ops.handle(self, method, path, body, now, ctype)
 
     # ------------------------------------------------------------------ publishing
     def publish(self, index, data, now):

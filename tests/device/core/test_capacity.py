@@ -4,6 +4,7 @@
 import gc
 
 from test_support import NOW, WSNT, body_of, call, env, make_producer, subscribe
+from wsn.core import ops
 
 PAYLOAD = (
     '<rd:Reading xmlns:rd="urn:wsn-edge:reading" device="dev-1"><rd:value>%d</rd:value>'
@@ -38,7 +39,7 @@ def test_eight_subscriptions_and_a_32_slot_pullpoint():
         while True:
             # the answer comes in pieces (one per message), never joined: a 64 KiB heap need
             # not find one large block for it
-            r = p.handle("POST", path, req, NOW, "application/soap+xml")
+            r = ops.handle(p, "POST", path, req, NOW, "application/soap+xml")
             assert r.status == 200 and isinstance(r.body, list)
             n = 0
             for chunk in r.body:

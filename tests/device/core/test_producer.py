@@ -387,13 +387,13 @@ def test_malformed_and_wrong_requests():
     assert st == 400 and b"malformed XML" in data(r)
     st, root, r = call(p, P, b'<!DOCTYPE x [<!ENTITY a "b">]><x>&a;</x>')
     assert st == 400 and b"DOCTYPE" in data(r)
-    r = p.handle("POST", P, b"<html><body/></html>", NOW, "text/xml")
+    r = ops.handle(p, "POST", P, b"<html><body/></html>", NOW, "text/xml")
     assert r.status == 400 and r.ctype.startswith("text/plain")
-    r = p.handle("POST", P, b"x" * 2001, NOW, "text/xml")
+    r = ops.handle(p, "POST", P, b"x" * 2001, NOW, "text/xml")
     assert r.status == 413
-    r = p.handle("GET", P, b"", NOW, "")
+    r = ops.handle(p, "GET", P, b"", NOW, "")
     assert r.status == 405
-    r = p.handle("POST", "/nope", b"", NOW, "")
+    r = ops.handle(p, "POST", "/nope", b"", NOW, "")
     assert r.status == 404
     st, root, r = call(p, P, b'<e:Envelope xmlns:e="urn:v"><e:Body/></e:Envelope>')
     assert st == 500 and fault_of(root) == "VersionMismatch"
@@ -402,7 +402,7 @@ def test_malformed_and_wrong_requests():
     st, root, r = call(p, P, env("", 12))
     assert st == 400
     full = subscribe_xml(topic="dt:temperature" + " " * 1990)
-    assert p.handle("POST", P, env(full), NOW, "").status == 413
+    assert ops.handle(p, "POST", P, env(full), NOW, "").status == 413
     # accepted state stays intact after all that
     assert len(p.subs) == 0 and len(p.pps) == 0
 

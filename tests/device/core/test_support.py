@@ -1,7 +1,7 @@
 # ruff: noqa: UP031 - MicroPython-compatible test code (%-formatting runs on every port)
 # Shared helpers for the core tests (a test_* module so the QEMU build freezes it with them).
 # MicroPython-compatible; no files, no time, no sockets.
-from wsn.core import soap
+from wsn.core import ops, soap
 from wsn.core import xml as X
 from wsn.core.producer import Producer, TopicSet
 from wsn.core.topics import load_namespace
@@ -113,7 +113,9 @@ def call(p, path, body, now=NOW, version=12):
     # -> (status, response root Element or None, raw response)
     if isinstance(body, str):
         body = env(body, version)
-    r = p.handle("POST", path, body, now, "application/soap+xml" if version == 12 else "text/xml")
+    r = ops.handle(
+        p, "POST", path, body, now, "application/soap+xml" if version == 12 else "text/xml"
+    )
     raw = data(r)
     root = X.parse(raw) if raw and r.ctype.find("xml") >= 0 else None
     return r.status, root, r
