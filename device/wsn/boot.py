@@ -7,8 +7,7 @@ import json
 import os
 import sys
 
-from wsn.core.producer import TopicSet
-from wsn.core.topics import load_namespace
+from wsn.core.topics import load_namespace, topic_set
 
 
 def configure(dev, path):
@@ -57,7 +56,7 @@ def configure(dev, path):
             break
         except (OSError, TypeError):
             pass
-    ts = dev.topicset = TopicSet(tns, names)
+    ts = dev.topicset = topic_set(tns, names)
     dev.sensors = []
     for sp in g("sensors") or [{"topic": "temperature"}]:
         t = sp.get("topic", "")
@@ -125,12 +124,12 @@ def start(dev, path):
     import os
     import socket
 
-    from wsn.core.producer import Producer
+    from wsn.core.ops import new_producer
 
     configure(dev, path)
     g = dev.conf.get
     base = network(dev)
-    p = dev.producer = Producer(dev.device_id, dev.topicset, base, os.urandom, dev.limits)
+    p = dev.producer = new_producer(dev.device_id, dev.topicset, base, os.urandom, dev.limits)
     if g("consumer_allow") is not None:
         p.consumer_allow = list(g("consumer_allow"))
     try:

@@ -13,7 +13,7 @@ from wsn.core import request as R
 from wsn.core import soap as S
 from wsn.core import xml as X
 from wsn.core.httpc import split_url
-from wsn.core.producer import Subscription
+from wsn.core.producer import Producer, Ring, Subscription
 from wsn.core.request import Fault
 from wsn.core.topics import resolve
 
@@ -62,6 +62,27 @@ class Response:
         self.ctype = ctype
         self.body = body
         self.actions = actions
+
+
+def new_producer(device_id, topics, url, rand, limits):
+    # The device's Producer (wsn.core.producer) of that id, TopicSet (wsn.core.topics) and base
+    # URL; rand(n) returns n random bytes; limits: a dict (or None), completed with defaults().
+    p = Producer()
+    p.L = defaults(limits)
+    p.device_id = device_id
+    p.topics = topics
+    p.base = url
+    p.addr = url + "/wsn/producer"
+    p.rand = rand
+    p.subs = []
+    p.pps = []
+    p.current = [None] * len(topics.names)
+    p.gateway = None
+    p.gateway_rp = ""
+    p.outbox = Ring(p.L["gateway_buffer"])
+    p.consumer_allow = None
+    p.queue_dropped = p.push_failed = p.published = 0
+    return p
 
 
 def defaults(L):

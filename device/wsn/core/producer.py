@@ -3,8 +3,8 @@
 # wsn.core.pullpoint), loaded for a request and dropped when the device is idle again
 # (wsn.device), so the heap holds their bytecode only while a request is served.
 #
-#   p = Producer(device_id, TopicSet(ns, names), "http://host:port", rand, limits)
-#       (limits: a dict, completed with the defaults of wsn.core.ops.defaults)
+#   p = wsn.core.ops.new_producer(device_id, topic_set(ns, names), "http://host:port", rand,
+#                                 limits)   # limits: a dict, completed with the defaults
 #   r = wsn.core.ops.handle(p, "POST", "/wsn/producer", body_bytes, now, content_type)
 #       -> Response(status, content_type, body bytes or list of chunks, actions)
 #   kick, gw = p.publish(topic_index, payload_xml, now)   # a new reading
@@ -85,39 +85,15 @@ class Subscription:
     at = ()
 
 
-class TopicSet:
-    # The device's topics: root topics of one namespace (WS-Topics 1.3 §6), identified by their
-    # index (a set of topics is an int bit mask: at most 30 keep it a small int on 32-bit
-    # boards). Documents write them as dt:<name>, dt declared by `decl` on the element that
-    # holds them, whatever the namespace is.
-    def __init__(self, ns, names):
-        if len(names) > 30:
-            raise ValueError("at most 30 topics")
-        self.ns = ns
-        self.names = list(names)
-        self.all = (1 << len(names)) - 1
-        self.decl = ' xmlns:dt="%s"' % S.escape(ns)
-
-
 class Producer:
-    def __init__(self, device_id, topics, url, rand, limits):
-        from wsn.core.ops import defaults
-
-        self.L = defaults(limits)  # the caller's dict, completed with the defaults
-        self.device_id = device_id
-        self.topics = topics
-        self.base = url
-        self.addr = url + "/wsn/producer"
-        self.rand = rand
-        self.subs = []  # at most max_subscriptions
-        self.pps = []  # pull points, at most max_pullpoints
-        # last payload per topic, for GetCurrentMessage (None: wsn.core.current not installed)
-        self.current = [None] * len(topics.names)
-        self.gateway = None  # the gateway's ConsumerReference address (registration)
-        self.gateway_rp = ""  # its reference parameters (header XML)
-        self.outbox = Ring(self.L["gateway_buffer"])
-        self.consumer_allow = None  # list of allowed consumer address prefixes, or None
-        self.queue_dropped = self.push_failed = self.published = 0
+    # Made by wsn.core.ops.new_producer (start-up code: not in what stays loaded), which sets
+    # L (the limits), device_id, topics (wsn.core.topics.TopicSet), base (the device's URL), addr
+    # (the producer's), rand, subs (at most max_subscriptions), pps (pull points, at most
+    # max_pullpoints), current (the last payload per topic, for GetCurrentMessage; None when
+    # wsn.core.current is not installed), gateway and gateway_rp (the gateway's
+    # ConsumerReference address and its reference parameters' header XML, from the
+    # registration), outbox (the gateway buffer), consumer_allow (allowed consumer address
+    # prefixes, or None), and the counters queue_dropped, push_failed, published.
 
     def drop(self, s, actions):
         s.active = False

@@ -12,6 +12,28 @@ from wsn.core.request import Fault
 _WSTOP = const("http://docs.oasis-open.org/wsn/t-1")
 
 
+class TopicSet:
+    # The device's topics (made by topic_set): root topics of one namespace (WS-Topics 1.3 §6),
+    # ns, names; a topic is identified by its index (a set of topics is an int bit mask, `all`
+    # the whole set: at most 30 keep it a small int on 32-bit boards). Documents write them as
+    # dt:<name>, dt declared by `decl` on the element that holds them, whatever the namespace
+    # is. (No method: the class of the device's one instance stays in the heap, this module
+    # does not.)
+    pass
+
+
+def topic_set(ns, names):
+    # -> the TopicSet of the root topics names in namespace ns
+    if len(names) > 30:
+        raise ValueError("at most 30 topics")
+    ts = TopicSet()
+    ts.ns = ns
+    ts.names = list(names)
+    ts.all = (1 << len(names)) - 1
+    ts.decl = ' xmlns:dt="%s"' % S.escape(ns)
+    return ts
+
+
 def resolve(topics, el, dialect):
     # Resolve the Simple TopicExpression held by element el against the TopicSet topics, using
     # the namespace declarations in scope at el. -> topic index. Faults: with dialect, el's

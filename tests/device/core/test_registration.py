@@ -3,8 +3,8 @@ from test_support import BASE, BR, DT, EDGE, NOW, REGISTER, SET_TT, WSRF_RL, req
 from wsn.core import registration as R
 from wsn.core import request as Q
 from wsn.core import soap as S
-from wsn.core.producer import TopicSet
 from wsn.core.soap import format_datetime
+from wsn.core.topics import topic_set
 
 
 def test_register_publisher_message():
@@ -38,7 +38,7 @@ def test_register_publisher_message():
 def test_register_publisher_in_the_devices_own_namespace():
     # the topics registered are the device's, in its namespace (WS-Topics 1.3 §6), and the
     # metadata names it for the gateway (dev:<id>/<topic>)
-    ts = TopicSet("urn:acme:t", ["temperature", "flow"])
+    ts = topic_set("urn:acme:t", ["temperature", "flow"])
     e = R.register_publisher(
         S.V12, "http://gw/", "http://d/wsn/producer", "d1", ts, ["flow"], NOW, True
     )

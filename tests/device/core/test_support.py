@@ -3,8 +3,7 @@
 # MicroPython-compatible; no files, no time, no sockets.
 from wsn.core import ops, soap
 from wsn.core import xml as X
-from wsn.core.producer import Producer, TopicSet
-from wsn.core.topics import load_namespace
+from wsn.core.topics import load_namespace, topic_set
 
 TOPICS_XML = b"""<?xml version="1.0" encoding="UTF-8"?>
 <wstop:TopicNamespace name="DeviceTopics" targetNamespace="urn:wsn-edge:device-topics"
@@ -48,11 +47,11 @@ def rand(n):
 
 def topicset():
     tns, names = load_namespace(TOPICS_XML)
-    return TopicSet(tns, names)
+    return topic_set(tns, names)
 
 
 def make_producer(**limits):
-    return Producer("dev-1", topicset(), BASE, rand, limits)
+    return ops.new_producer("dev-1", topicset(), BASE, rand, limits)
 
 
 def env(body, version=12, action=None, headers=""):

@@ -1,9 +1,8 @@
 # ruff: noqa: UP031 - MicroPython-compatible test code (%-formatting runs on every port)
 from test_support import TOPICS_XML, topicset
 from wsn.core import xml as X
-from wsn.core.producer import TopicSet
 from wsn.core.request import Fault
-from wsn.core.topics import load_namespace, resolve
+from wsn.core.topics import load_namespace, resolve, topic_set
 
 
 def _te(text, decl='xmlns:dt="urn:wsn-edge:device-topics"'):
@@ -57,7 +56,7 @@ def test_unprefixed_simple_expression_is_in_no_namespace():
         _fault(ts, _te("heartbeat", 'xmlns="urn:wsn-edge:device-topics"'))
         == "TopicNotSupportedFault"
     )
-    adhoc = TopicSet("", ["heartbeat"])
+    adhoc = topic_set("", ["heartbeat"])
     assert resolve(adhoc, _te("heartbeat", ""), False) == 0
     assert _fault(adhoc, _te("dt:heartbeat")) == "TopicNotSupportedFault"
 
@@ -83,7 +82,7 @@ def test_topic_set():
 def test_resolve_in_the_devices_own_namespace():
     # WS-Topics 1.3 §6: a topics_file in its own namespace; Subscribe names its topics with a
     # prefix bound to that namespace
-    ts = TopicSet("urn:acme:t", ["temperature"])
+    ts = topic_set("urn:acme:t", ["temperature"])
     assert resolve(ts, _te("acme:temperature", 'xmlns:acme="urn:acme:t"'), False) == 0
     assert _fault(ts, _te("dt:temperature")) == "TopicNotSupportedFault"
 
@@ -93,9 +92,9 @@ def test_a_device_in_its_own_namespace_names_its_topics_in_it():
     # with the Notification"; the TopicSet and TopicExpression properties list the topics in
     # their namespace (WS-Topics 1.3 §7), and what they advertise is what Subscribe accepts
     from test_support import BASE, WSNT, body_of, call, rand
-    from wsn.core.producer import Producer
+    from wsn.core.ops import new_producer
 
-    p = Producer("d1", TopicSet("urn:acme:t", ["temperature", "flow"]), BASE, rand, None)
+    p = new_producer("d1", topic_set("urn:acme:t", ["temperature", "flow"]), BASE, rand, None)
     acme = (
         "<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>http://127.0.0.1:9/c"
         '</wsa:Address></wsnt:ConsumerReference><wsnt:Filter><wsnt:TopicExpression Dialect="'
