@@ -116,7 +116,9 @@ class BrokerSink:
         self._known.add(address)
         now = datetime.now(UTC)
         self.ctx.landing.records.registration_created(
-            Registration(f"onvif:{camera_id}", Epr(address), [], False, now, None, camera_id)
+            Registration(
+                f"onvif:{camera_id}:{address}", Epr(address), [], False, now, None, camera_id
+            )
         )
 
 

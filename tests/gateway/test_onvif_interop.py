@@ -139,13 +139,13 @@ async def gateway(tmp_path: Path, cam: CameraDouble) -> AsyncIterator[GatewayPro
     await asyncio.to_thread(stop_gateway, gw)
 
 
-async def camera_status(gw: GatewayProcess) -> dict[str, Any]:
+async def camera_status(gw: GatewayProcess, camera: str = "front-door") -> dict[str, Any]:
     async with (
         aiohttp.ClientSession() as s,
         s.get(gw.url.replace("/wsn/broker", "/status.json")) as r,
     ):
         cams = (await r.json())["cameras"]
-    assert [c["id"] for c in cams] == ["front-door"]
+    assert [c["id"] for c in cams] == [camera]
     return dict(cams[0])
 
 
@@ -302,3 +302,31 @@ async def test_after_a_camera_reboot_events_flow_again_within_one_renewal_interv
     finally:
         await asyncio.to_thread(stop_gateway, gw)
     assert cam.live() == []  # the gateway unsubscribed when it stopped
+
+
+async def test_a_camera_without_pull_points_pushes_to_the_gateways_notify_endpoint(
+    tmp_path: Path, cam: CameraDouble, consumer: Consumer
+):
+    """mode notify: the camera is subscribed with a Notify endpoint of the gateway
+    (/onvif/notify/<camera>/<token>), and its pushed events are published like pulled
+    ones."""
+    conf = tmp_path / "cameras.json"
+    conf.write_text(json.dumps({"cameras": [{
+        "id": "yard", "address": cam.url, "user": cam.user, "password": cam.password,
+        "mode": "notify"}]}))  # fmt: skip
+    gw = await asyncio.to_thread(start_gateway, tmp_path / "gw", "--onvif-config", str(conf))
+    try:
+        st = await until_async(lambda: camera_status(gw, "yard"), lambda c: c["connected"], 15)
+        assert st["using"] == "notify", st
+        assert [s.kind for s in cam.live()] == ["notify"], cam.live()
+        assert "/onvif/notify/yard/" in (cam.live()[0].consumer or "")
+        r = await call(gw.url, subscribe_body(consumer.url, topic_filter(
+            "dev:yard//.", FULL, f'xmlns:dev="{DEV_NS}"')))  # fmt: skip
+        assert r.status == 200, r.text
+        cam.motion(True)
+        await consumer.wait_for(1, timeout=10)
+        (m,) = consumer.messages()
+        assert m.findtext(f"{{{WSNT}}}Topic") == f"tns1:{MOTION}"
+        assert not cam.invalid, cam.invalid
+    finally:
+        await asyncio.to_thread(stop_gateway, gw)
