@@ -188,12 +188,16 @@ async def test_after_a_reboot_events_flow_again_without_growing_subscriptions(
         most = max(most, len(cam.live()))
 
     cam.on_request = count
+    # the state the camera sends on each subscription (SetSynchronizationPoint, right
+    # after the source counts as subscribed) first, so no change races it
+    await until(lambda: sink.initial() == ["false"], "the camera's state", 10)
     cam.motion(True)
     await until(lambda: sink.changes() == ["true"], "first event", 5)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     await cam.reboot(downtime=0.5, clock_shift=-5400)
     await until(lambda: subscribed(src) and len(cam.live()) == 1, "resubscribed", 10)
+    await until(lambda: len(sink.initial()) == 2, "the camera's state after the reboot", 10)
     cam.motion(False)
     await until(lambda: sink.changes() == ["true", "false"], "an event after the reboot", 10)
     took = loop.time() - t0
