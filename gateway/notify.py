@@ -110,7 +110,7 @@ def parse_notify(ctx: Context, req: SoapRequest, reg: Registration | None) -> li
                 "each wsnt:NotificationMessage needs a wsnt:Message with exactly one element",
                 SENDER,
             )
-        topic = _topic_of(tel) if tel is not None else None
+        topic, used = _read_topic(tel) if tel is not None else (None, None)
         producer: Epr | None = None
         if pel is not None:
             with contextlib.suppress(ValueError):
@@ -119,7 +119,7 @@ def parse_notify(ctx: Context, req: SoapRequest, reg: Registration | None) -> li
         # registration) the one its ProducerReference names
         r = reg
         if r is None and ctx.cfg.requires_registration:
-            r = registration_for(ctx.state, producer)
+            r = registration_for(ctx.state, producer, topic)
             if r is None:
                 raise faults.br(
                     "PublisherRegistrationRejectedFault",
@@ -137,6 +137,8 @@ def parse_notify(ctx: Context, req: SoapRequest, reg: Registration | None) -> li
                 )
             if producer is None:
                 producer = r.publisher
+        if used:  # topics keep their publisher's prefix (gateway/topics/prefixes.py)
+            ctx.render.prefixes.learn(producer.address if producer is not None else None, used)
         # tuple.__new__: one C call (the NamedTuple's own __new__ is a Python function,
         # once per message of a 100-message Notify)
         out.append(_publication(Publication, (topic, producer, kids[0], nm)))
@@ -145,17 +147,22 @@ def parse_notify(ctx: Context, req: SoapRequest, reg: Registration | None) -> li
 
 #: the concrete topics of the wsnt:Topic elements read so far, by what their meaning depends
 #: on (_TopicKey); bounded, cleared when full, small keys only (topics.compile.cacheable)
-_topics_read: dict[_TopicKey, topics.ConcreteTopic] = {}
+_topics_read: dict[_TopicKey, tuple[topics.ConcreteTopic, dict[str, str]]] = {}
 _TOPICS_READ_MAX = 4096
 
 
 def _topic_of(tel: Element) -> topics.ConcreteTopic:
+    """The one concrete topic a Notify's wsnt:Topic names (`_read_topic`)."""
+    return _read_topic(tel)[0]
+
+
+def _read_topic(tel: Element) -> tuple[topics.ConcreteTopic, dict[str, str]]:
     """The one concrete topic a Notify's wsnt:Topic names (WS-BaseNotification 1.3 §3.2),
     else the fault. What a wsnt:Topic means depends only on its dialect, text and in-scope
     namespaces (WS-Topics 1.3 §8): publishers repeat one topic in message after message and
     Notify after Notify, so it is looked up by those (`_topics_read`), not compiled and
     checked again (an element with child nodes is always compiled: its text is more than
-    `.text`; a faulty one is never kept)."""
+    `.text`; a faulty one is never kept). With it, the prefix its text wrote per namespace."""
     key: _TopicKey | None = None
     if len(tel) == 0:
         key = (tel.get("Dialect"), tel.get("dialect"), tel.text, tuple(tel.nsmap.items()))
@@ -177,15 +184,24 @@ def _topic_of(tel: Element) -> topics.ConcreteTopic:
     if key is not None and cacheable((key[0] or "") + (key[1] or "") + (key[2] or ""), key[3]):
         if len(_topics_read) >= _TOPICS_READ_MAX:
             _topics_read.clear()
-        _topics_read[key] = topic
-    return topic
+        _topics_read[key] = (topic, expr.prefixes_used())
+        return _topics_read[key]
+    return topic, expr.prefixes_used()
 
 
-def registration_for(state: BrokerState, producer: Epr | None) -> Registration | None:
+def registration_for(
+    state: BrokerState, producer: Epr | None, topic: topics.ConcreteTopic | None = None
+) -> Registration | None:
+    """The registration a Notify naming `producer` is attributed to: of that publisher's
+    registrations (it may have several: WS-BrokeredNotification 1.0 §5.4 makes a new one on
+    each RegisterPublisher), the newest that allows `topic`, else its newest."""
     if producer is None:
         return None
-    regs = state.registrations_of(producer.address)
-    return regs[0] if regs else None
+    regs = sorted(state.registrations_of(producer.address), key=lambda r: r.created)
+    for r in reversed(regs):
+        if r.allows(publishers.map_device_topic(topic, r.device_id) if topic else None, state.ts):
+            return r
+    return regs[-1] if regs else None
 
 
 async def notify_broker(ctx: Context, req: SoapRequest, _broker: None) -> Reply:
@@ -279,13 +295,22 @@ async def publish(
     items: Sequence[Publication],
     via: tuple[str, ...] = (),
     seen: SeenKey | None = None,
+    also: Sequence[topics.ConcreteTopic | None] | None = None,
 ) -> None:
     """Accept notifications (module docstring): topic growth (WS-Topics 1.3 §9), then the
     plan, then one commit, then the state. Returns once committed (a positive answer to
     Notify means durably accepted). `via`: the brokers they went through (gateway.loops);
-    `seen`: the Notify's seen-set key (gateway.dedupe), committed with it."""
+    `seen`: the Notify's seen-set key (gateway.dedupe), committed with it; `also`: per
+    item, a second name of its topic (a camera event's `dev:<camera>/...`,
+    gateway.cameras): grown too, and its subscribers get the item once, under its topic."""
     state = ctx.state
-    pubs = admitted(ctx.counts, state.ts, list(items))
+    if also is not None:  # admitted() may drop items: keep each second name with its item
+        pairs = [(it, a) for it, a in zip(items, also, strict=True)]
+        kept = {id(it) for it in admitted(ctx.counts, state.ts, [it for it, _ in pairs])}
+        pubs = [it for it, _ in pairs if id(it) in kept]
+        also = [a for it, a in pairs if id(it) in kept]
+    else:
+        pubs = admitted(ctx.counts, state.ts, list(items))
     now = ctx.clock()
     # each payload serialized once: stored, delivered and landed from the same text
     xmls = [etree.tostring(it[2], encoding="unicode", with_tail=False) for it in pubs]
@@ -298,6 +323,8 @@ async def publish(
         its = landing.items_for(pubs, records, new_msg_id, xmls)  # type: ignore[arg-type]
         lines = await records.lines(now, its)
     named = topics_of(pubs)
+    if also is not None:
+        named += [t for t in dict.fromkeys(also) if t is not None and t not in named]
     try:
         state.grow_topics(named)
     except topics.TopicError as e:
@@ -315,6 +342,7 @@ async def publish(
         via=via,
         peer=ctx.delivery.peer,
         payload_xmls=xmls,
+        also=also,
     )
     p.batch.seen = seen
     for sid, n in p.deliveries_per_sub.items():  # the backlog bound, in the same commit
@@ -350,6 +378,7 @@ def plan(
     via: tuple[str, ...] = (),
     peer: Callable[[str], str | None] = _nobody,
     payload_xmls: Sequence[str] | None = None,
+    also: Sequence[topics.ConcreteTopic | None] | None = None,
 ) -> Plan:
     """What to store, land and deliver for `items` (pure: reads the state). Their topics
     are in the Topic Set (`publish` grew it) and recorded as grown with the commit.
@@ -357,7 +386,8 @@ def plan(
     `via`/`peer`: nothing goes back to a broker it came through (gateway.loops; `peer(id)`
     is the broker a subscription's consumer answered as); `payload_xmls`: the payloads
     already serialized, in order; `named`: `topics_of(items)` when the caller has it;
-    `pp_limit`: the pull-point bound."""
+    `pp_limit`: the pull-point bound; `also`: per item, a second name of its topic
+    (`publish`): its subscribers get the item too, once, and it is a current message there."""
     p = Plan(AcceptBatch(pp_limit=pp_limit), accepted=len(items))
     batch, current = p.batch, p.current
     ts = state.ts
@@ -366,7 +396,7 @@ def plan(
     grown = topics_of(items) if named is None else named
     batch.grown = [(t.namespace, "/".join(t.path)) for t in grown]
     # who wants a topic depends on the topic and `now` only: asked once per topic
-    wanting: dict[topics.ConcreteTopic | None, list[Subscription]] = {}
+    wanting: dict[object, list[Subscription]] = {}
     for i, (topic, producer, payload, _nm) in enumerate(items):
         payload_xml = (
             payload_xmls[i]
@@ -382,6 +412,9 @@ def plan(
             if ts.has_aliases:
                 for t in topics.resolve_topic(topic, ts):
                     current[t] = payload_xml
+        second = also[i] if also is not None else None
+        if second is not None:
+            current[second] = payload_xml
         if landed is not None:
             line = landed[i][1]
             if jsonl:
@@ -393,9 +426,14 @@ def plan(
         # wrapped message after its SubscriptionReference depends only on the subscriber's
         # dialect, a raw message is the payload; each subscriber's row references it
         rendered: dict[str | None, tuple[str, int]] = {}  # dialect (None: raw) -> text, ref
-        subs = wanting.get(topic)
+        key: object = topic if second is None else (topic, second)
+        subs = wanting.get(key)
         if subs is None:
-            subs = wanting[topic] = state.wanting(topic, now)
+            subs = state.wanting(topic, now)
+            if second is not None and (extra := state.wanting(second, now)):
+                # once each, in id order as state.wanting gives them
+                subs = sorted({s.id: s for s in (*subs, *extra)}.values(), key=lambda s: s.id)
+            wanting[key] = subs
         for sub in subs:
             if via and peer(sub.id) in via:  # never back where it came from
                 continue
