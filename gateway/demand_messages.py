@@ -1,6 +1,6 @@
 """The messages of demand-based publishing (gateway.demand), without I/O: which topics of a
 registration the broker subscribes to, the Subscribe and Renew requests it sends to the
-publisher, and what it reads from the answers (WS-BaseNotification 1.3 §4.2, §6.1;
+publisher, and what it reads from the answers (WS-BaseNotification 1.3 §4.2, §6.1.1;
 WS-BrokeredNotification 1.0 §4, §6.1 `Demand`)."""
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def topics_of(reg: Registration) -> list[DemandTopic]:
                 text,
             )
             continue
-        mapped = publishers.map_device_topic(one, reg.device_id)
+        mapped = publishers.map_device_topic(one, reg.device_id, reg.device_ns)
         if mapped in seen:
             continue
         seen.add(mapped)
@@ -71,9 +71,12 @@ def topics_of(reg: Registration) -> list[DemandTopic]:
 
 
 def same_publisher(a: Registration, b: Registration) -> bool:
-    """Same PublisherReference address, or the same device id (design.md: edge:DeviceId,
-    else host-port): a device that rebooted with a new DHCP address is still itself."""
-    if a.device_id is not None and a.device_id == b.device_id:
+    """Same PublisherReference address, or the same declared edge:DeviceId: a device that
+    rebooted with a new DHCP address is still itself. A device id derived from host and
+    port is no identity: two publishers at http://H:P/a and http://H:P/b are two (issue 25
+    defect 2), and a device with a new address has a new derived id anyway."""
+    da = publishers.declared_device_id(a.publisher)
+    if da is not None and da == publishers.declared_device_id(b.publisher):
         return True
     return (
         a.publisher is not None

@@ -51,6 +51,12 @@ class LandingWriter(OutboxWriter):
         self._size = 0
         self.lines_written = 0
 
+    @property
+    def open_file(self) -> tuple[str, int] | None:
+        """The name and size of the temporary file being written now, if any (for
+        gateway.status)."""
+        return (self._tmp.name, self._size) if self._tmp is not None else None
+
     # ---- start / stop ----
     def recover(self) -> None:
         """Publish temporary files a crash left behind (see module docstring)."""

@@ -10,7 +10,7 @@ A caller may rely on:
   on ``topic`` is delivered to a subscription with this expression (members
   only, after alias resolution, 2004 §8); ``resolve(ts)`` is the alias-resolved
   set;
-* ``validate(ts)`` implements §8.5 and raises :class:`TopicNotSupported` (or
+* ``validate(ts)`` implements WS-Topics 1.3 §8.5 and raises :class:`TopicNotSupported` (or
   :class:`InvalidTopicExpression` for an extension topic addressed as a root).
 """
 
@@ -79,6 +79,19 @@ class TopicExpression:
         """The one topic a wildcard-free, union-free path names, else None."""
         return None
 
+    def prefixes_used(self) -> dict[str, str]:
+        """Namespace URI -> the prefix the text wrote it with (the first one, if it
+        used several): what a rendering for this expression's author may reuse
+        (gateway.topics.prefixes). Prefixes bound to no URI are not in it."""
+        from .xpath import prefixes_used
+
+        out: dict[str, str] = {}
+        for p in sorted(prefixes_used(self.text)):
+            uri = self.nsmap.get(p)
+            if uri:
+                out.setdefault(uri, p)
+        return out
+
     def parts(self) -> list[TopicExpression]:
         """The components of a ``|`` union (2004 §8 rule 4), else ``[self]``."""
         return [self]
@@ -90,7 +103,7 @@ class TopicExpression:
 
     def explicit_topics(self) -> list[ConcreteTopic]:
         """Topics the expression refers to explicitly (the literal leading path
-        of each branch), checked against namespace rules by §8.5."""
+        of each branch), checked against namespace rules by WS-Topics 1.3 §8.5."""
         return []
 
     # --- shared behaviour -----------------------------------------------
