@@ -48,6 +48,7 @@ def main() -> int:
                 "spark.driver.memory": args.memory,
                 "spark.sql.shuffle.partitions": "2",
             },
+            metastore_dir=str(work / "catalog"),
         )
         marks: list[tuple[float, str]] = []
 
