@@ -13,7 +13,7 @@ from lxml import etree
 
 from gateway.topics import xpath_guard
 from gateway.wire import faults, ns
-from gateway.wire.xmlutil import Element
+from gateway.wire.xmlutil import Element, parse_xml
 
 _PROBE = etree.fromstring(b"<probe/>")
 MAX_EXPRESSION_CHARS = 4096
@@ -83,7 +83,8 @@ def compile_producer_properties(el: Element) -> XPathFilter:
     return _compile(el, "InvalidProducerPropertiesExpressionFault", "ProducerProperties")
 
 
-def payload_document(payload: Element) -> Element:
-    """The payload as the root of its own document: the evaluation context of a
-    MessageContent expression is the Notification payload (§4.2), so `/` is the payload."""
-    return etree.fromstring(etree.tostring(payload))
+def payload_document(payload_xml: str) -> Element:
+    """The payload (serialized by wire.xmlutil.serialize) as the root of its own document:
+    the evaluation context of a MessageContent expression is the Notification payload
+    (§4.2), so `/` is the payload."""
+    return parse_xml(payload_xml.encode())

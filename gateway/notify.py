@@ -37,7 +37,14 @@ from gateway.wire import faults, ns
 from gateway.wire.addressing import Epr, parse_epr, resource_epr
 from gateway.wire.faults import RECEIVER, SENDER, WsnFault
 from gateway.wire.soap import SoapRequest
-from gateway.wire.xmlutil import Element, children, elements
+from gateway.wire.xmlutil import (
+    Element,
+    NamespaceScopes,
+    children,
+    elements,
+    serialize,
+    serialize_all,
+)
 
 if TYPE_CHECKING:
     from gateway.broker import NotificationBroker, Reply
@@ -49,9 +56,9 @@ log = logging.getLogger("gateway.broker")
 #: the NotificationMessage as received)
 Item = tuple[topics.ConcreteTopic | None, Epr | None, Element, Element]
 
-#: what a wsnt:Topic means depends on: Dialect (1.3 and 2004 spellings), text, in-scope
-#: namespace declarations
-_TopicKey = tuple[str | None, str | None, str | None, tuple[tuple[str | None, str], ...]]
+#: what a wsnt:Topic means depends on: Dialect (1.3 and 2004 spellings), text, the
+#: namespaces of the prefixes the text uses (xmlutil.NamespaceScopes.bindings)
+_TopicKey = tuple[str | None, str | None, str | None, tuple[tuple[str, str], ...]]
 
 _T_MESSAGE = ns.q(ns.WSNT, "Message")
 _T_TOPIC = ns.q(ns.WSNT, "Topic")
@@ -81,6 +88,7 @@ def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | No
     if payload.tag != ns.q(ns.WSNT, "Notify"):
         raise faults.wsnt("InvalidMessageContentExpressionFault", "not a Notify")
     out = []
+    scopes = NamespaceScopes()  # each ancestor's declarations read once per Notify
     msgs = children(payload, ns.q(ns.WSNT, "NotificationMessage"))
     if not msgs:
         raise WsnFault(ns.BF, "BaseFault", "Notify has no wsnt:NotificationMessage", SENDER)
@@ -103,7 +111,7 @@ def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | No
                 "each wsnt:NotificationMessage needs a wsnt:Message with exactly one element",
                 SENDER,
             )
-        topic = _topic_of(tel) if tel is not None else None
+        topic = _topic_of(tel, scopes) if tel is not None else None
         producer: Epr | None = None
         if pel is not None:
             with contextlib.suppress(ValueError):
@@ -140,7 +148,7 @@ _topics_read: dict[_TopicKey, topics.ConcreteTopic] = {}
 _TOPICS_READ_MAX = 4096
 
 
-def _topic_of(tel: Element) -> topics.ConcreteTopic:
+def _topic_of(tel: Element, scopes: NamespaceScopes | None = None) -> topics.ConcreteTopic:
     """The one concrete topic a Notify's wsnt:Topic names (WS-BaseNotification 1.3 §3.2),
     else the fault. What a wsnt:Topic means depends only on its dialect, text and in-scope
     namespaces (WS-Topics 1.3 §8): publishers repeat one topic in message after message and
@@ -149,7 +157,9 @@ def _topic_of(tel: Element) -> topics.ConcreteTopic:
     `.text`; a faulty one is never kept)."""
     key: _TopicKey | None = None
     if len(tel) == 0:
-        key = (tel.get("Dialect"), tel.get("dialect"), tel.text, tuple(tel.nsmap.items()))
+        text = tel.text
+        bound = (scopes or NamespaceScopes()).bindings(tel, text or "")
+        key = (tel.get("Dialect"), tel.get("dialect"), text, bound)
         hit = _topics_read.get(key)
         if hit is not None:
             return hit
@@ -277,7 +287,7 @@ async def publish(
     items = admitted(b, items)
     now = b.clock()
     # each payload serialized once: stored, delivered and landed from the same text
-    xmls = [etree.tostring(it[2], encoding="unicode", with_tail=False) for it in items]
+    xmls = serialize_all([it[2] for it in items])  # only the namespaces each uses
     landed: list[tuple[str, str]] | None = None
     if b.landing is not None or b.landing_parquet is not None:
         # first, before any state is read: big records are built on another thread
@@ -331,11 +341,7 @@ def plan(
     # who wants a topic depends on the topic and `now` only: asked once per topic
     wanting: dict[topics.ConcreteTopic | None, list[Subscription]] = {}
     for i, (topic, producer, payload, _nm) in enumerate(items):
-        payload_xml = (
-            payload_xmls[i]
-            if payload_xmls is not None
-            else etree.tostring(payload, encoding="unicode", with_tail=False)
-        )
+        payload_xml = payload_xmls[i] if payload_xmls is not None else serialize(payload)
         msg_id = landed[i][0] if landed is not None else new_msg_id()
         if topic is not None:
             # a notification on an alias topic is published on the topics it resolves
@@ -364,7 +370,7 @@ def plan(
                 continue
             if sub.content:
                 if doc is None:
-                    doc = filters.payload_document(payload)
+                    doc = filters.payload_document(payload_xml)
                 if not all(f.evaluate(doc) for f in sub.content):
                     continue
             if sub.producer:

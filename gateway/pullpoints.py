@@ -34,6 +34,7 @@ from gateway.wire.xmlutil import (
     children,
     parse_duration,
     parse_xml,
+    serialize,
     text_of,
 )
 
@@ -168,7 +169,7 @@ async def _accept(
     count them in memory."""
     batch = AcceptBatch(pp_limit=b.cfg.pullpoint_max_messages, seen=seen)
     for i, nm in enumerate(msgs):  # kept whole, as received
-        batch.renderings.append((WHOLE, etree.tostring(nm, encoding="unicode", with_tail=False)))
+        batch.renderings.append((WHOLE, serialize(nm)))  # only the namespaces it uses
         batch.pp_messages.append((pp.id, None, i))
     try:
         res = await b.storage.accept(batch)
