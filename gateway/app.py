@@ -26,6 +26,7 @@ from gateway.landing_parquet import ParquetLandingWriter  # imports pyarrow only
 from gateway.landing_record import RecordBuilder
 from gateway.metrics import Metrics
 from gateway.storage import Storage
+from gateway.topics.xpath_budget import XPathBudget
 
 
 @dataclass
@@ -40,6 +41,8 @@ class Parts:
     landing: landing.LandingWriter | None
     landing_parquet: ParquetLandingWriter | None
     records: RecordBuilder
+    #: evaluates XPath not proven linear in a worker process (gateway/topics/xpath_budget.py)
+    xpath_budget: XPathBudget
 
 
 def build_parts(cfg: Config) -> Parts:
@@ -85,7 +88,8 @@ def build_parts(cfg: Config) -> Parts:
         )
     # landing lines: built off the event loop when big (landing_record docstring)
     records = RecordBuilder(cfg.gateway_id)
-    return Parts(policy, loop_id, storage, metrics, delivery, jsonl, parquet, records)
+    budget = XPathBudget(cfg.filter_timeout, cfg.filter_max_memory_mb)
+    return Parts(policy, loop_id, storage, metrics, delivery, jsonl, parquet, records, budget)
 
 
 def create_app(broker: NotificationBroker, demand: DemandManager | None = None) -> web.Application:
@@ -98,6 +102,7 @@ def create_app(broker: NotificationBroker, demand: DemandManager | None = None) 
 
     async def cleanup(_app: web.Application) -> None:
         await broker.stop()
+        await broker.xpath.close()
 
     app.on_startup.append(startup)
     app.on_cleanup.append(cleanup)

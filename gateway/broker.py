@@ -87,7 +87,8 @@ class NotificationBroker:
         self.ts = topics.TopicSet(fixed=cfg.fixed_topic_set)
         for f in cfg.topic_namespace_files:
             self.ts.add_namespace(topics.load_topic_namespace(f.read_bytes()))
-        self.index: topics.SubscriptionIndex[str] = topics.SubscriptionIndex(self.ts)
+        self.xpath = parts.xpath_budget  # XPath not proven linear: off the event loop
+        self.index: topics.SubscriptionIndex[str] = topics.SubscriptionIndex(self.ts, self.xpath)
         self.subs: dict[str, Subscription] = {}
         self.no_topic_subs: set[str] = set()
         self.pullpoints: dict[str, PullPoint] = {}

@@ -135,6 +135,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="the most of a consumer's answer body read to a delivery (discarded); beyond "
         "it the connection is closed (default 65536)",
     )
+    g.add_argument(
+        "--filter-timeout",
+        type=_seconds,
+        default=0.25,
+        help="the longest one evaluation of an XPath filter or topic expression that is not "
+        "proven linear may take (in a worker process); past it: no match (default 0.25 s)",
+    )
+    g.add_argument(
+        "--filter-max-memory",
+        type=int,
+        default=512,
+        metavar="MIB",
+        help="address space of that worker process (default 512 MiB); past it: no match",
+    )
     d = p.add_argument_group("delivery")
     d.add_argument("--delivery-timeout", type=_seconds, default=10.0)
     d.add_argument("--delivery-batch", type=int, default=100)
@@ -247,6 +261,8 @@ def config_from_args(ns: argparse.Namespace) -> Config:
         max_connections=ns.max_connections,
         max_client_connections=ns.max_client_connections,
         max_consumer_answer_bytes=ns.max_consumer_answer_bytes,
+        filter_timeout=ns.filter_timeout,
+        filter_max_memory_mb=ns.filter_max_memory,
         delivery_timeout=ns.delivery_timeout,
         delivery_batch=ns.delivery_batch,
         delivery_linger_max=ns.delivery_linger_max,

@@ -36,6 +36,10 @@ class Config:
     #: the most of a consumer's answer body the delivery reads (and discards); past it the
     #: connection is closed (gateway/delivery_http.py)
     max_consumer_answer_bytes: int = 64 * 1024
+    #: one evaluation of an XPath filter or topic expression not proven linear, in the
+    #: worker process (gateway/topics/xpath_budget.py): seconds, and its memory in MiB
+    filter_timeout: float = 0.25
+    filter_max_memory_mb: int = 512
     # -- delivery --
     delivery_timeout: float = 10.0
     delivery_batch: int = 100

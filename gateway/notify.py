@@ -42,7 +42,6 @@ from gateway.wire.xmlutil import (
     NamespaceScopes,
     children,
     elements,
-    serialize,
     serialize_all,
 )
 
@@ -294,7 +293,16 @@ async def publish(
         its = landing.items_for(items, b.records, new_msg_id, xmls)
         landed = await b.records.lines(now, its)
     grown, grown_now = grow_topics(b, items)
-    p = plan(b, items, now, landed, via, xmls)
+    # XPath that is not proven linear (topic expressions, filters): off the event loop
+    await b.index.prepare()
+    judge = await filters.prejudge(
+        [it[0] for it in items],
+        lambda t: b.wanting(t, now),  # type: ignore[arg-type]
+        xmls,
+        b.xpath,
+        lambda: (producer_rp_document(b), b.ts.state),
+    )
+    p = plan(b, items, now, landed, via, xmls, judge)
     p.batch.grown = grown
     p.batch.seen = seen
     await commit(b, p, via)
@@ -333,15 +341,20 @@ def plan(
     landed: list[tuple[str, str]] | None,
     via: tuple[str, ...] = (),
     payload_xmls: list[str] | None = None,
+    judge: filters.Judge | None = None,
 ) -> Plan:
     """What to store, land and deliver for `items` (pure: reads the broker's state).
     `payload_xmls`, if given, are the payloads already serialized, in order."""
     p = Plan(AcceptBatch(pp_limit=b.cfg.pullpoint_max_messages), accepted=len(items))
     batch, current = p.batch, p.current
+    if payload_xmls is None:
+        payload_xmls = serialize_all([it[2] for it in items])
+    if judge is None:  # every filter judged here (prejudge has those that are not linear)
+        judge = filters.Judge(payload_xmls, None)
     # who wants a topic depends on the topic and `now` only: asked once per topic
-    wanting: dict[topics.ConcreteTopic | None, list[Subscription]] = {}
-    for i, (topic, producer, payload, _nm) in enumerate(items):
-        payload_xml = payload_xmls[i] if payload_xmls is not None else serialize(payload)
+    wanting: dict[topics.ConcreteTopic | None, list[Subscription]] = judge.wanting
+    for i, (topic, producer, _payload, _nm) in enumerate(items):
+        payload_xml = payload_xmls[i]
         msg_id = landed[i][0] if landed is not None else new_msg_id()
         if topic is not None:
             # a notification on an alias topic is published on the topics it resolves
@@ -357,7 +370,6 @@ def plan(
                 batch.landing.append((msg_id, line))
             if b.landing_parquet is not None:
                 batch.landing_parquet.append((msg_id, line))
-        doc: Element | None = None
         # stored once per distinct rendering (gateway/storage_schema.py): the part of a
         # wrapped message after its SubscriptionReference depends only on the subscriber's
         # dialect, a raw message is the payload; each subscriber's row references it
@@ -368,15 +380,12 @@ def plan(
         for sub in subs:
             if via and b.delivery.peer(sub.id) in via:  # never back where it came from
                 continue
-            if sub.content:
-                if doc is None:
-                    doc = filters.payload_document(payload_xml)
-                if not all(f.evaluate(doc) for f in sub.content):
-                    continue
-            if sub.producer:
-                rp = producer_rp_document(b)
-                if not all(f.evaluate(rp) for f in sub.producer):
-                    continue
+            if sub.content and not judge.matches(i, sub.content):
+                continue
+            if sub.producer and not judge.producer_matches(
+                sub.producer, producer_rp_document(b), b.ts.state
+            ):
+                continue
             kind = None if sub.raw else sub.dialect
             hit = rendered.get(kind)
             if hit is None:

@@ -13,9 +13,14 @@ applied), and costs no XPath evaluation per message per subscription:
   compiled into a shared trie of name tests walked once along the topic's
   path; identical expressions share their trie node. Full selection depends
   only on the topic's path (see :mod:`.path`), so no cache is needed;
-* other XPath expressions are grouped by (text, prefixes); each group is
-  evaluated once per Topic Set version, lazily at the first match after a
-  change, into a topic -> groups map;
+* other XPath expressions are grouped by (text, prefixes). A group of a *local
+  path* (gateway/topics/xpath.py) keeps the set of topics it selects and, when the
+  Topic Set grows, checks only the new topics and their ancestors, against a copy of
+  the Topic Set document it grows topic by topic (`_Mirror`): a new topic costs no
+  evaluation over the whole set, nor a rebuilt document. Any other group is evaluated
+  once per Topic Set version, lazily at the first match after a change, into a topic ->
+  groups map: on the event loop when proven linear, else by the budget's worker
+  process (`prepare`, awaited by the broker before it plans a Notify);
 * the result per topic is cached until a subscription is added or removed or
   the Topic Set changes (so a burst of notifications on one topic costs one
   lookup each).
@@ -28,14 +33,23 @@ its resolution matches.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
+from lxml import etree
+
+from . import xpath
 from .aliases import resolve_topic
 from .expression import TopicExpression
-from .model import ConcreteTopic
+from .model import WSTOP, ConcreteTopic, make_step, split_step
 from .path import DOS, Branch, Name, PathExpression, topic_names
 from .topicset import TopicSet
 from .xpath import XPathExpression
+
+if TYPE_CHECKING:
+    from .xpath_budget import XPathBudget
+
+_TOPIC_ATTR = "{" + WSTOP + "}topic"
+_TOPICSET = "{" + WSTOP + "}TopicSet"
 
 K = TypeVar("K", bound=Hashable)
 
@@ -149,19 +163,107 @@ class _Trie(Generic[K]):
         return out
 
 
+#: an XPath group's key: the expression's text and its namespace declarations
+_GKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
 class _XGroup(Generic[K]):
-    __slots__ = ("expr", "keys")
+    __slots__ = ("expr", "keys", "selected")
 
     def __init__(self, expr: XPathExpression) -> None:
         self.expr = expr
         self.keys: set[K] = set()
+        #: for a local-path group: the topics it selects (kept up to date by the index)
+        self.selected: set[ConcreteTopic] = set()
+
+
+class _Mirror:
+    """A copy of the Topic Set document (§7, as TopicSet.document() builds it: same names,
+    same prefixes, `wstop:topic="true"` on members only) grown topic by topic as the set
+    grows (`sync`), for evaluating predicates at a topic's element."""
+
+    def __init__(self, ts: TopicSet, budget: XPathBudget | None = None) -> None:
+        self.ts = ts
+        self.budget = budget
+        if budget is not None:  # XPath not proven linear: only in its worker process
+            xpath.attach(ts, budget)
+        self._mirror: _Mirror | None = None  # made for the first local-path group
+        # the paths of local-path groups' parts: (group key, part) per trie node
+        self._ltrie: _Trie[tuple[_GKey, int]] = _Trie()
+        self._reset()
+
+    def _reset(self) -> None:
+        self.root = etree.Element(_TOPICSET, nsmap={"wstop": WSTOP})
+        self.els: dict[ConcreteTopic, etree._Element] = {}
+        self.members = 0
+        self.removals = self.ts.removals
+        self.prefixes: dict[str, str] = {}  # namespace -> prefix
+
+    def sync(self) -> list[ConcreteTopic] | None:
+        """Add what the set gained since the last call: the new members, or None when
+        the copy was built anew (a member was removed: every member counts as new)."""
+        ts = self.ts
+        if ts.removals != self.removals or len(ts) < self.members:
+            self._reset()
+            for t in ts.topics():
+                self._add(t)
+            self.members = len(ts)
+            return None
+        new = ts.newest(len(ts) - self.members)
+        for t in new:
+            self._add(t)
+        self.members = len(ts)
+        return new
+
+    def _prefix(self, namespace: str) -> dict[str, str] | None:
+        """The declaration an element of `namespace` needs (the set's prefix for it), or
+        None when one is in scope already."""
+        if namespace in self.prefixes:
+            return None
+        p = {u: q for q, u in self.ts.prefix_map().items()}.get(namespace)
+        if p is None:
+            return None
+        self.prefixes[namespace] = p
+        return {p: namespace}
+
+    def _add(self, t: ConcreteTopic) -> None:
+        el = self.els.get(t)
+        if el is None:
+            parent = self.root
+            for k in range(1, len(t.path) + 1):
+                sub = ConcreteTopic(t.namespace, t.path[:k])
+                e = self.els.get(sub)
+                if e is None:
+                    if k == 1:
+                        tag = make_step(t.namespace or None, t.path[0])
+                        ns = t.namespace or None
+                    else:
+                        tag = t.path[k - 1]
+                        ns = split_step(tag)[0]
+                    decl = self._prefix(ns) if ns else None
+                    # declared where first used (the set declares them all on its root:
+                    # the same prefixed names, which name() reads)
+                    e = etree.SubElement(parent, tag, nsmap=decl)
+                    self.els[sub] = e
+                parent = e
+            el = parent
+        el.set(_TOPIC_ATTR, "true")
+
+    def element(self, t: ConcreteTopic) -> etree._Element | None:
+        return self.els.get(t)
 
 
 class SubscriptionIndex(Generic[K]):
     """Index of subscription keys by TopicExpression over one Topic Set."""
 
-    def __init__(self, ts: TopicSet) -> None:
+    def __init__(self, ts: TopicSet, budget: XPathBudget | None = None) -> None:
         self.ts = ts
+        self.budget = budget
+        if budget is not None:  # XPath not proven linear: only in its worker process
+            xpath.attach(ts, budget)
+        self._mirror: _Mirror | None = None  # made for the first local-path group
+        # the paths of local-path groups' parts: (group key, part) per trie node
+        self._ltrie: _Trie[tuple[_GKey, int]] = _Trie()
         self._exprs: dict[K, TopicExpression] = {}
         self._concrete: dict[ConcreteTopic, set[K]] = {}
         self._trie: _Trie[K] = _Trie()
@@ -212,10 +314,25 @@ class SubscriptionIndex(Generic[K]):
         gk = (expr.text, tuple(sorted(expr.nsmap.items())))
         group = self._xgroups.get(gk)
         if group is None:
-            group = self._xgroups[gk] = _XGroup(expr)
-            if self._xver == self.ts.version:
-                for t in expr.select(self.ts):
-                    self._xmap.setdefault(t, set()).add(gk)
+            if expr.local is not None:
+                # the other groups first see what the set gained (the mirror's news)
+                self._refresh_xpath()
+                mirror = self._local_up_to_date(keep=True)  # current, or built here
+                assert mirror is not None
+                group = _XGroup(expr)
+                for part in expr.local:
+                    group.selected.update(
+                        part.passing(list(part.path.select(self.ts)), mirror.element)
+                    )
+                self._xgroups[gk] = group
+                for n, part in enumerate(expr.local):
+                    for b in part.path.branches:
+                        self._ltrie.add(b, (gk, n))
+            else:
+                group = self._xgroups[gk] = _XGroup(expr)
+                if self._xver == self.ts.version:
+                    for t in expr.select(self.ts):
+                        self._xmap.setdefault(t, set()).add(gk)
         group.keys.add(key)
 
     def remove(self, key: K) -> None:
@@ -243,16 +360,74 @@ class SubscriptionIndex(Generic[K]):
             group.keys.discard(key)
             if not group.keys:
                 del self._xgroups[gk]
+                for n, part in enumerate(expr.local or ()):
+                    for b in part.path.branches:
+                        self._ltrie.remove(b, (gk, n))
                 for gks in self._xmap.values():
                     gks.discard(gk)
+
+    async def prepare(self) -> None:
+        """Have the expressions that only the budget's worker may evaluate brought up to
+        this Topic Set version (xpath.refresh_all), so that `match` is exact for it."""
+        if self._xver == self.ts.version or not xpath.has_budgeted(self.ts):
+            return
+        mirror = self._local_up_to_date(keep=True)
+        assert mirror is not None
+        await xpath.refresh_all(self.ts, mirror.root)
+
+    def _local_up_to_date(self, keep: bool = False) -> _Mirror | None:
+        """Grow the Topic Set's copy and decide the local-path groups' selections again for
+        what changed; the copy is kept while local groups exist (or `keep`)."""
+        ts = self.ts
+        local = [g for g in self._xgroups.values() if g.expr.local is not None]
+        if not local and not keep and not xpath.has_budgeted(ts):
+            self._mirror = None  # nothing needs it: not kept up to date meanwhile
+            return None
+        if self._mirror is None:
+            self._mirror = _Mirror(ts)
+        mirror = self._mirror
+        added = mirror.sync()
+        if local:
+            if added is None:  # built anew: every topic is a candidate
+                cands = set(ts.topics())
+            else:
+                # a local path's selection of a topic depends on the topic's path and
+                # subtree: only the new topics and their ancestors can change
+                cands = set(added)
+                for t in added:
+                    for k in range(1, len(t.path)):
+                        up = ConcreteTopic(t.namespace, t.path[:k])
+                        if up in ts:
+                            cands.add(up)
+            if cands:
+                self._judge_local(cands, mirror)
+        return mirror
+
+    def _judge_local(self, cands: set[ConcreteTopic], mirror: _Mirror) -> None:
+        """Decide again, for every local-path group, whether it selects each of `cands`:
+        one walk of the path trie per topic, then each part's predicates over the topics
+        its path matched, in one XPath call."""
+        by_part: dict[tuple[_GKey, int], list[ConcreteTopic]] = {}
+        for t in cands:
+            for hit in self._ltrie.match(topic_names(t)):
+                by_part.setdefault(hit, []).append(t)
+        for group in self._xgroups.values():
+            if group.expr.local is not None:
+                group.selected -= cands
+        for (gk, n), found in by_part.items():
+            group = self._xgroups[gk]
+            assert group.expr.local is not None
+            group.selected.update(group.expr.local[n].passing(found, mirror.element))
 
     def _refresh_xpath(self) -> None:
         if self._xver == self.ts.version:
             return
+        self._local_up_to_date()
         self._xmap = {}
         for gk, group in self._xgroups.items():
-            for t in group.expr.select(self.ts):
-                self._xmap.setdefault(t, set()).add(gk)
+            if group.expr.local is None:
+                for t in group.expr.select(self.ts):
+                    self._xmap.setdefault(t, set()).add(gk)
         self._xver = self.ts.version
 
     def _refresh_aliases(self) -> None:
@@ -301,6 +476,9 @@ class SubscriptionIndex(Generic[K]):
             self._refresh_xpath()
             for gk in self._xmap.get(topic, ()):
                 out |= self._xgroups[gk].keys
+            for group in self._xgroups.values():
+                if topic in group.selected:
+                    out |= group.keys
         return out
 
     def demand(self, topic: ConcreteTopic) -> bool:
