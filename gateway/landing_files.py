@@ -16,10 +16,11 @@ import contextlib
 import logging
 import os
 import re
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gateway.storage import Storage
+from gateway.storage import Storage, StorageError
 
 log = logging.getLogger("gateway.landing")
 
@@ -48,6 +49,10 @@ class OutboxWriter:
         self._lock = asyncio.Lock()
         self._stopping = False
         self._seq = 0
+        #: the error of the failing write, and since when (time.time()); None when writing
+        self.error: str | None = None
+        self.failing_since: float | None = None
+        self._failures = 0
 
     # ---- hooks ----
     def _due(self) -> bool:
@@ -89,6 +94,8 @@ class OutboxWriter:
             self._task = None
         try:
             await self._final()
+        except (OSError, StorageError) as e:  # what is not written waits in the outbox
+            log.warning("final %s failed: %s; written at the next start", self.what, _describe(e))
         except Exception:
             log.exception("final %s failed", self.what)
 
@@ -104,11 +111,50 @@ class OutboxWriter:
                 continue
             try:
                 await self._work()
-            except Exception:  # keep the writer alive; the records stay in the outbox
-                log.exception("%s failed; will retry", self.what)
+            except Exception as e:  # keep the writer alive; the records stay in the outbox
+                self._failed(e, tick)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), tick)
+            else:
+                self._recovered()
             self._after_work()
+
+    @property
+    def problem(self) -> str | None:
+        """Why the writer cannot write now (for /readyz), None while it can."""
+        if self.error is None:
+            return None
+        return f"{self.what} failing since {_utc(self.failing_since)}: {self.error}"
+
+    def _failed(self, e: Exception, tick: float) -> None:
+        """One WARNING when writing starts failing (a traceback only for what is not an
+        I/O or storage error: a bug), then silence until it recovers."""
+        self._failures += 1
+        if self.error is not None:
+            self.error = _describe(e)
+            return
+        self.error = _describe(e)
+        self.failing_since = time.time()
+        if isinstance(e, OSError | StorageError):
+            log.warning(
+                "%s failed: %s; retrying every %g s, the records wait in the outbox "
+                "(/readyz: not ready)",
+                self.what, self.error, tick,
+            )  # fmt: skip
+        else:
+            log.exception("%s failed; retrying every %g s", self.what, tick)
+
+    def _recovered(self) -> None:
+        if self.error is None:
+            return
+        log.warning(
+            "%s recovered after %d failed attempts over %.0f s (last error: %s)",
+            self.what, self._failures, time.time() - (self.failing_since or time.time()),
+            self.error,
+        )  # fmt: skip
+        self.error = None
+        self.failing_since = None
+        self._failures = 0
 
     # ---- files ----
     def _new_name(self) -> tuple[Path, Path]:
@@ -128,3 +174,15 @@ class OutboxWriter:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+
+def _describe(e: Exception) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror + (f": {e.filename}" if e.filename else "")
+    return f"{type(e).__name__}: {e}" if not isinstance(e, StorageError) else str(e)
+
+
+def _utc(t: float | None) -> str:
+    if t is None:
+        return "?"
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -200,9 +200,10 @@ class ParquetLandingWriter(OutboxWriter):
     async def _publish(self, up_to: int) -> None:
         loop = asyncio.get_running_loop()
         tmp, final = self._new_name()
-        writer = await loop.run_in_executor(None, self._open, tmp)
+        writer = None
         count = 0
         try:
+            writer = await loop.run_in_executor(None, self._open, tmp)
             after = 0
             while True:
                 rows = await self.storage.parquet_pending(after, up_to, ROW_GROUP)
@@ -213,11 +214,16 @@ class ParquetLandingWriter(OutboxWriter):
                 count += len(rows)
             await loop.run_in_executor(None, self._close, writer, tmp)
         except BaseException:
-            with contextlib.suppress(Exception):
-                writer.close()
+            if writer is not None:
+                with contextlib.suppress(Exception):
+                    writer.close()
             tmp.unlink(missing_ok=True)
             raise
-        await self.storage.parquet_file_written(tmp.name, up_to)
+        try:
+            await self.storage.parquet_file_written(tmp.name, up_to)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # not recorded: its rows are still in the outbox
+            raise
         os.replace(tmp, final)
         self._fsync_dir()
         await self.storage.parquet_file_published(tmp.name)

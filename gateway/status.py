@@ -308,7 +308,8 @@ class StatusView:
         return web.Response(text="ok\n")
 
     async def readyz(self, request: web.Request) -> web.StreamResponse:
-        """Ready = storage answers a transaction and the landing directory is writable."""
+        """Ready = storage answers a transaction, the landing directory is writable and the
+        landing writers are not failing."""
         problems: list[str] = []
         b = self.broker
         try:
@@ -319,6 +320,9 @@ class StatusView:
             d = b.cfg.data_dir / "landing"
             if not (d.is_dir() and os.access(d, os.W_OK | os.X_OK)):
                 problems.append(f"landing: directory {d} is not writable")
+            for w in (b.landing, b.landing_parquet):  # a write failing now (disk full)
+                if w is not None and w.problem:
+                    problems.append(f"landing: {w.problem}")
         if problems:
             return web.Response(status=503, text="not ready: " + "; ".join(problems) + "\n")
         return web.Response(text="ready\n")
