@@ -8,6 +8,11 @@ Threading: one connection, used only by one dedicated writer thread. Every publi
 coroutine runs one small transaction on that thread, so the event loop never blocks on
 SQLite and writes are serialized without lock contention inside the process.
 
+One gateway per data directory: `open` takes an exclusive lock on `<data-dir>/gateway.lock`
+(fcntl, released by the kernel when the process ends, kill -9 included) and writes its pid
+there; a second gateway on the same directory gets a StorageError naming the holder. (Two
+processes on one directory would each believe they own the landing files and the outbox.)
+
 Durability: journal_mode=WAL with synchronous=FULL (default): a COMMIT returns only after
 the WAL is fsynced, so anything the broker acknowledged survives kill -9 and power loss.
 `synchronous="NORMAL"` is offered as an option: with WAL it survives a process crash
@@ -17,6 +22,8 @@ the WAL is fsynced, so anything the broker acknowledged survives kill -9 and pow
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import sqlite3
 import threading
 import time
@@ -34,6 +41,8 @@ from gateway.storage_schema import AFTER_SUBREF, prepare
 from gateway.storage_seen import SEEN_SCHEMA, SeenKey, is_seen, record_seen
 
 T = TypeVar("T")
+#: the data directory's lock file (module docstring)
+LOCK_NAME = "gateway.lock"
 
 
 class Pending(NamedTuple):
@@ -117,11 +126,17 @@ class Storage(DemandTables):
         #: called from the writer thread with each transaction's duration (gateway.metrics)
         self.on_commit: Callable[[float], None] | None = None
         self._pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self._lock_fd: int | None = None  # <data-dir>/gateway.lock, held while open
         self._group_task: asyncio.Future[None] | None = None
 
     # ---- lifecycle ----
     def open(self) -> None:
-        self._executor.submit(self._open).result()
+        self._lock_data_dir()
+        try:
+            self._executor.submit(self._open).result()
+        except BaseException:
+            self._unlock_data_dir()
+            raise
         reader = sqlite3.connect(
             str(self.path), isolation_level=None, check_same_thread=False, timeout=0
         )
@@ -149,6 +164,33 @@ class Storage(DemandTables):
         conn.execute(SEEN_SCHEMA)  # versionless: created if missing (storage_seen)
         self._conn = conn
 
+    def _lock_data_dir(self) -> None:
+        """Take the data directory's lock (module docstring), or StorageError naming the
+        process that holds it."""
+        if self._lock_fd is not None:
+            return
+        d = self.path.parent
+        d.mkdir(parents=True, exist_ok=True)
+        lock = d / LOCK_NAME
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise StorageError(
+                f"data directory {d} is in use by another gateway (pid {holder}, {lock}): "
+                "stop it, or give this one another --data-dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _unlock_data_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the lock
+            self._lock_fd = None
+
     def close(self) -> None:
         if self._reader is not None:
             self._reader.close()
@@ -161,6 +203,7 @@ class Storage(DemandTables):
 
         self._executor.submit(_close).result()
         self._executor.shutdown(wait=True)
+        self._unlock_data_dir()
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         loop = asyncio.get_running_loop()
