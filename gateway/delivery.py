@@ -50,7 +50,7 @@ from lxml import etree
 from gateway import loops, oplog
 from gateway.consumer_policy import ConsumerPolicy
 from gateway.delivery_acks import RowDeletions
-from gateway.delivery_http import MAX_ANSWER_BYTES, NotifySender
+from gateway.delivery_http import MAX_ANSWER_BYTES, NotifySender, message_id
 from gateway.delivery_pacing import Pacer
 from gateway.metrics import Metrics
 from gateway.storage import Storage
@@ -385,8 +385,9 @@ class DeliveryManager:
             for seq, _s, _x in batch:
                 via.extend(self._via.get(seq, ()))
             t = ep.target
+            ids = [message_id(sid, seq) for seq, sid, _x in batch]
             ok, why, peer = await self._sender.send(
-                ep.key, t.consumer, t.soap_version, t.raw, [x for _, _, x in batch], tuple(via)
+                ep.key, t.consumer, t.soap_version, t.raw, [x for _, _, x in batch], tuple(via), ids
             )
             ep.peer = peer or ep.peer
             if ok:
