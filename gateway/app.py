@@ -67,6 +67,8 @@ def build_parts(cfg: Config) -> Parts:
         batch=cfg.delivery_batch,
         linger_max=cfg.delivery_linger_max,
         max_answer_bytes=cfg.max_consumer_answer_bytes,
+        max_connections=cfg.max_delivery_connections,
+        max_per_consumer=cfg.max_consumer_connections,
         backoff_initial=cfg.backoff_initial,
         backoff_max=cfg.backoff_max,
         dead_after=cfg.consumer_dead_after,

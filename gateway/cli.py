@@ -149,6 +149,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MIB",
         help="address space of that worker process (default 512 MiB); past it: no match",
     )
+    g.add_argument(
+        "--max-delivery-connections",
+        type=int,
+        default=256,
+        help="outgoing connections to consumers in all; beyond, a delivery waits for one "
+        "(default 256)",
+    )
+    g.add_argument(
+        "--max-consumer-connections",
+        type=int,
+        default=8,
+        help="outgoing connections to one consumer host:port (default 8)",
+    )
     d = p.add_argument_group("delivery")
     d.add_argument("--delivery-timeout", type=_seconds, default=10.0)
     d.add_argument("--delivery-batch", type=int, default=100)
@@ -263,6 +276,8 @@ def config_from_args(ns: argparse.Namespace) -> Config:
         max_consumer_answer_bytes=ns.max_consumer_answer_bytes,
         filter_timeout=ns.filter_timeout,
         filter_max_memory_mb=ns.filter_max_memory,
+        max_delivery_connections=ns.max_delivery_connections,
+        max_consumer_connections=ns.max_consumer_connections,
         delivery_timeout=ns.delivery_timeout,
         delivery_batch=ns.delivery_batch,
         delivery_linger_max=ns.delivery_linger_max,

@@ -40,6 +40,9 @@ class Config:
     #: worker process (gateway/topics/xpath_budget.py): seconds, and its memory in MiB
     filter_timeout: float = 0.25
     filter_max_memory_mb: int = 512
+    #: outgoing delivery connections, in all and per consumer host (gateway/delivery_http.py)
+    max_delivery_connections: int = 256
+    max_consumer_connections: int = 8
     # -- delivery --
     delivery_timeout: float = 10.0
     delivery_batch: int = 100

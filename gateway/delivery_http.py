@@ -68,9 +68,12 @@ _IDS_START = f'<edge:MessageIDs xmlns:edge="{ns.EDGE}">'
 _IDS_END = "</edge:MessageIDs>"
 #: stands for the body while an envelope template is made (a comment: never in a header)
 _BODY_MARK = "<!--wsn-edge body-->"
-#: keep-alive connections per consumer endpoint (host and port): one request is in flight
-#: per endpoint at a time (gateway/delivery.py), more only for endpoints sharing an address
+#: defaults of --max-consumer-connections (per consumer host, port and TLS: one request is
+#: in flight per endpoint at a time, gateway/delivery.py, more only for endpoints sharing an
+#: address) and --max-delivery-connections (all consumers together); a request waiting for a
+#: free connection counts against its --delivery-timeout
 LIMIT_PER_HOST = 8
+LIMIT_TOTAL = 256
 #: default of --max-consumer-answer-bytes: the most of an answer's body read (and discarded)
 MAX_ANSWER_BYTES = 64 * 1024
 
@@ -116,8 +119,12 @@ class NotifySender:
         loop_id: str,
         timeout: float,
         max_answer_bytes: int = MAX_ANSWER_BYTES,
+        max_connections: int = LIMIT_TOTAL,
+        max_per_consumer: int = LIMIT_PER_HOST,
     ) -> None:
         self.policy = policy
+        self.max_connections = max_connections
+        self.max_per_consumer = max_per_consumer
         self.loop_id = loop_id
         self._total = timeout
         self._max_answer = max_answer_bytes
@@ -128,8 +135,12 @@ class NotifySender:
 
     async def start(self) -> None:
         # names resolve through the consumer address policy (DNS rebinding)
+        # bounded (issue 22: 1,200 consumers that never answer held an open file each
+        # until the process met its limit); beyond, a request waits for a connection
         self._connector = aiohttp.TCPConnector(
-            limit=0, limit_per_host=LIMIT_PER_HOST, **connector_kwargs(self.policy)
+            limit=self.max_connections,
+            limit_per_host=self.max_per_consumer,
+            **connector_kwargs(self.policy),
         )
 
     async def close(self) -> None:
@@ -246,12 +257,27 @@ class NotifySender:
         try:
             status, peer = await self._post(r, data, asyncio.get_running_loop().time())
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
-            return False, f"{type(e).__name__}: {e}", None
+            return False, self.describe(e), None
         except HttpProcessingError as e:  # an answer that is not HTTP (the parser's verdict)
-            return False, f"{type(e).__name__}: {' '.join(str(e.message).split())}", None
+            return False, f"not HTTP: {' '.join(str(e.message).split())}", None
         if 200 <= status < 300:
             return True, "", peer
         return False, f"HTTP {status}", peer
+
+    def describe(self, e: BaseException) -> str:
+        """A failed request's error in a few words: refused, a timeout, reset..."""
+        if isinstance(e, TimeoutError):
+            return f"timeout after {self._total:g} s (--delivery-timeout)"
+        if isinstance(e, aiohttp.ClientConnectorError):
+            err = e.os_error
+            if isinstance(err, ConnectionRefusedError):
+                return "connection refused"
+            return f"cannot connect: {err.strerror or err}" if err else "cannot connect"
+        if isinstance(e, aiohttp.ServerDisconnectedError):
+            return "disconnected before answering"
+        if isinstance(e, OSError) and e.strerror:
+            return e.strerror
+        return f"{type(e).__name__}: {e}"
 
     async def _post(self, r: _Route, data: bytes, start: float) -> tuple[int, str | None]:
         """(status, the WSN-Edge-Gateway header) of one request on a kept-alive connection,

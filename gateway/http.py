@@ -218,7 +218,12 @@ def create_app(broker: NotificationBroker, demand: DemandManager | None = None) 
     app = web.Application(client_max_size=broker.cfg.max_request_bytes)
     app[BROKER_KEY] = broker
     cfg = broker.cfg
-    app[LIMITS_KEY] = Limits(cfg.request_timeout, cfg.max_connections, cfg.max_client_connections)
+    app[LIMITS_KEY] = Limits(
+        cfg.request_timeout,
+        cfg.max_connections,
+        cfg.max_client_connections,
+        outgoing=cfg.max_delivery_connections,
+    )
     # dropped clients (408, 503, gone mid-body) count in wsn_requests_rejected_total too
     app[LIMITS_KEY].drops.on_drop = broker.metrics.request_rejected
     app.on_response_prepare.append(_identify)

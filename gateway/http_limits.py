@@ -34,25 +34,30 @@ from typing import Any
 
 log = logging.getLogger("gateway.http")
 
-#: file descriptors kept free for SQLite, landing files and outgoing deliveries
+#: file descriptors kept free for SQLite, landing files, the XPath worker's pipes and the
+#: like; outgoing delivery connections (--max-delivery-connections) are kept free on top
 FD_RESERVE = 128
 
 
-def effective_max_connections(configured: int) -> int:
-    """`configured`, lowered to fit RLIMIT_NOFILE minus FD_RESERVE (at least 16)."""
+def effective_max_connections(configured: int, outgoing: int = 0) -> int:
+    """`configured`, lowered to fit RLIMIT_NOFILE minus FD_RESERVE and the `outgoing`
+    connections the delivery may hold (at least 16)."""
     try:
         soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     except (ValueError, OSError):
         return configured
     if soft == resource.RLIM_INFINITY:
         return configured
-    fit = max(16, int(soft) - FD_RESERVE)
+    fit = max(16, int(soft) - FD_RESERVE - outgoing)
     if configured > fit:
         log.warning(
-            "--max-connections %d lowered to %d to fit the open-file limit (%d)",
+            "--max-connections %d lowered to %d to fit the open-file limit (%d, of which %d "
+            "are kept for outgoing deliveries and %d for files)",
             configured,
             fit,
             soft,
+            outgoing,
+            FD_RESERVE,
         )
         return fit
     return configured
@@ -107,10 +112,14 @@ class Limits:
     """Per-server state: the live connection count and the drop log."""
 
     def __init__(
-        self, request_timeout: float, max_connections: int, max_client_connections: int = 128
+        self,
+        request_timeout: float,
+        max_connections: int,
+        max_client_connections: int = 128,
+        outgoing: int = 0,
     ) -> None:
         self.request_timeout = request_timeout
-        self.max_connections = effective_max_connections(max_connections)
+        self.max_connections = effective_max_connections(max_connections, outgoing)
         self.max_client_connections = max_client_connections
         self.per_client: dict[str, int] = {}  # client address -> open connections
         self.pending: dict[_Guard, None] = {}  # waiting for their first head, oldest first
