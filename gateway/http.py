@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from gateway import loops, status
+from gateway import http_limits, loops, status
 from gateway.broker import NotificationBroker
 from gateway.config import Config
 from gateway.demand import DemandManager
@@ -227,8 +227,11 @@ def create_app(broker: NotificationBroker, demand: DemandManager | None = None) 
     # dropped clients (408, 503, gone mid-body) count in wsn_requests_rejected_total too
     app[LIMITS_KEY].drops.on_drop = broker.metrics.request_rejected
     app.on_response_prepare.append(_identify)
-    app.router.add_post("/wsn/broker", handle)
-    app.router.add_post(r"/wsn/{kind:subscriptions|pullpoints|registrations}/{rid}", handle)
+    expect = http_limits.expect_handler(cfg.max_request_bytes)  # 413 before 100 Continue
+    app.router.add_post("/wsn/broker", handle, expect_handler=expect)
+    app.router.add_post(
+        r"/wsn/{kind:subscriptions|pullpoints|registrations}/{rid}", handle, expect_handler=expect
+    )
     app.router.add_get("/wsn/broker", not_allowed)
     # operator endpoints: GET only, routed apart from the SOAP handler (gateway.status)
     cfg = broker.cfg

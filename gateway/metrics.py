@@ -41,6 +41,7 @@ REQUEST_REJECT_REASONS = (
     "busy-client",
     "evicted",
     "disconnected",
+    "malformed",  # refused by aiohttp's HTTP parser (400; gateway.http_limits.ServerLog)
 )
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
