@@ -16,7 +16,6 @@ quadratic in the number of declarations).
 
 from __future__ import annotations
 
-import copy
 import re
 import threading
 from collections.abc import Callable
@@ -108,11 +107,18 @@ def _check_namespaces_in_scope(root: Element) -> None:
 # ---- serialization with the declarations an element uses ----
 
 #: "p:" followed by the start of a local name: where a QName in text or in an attribute
-#: value may use prefix p (a topic expression, xsi:type="p:T"); also matches a tag's prefix.
-#: A match starts only where a name can (the lookbehind), so a long run of name characters
-#: is scanned once, not once per position
+#: value may use prefix p (a topic expression, xsi:type="p:T"). A match starts only where
+#: a name can (the lookbehind), so a long run of name characters is scanned once, not once
+#: per position
 _QNAME_PREFIX = re.compile(r"(?<![\w.\-])([^\W\d][\w.\-]*):(?=[^\W\d])")
 _DECLARED = re.compile(r'\sxmlns:([^\s=]+)="')
+#: a colon before the start of a name: a QName may be near (a fast literal-led search)
+_COLON_NAME = re.compile(r":[^\W\d]")
+#: an attribute value with a colon, not a namespace declaration's (lxml writes '"' quoted,
+#: escaped values, and '>' in none of them)
+_VALUE_WITH_COLON = re.compile(r'\s(?!xmlns[:=])[^\s="<>]+="([^"]*:[^"]*)"')
+#: lxml's deep copy of an element (what copy.deepcopy calls, without its memo)
+_copy: Callable[[Element], Element] = etree._Element.__copy__  # type: ignore[attr-defined]
 
 
 class NamespaceScopes:
@@ -169,11 +175,20 @@ def serialize(el: Element, scopes: NamespaceScopes | None = None) -> str:
     only when an unprefixed element uses it. The meaning is unchanged; the cost is linear in
     the element's size whatever its ancestors declare. `scopes`: shared by the calls for
     elements of one document, so each ancestor's declarations are read once."""
-    xml: str = etree.tostring(copy.deepcopy(el), encoding="unicode", with_tail=False)
+    c: Element = _copy(el)  # a deep copy (lxml), without copy.deepcopy's memo
+    xml: str = etree.tostring(c, encoding="unicode", with_tail=False)
     end = xml.find(">")
     if end < 0:
         return xml
-    candidates = set(_QNAME_PREFIX.findall(xml))
+    # a QName's prefix in a text or an attribute value (names are declared by the copy);
+    # the cheap searches first: most payloads have none
+    candidates: set[str] = set()
+    text: str = etree.tostring(c, method="text", encoding="unicode", with_tail=False)
+    if _COLON_NAME.search(text):
+        candidates.update(_QNAME_PREFIX.findall(text))
+    if _COLON_NAME.search(xml):
+        for value in _VALUE_WITH_COLON.findall(xml):
+            candidates.update(_QNAME_PREFIX.findall(value))
     if candidates:
         candidates -= set(_DECLARED.findall(xml, 0, end))
         candidates.discard("xmlns")
