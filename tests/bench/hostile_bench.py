@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
 import socket
@@ -108,18 +109,24 @@ async def under(gw: Gateway, attack: Awaitable[Any]) -> dict[str, Any]:
     health: list[float] = []
     legit: list[float] = []
     t0 = time.monotonic()
-    async with aiohttp.ClientSession() as s:
-        while not task.done():
-            gw.sample()
-            t = time.monotonic()
-            async with s.get(gw.base + "/healthz") as r:
-                await r.read()
-            health.append(time.monotonic() - t)
-            t = time.monotonic()
-            body = notify_body(("tns:legit", reading(21.5)))
-            await post(gw.url, envelope(body, action=A_NOTIFY), session=s)
-            legit.append(time.monotonic() - t)
-            await asyncio.sleep(0.05)
+    try:
+        async with aiohttp.ClientSession() as s:
+            while not task.done():
+                gw.sample()
+                t = time.monotonic()
+                async with s.get(gw.base + "/healthz") as r:
+                    await r.read()
+                health.append(time.monotonic() - t)
+                t = time.monotonic()
+                body = notify_body(("tns:legit", reading(21.5)))
+                await post(gw.url, envelope(body, action=A_NOTIFY), session=s)
+                legit.append(time.monotonic() - t)
+                await asyncio.sleep(0.05)
+    finally:
+        if not task.done():  # the prober failed (the gateway went away): the attack too
+            task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
     gw.sample()
     return {
         "answer": task.result(),
