@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from gateway.landing_files import OutboxWriter
+from gateway.landing_files import OutboxWriter, wait_for_room
 from gateway.landing_record import Item, RecordBuilder, items_for, record
 from gateway.storage import Storage
 
@@ -65,7 +65,11 @@ class LandingWriter(OutboxWriter):
 
     # ---- start / stop ----
     def recover(self) -> None:
-        """Publish temporary files a crash left behind (see module docstring)."""
+        """Publish temporary files a crash left behind (see module docstring); on a full
+        disk, once there is room (landing_files.wait_for_room)."""
+        wait_for_room(self._recover, self.dir, self.what)
+
+    def _recover(self) -> None:
         self._scan_seq()
         for p in sorted(self.dir.glob(".landing-*.jsonl.tmp")):
             data = p.read_bytes()

@@ -17,10 +17,11 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gateway.storage import Storage, StorageError
+from gateway.storage import FULL_BELOW, OPEN_RETRY_MAX, Storage, StorageError, free_bytes
 
 log = logging.getLogger("gateway.landing")
 
@@ -174,6 +175,29 @@ class OutboxWriter:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+
+def wait_for_room(fn: Callable[[], None], directory: Path, what: str) -> None:
+    """Run `fn` (a recovery at start, idempotent); while it fails for a full disk, wait
+    for room and run it again (1 s, doubling to OPEN_RETRY_MAX, one WARNING): writing
+    anything new before it ran would land its records a second time."""
+    delay = 1.0
+    while True:
+        try:
+            fn()
+        except (OSError, StorageError) as e:
+            free = free_bytes(directory)
+            if free is None or free > FULL_BELOW:
+                raise
+            if delay == 1.0:
+                log.warning(
+                    "%s recovery at start failed: %s with %d bytes free; waiting for room",
+                    what, _describe(e), free,
+                )  # fmt: skip
+            time.sleep(delay)  # at start: nothing is served yet
+            delay = min(OPEN_RETRY_MAX, delay * 2)
+            continue
+        return
 
 
 def _describe(e: Exception) -> str:

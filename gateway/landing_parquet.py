@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gateway.landing_files import OutboxWriter
+from gateway.landing_files import OutboxWriter, wait_for_room
 from gateway.storage import Storage
 
 ROW_GROUP = 5000
@@ -145,7 +145,11 @@ class ParquetLandingWriter(OutboxWriter):
 
     # ---- start / stop ----
     def recover(self) -> None:
-        """Finish or discard what a crash left behind (see the module docstring)."""
+        """Finish or discard what a crash left behind (see the module docstring); on a
+        full disk, once there is room (landing_files.wait_for_room)."""
+        wait_for_room(self._recover, self.dir, self.what)
+
+    def _recover(self) -> None:
         self._scan_seq()
         recorded = set(self.storage.parquet_files_sync())
         for p in sorted(self.dir.glob(".landing-*.parquet.tmp")):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import logging
 import os
 import sqlite3
 import threading
@@ -43,6 +44,19 @@ from gateway.storage_seen import SEEN_SCHEMA, SeenKey, is_seen, record_seen
 T = TypeVar("T")
 #: the data directory's lock file (module docstring)
 LOCK_NAME = "gateway.lock"
+#: a directory with less free than this is full (for `open`'s wait), and its longest pause
+FULL_BELOW = 1024 * 1024
+OPEN_RETRY_MAX = 30.0
+log = logging.getLogger("gateway.storage")
+
+
+def free_bytes(d: Path) -> int | None:
+    """The bytes free for this process in the file system of `d` (None if unknown)."""
+    try:
+        st = os.statvfs(d)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 class Pending(NamedTuple):
@@ -131,9 +145,30 @@ class Storage(DemandTables):
 
     # ---- lifecycle ----
     def open(self) -> None:
+        """Lock the data directory and open the database. On a full disk (SQLite cannot
+        even recover its WAL after a crash) it waits for room, trying again after 1 s,
+        doubling to OPEN_RETRY_MAX, with one WARNING line; any other failure raises."""
         self._lock_data_dir()
+        delay = 1.0
         try:
-            self._executor.submit(self._open).result()
+            while True:
+                try:
+                    self._executor.submit(self._open).result()
+                    break
+                except sqlite3.OperationalError as e:
+                    free = free_bytes(self.path.parent)
+                    if free is None or free > FULL_BELOW:
+                        raise
+                    if delay == 1.0:
+                        log.warning(
+                            "cannot open %s (%s) with %d bytes free in its directory: waiting "
+                            "for room, trying again every %g s at most",
+                            self.path, e, free, OPEN_RETRY_MAX,
+                        )  # fmt: skip
+                    time.sleep(delay)  # at start: nothing is served yet
+                    delay = min(OPEN_RETRY_MAX, delay * 2)
+            if delay > 1.0:
+                log.warning("opened %s: the disk has room again", self.path)
         except BaseException:
             self._unlock_data_dir()
             raise
@@ -152,16 +187,16 @@ class Storage(DemandTables):
         conn = sqlite3.connect(
             str(self.path), isolation_level=None, check_same_thread=False, timeout=0
         )
-        conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={self.synchronous}")
-        conn.execute("PRAGMA foreign_keys=OFF")
         try:
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn.execute("PRAGMA foreign_keys=OFF")
             prepare(conn)  # the schema, migrating an older file (storage_schema)
+            conn.execute(SEEN_SCHEMA)  # versionless: created if missing (storage_seen)
         except BaseException:
             conn.close()
             raise
-        conn.execute(SEEN_SCHEMA)  # versionless: created if missing (storage_seen)
         self._conn = conn
 
     def _lock_data_dir(self) -> None:

@@ -62,6 +62,83 @@ def test_a_full_disk_loses_tears_or_repeats_no_acknowledged_line(tmp_path: Path)
     assert failed >= 1 and log.count("landing flush recovered") == failed, log
 
 
+def test_a_gateway_started_on_a_full_disk_waits_for_room(tmp_path: Path) -> None:
+    # found by tests/bench/soak_bench.py: after kill -9 on a full disk the gateway exited at
+    # start ("OperationalError: disk I/O error": SQLite could not recover its WAL)
+    result = _in_namespace(tmp_path, "--restart-scenario")
+    assert result["exit_while_full"] is None, result  # still waiting, not exited
+    assert "waiting for room" in result["log"], result["log"]
+    assert result["listening_after_free"], result["log"]
+    assert sorted(result["landed"]) == sorted(result["acked"]), result
+    assert "Traceback" not in result["log"], result["log"]
+
+
+def _in_namespace(tmp_path: Path, scenario: str) -> dict[str, Any]:
+    unshare = shutil.which("unshare")
+    assert unshare, "util-linux unshare is needed (a mount namespace for the tmpfs)"
+    mnt = tmp_path / "data"
+    mnt.mkdir()
+    script = (
+        f"mount -t tmpfs -o size=8m tmpfs {mnt} && exec {sys.executable} {HERE} {scenario} {mnt}"
+    )
+    proc = subprocess.run(
+        [unshare, "-rm", "sh", "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests' / 'gateway'}"},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+async def _restart_scenario(mnt: Path) -> dict[str, Any]:
+    from gwtest import envelope, notify_body, post, start_gateway
+
+    from tests.wsdl_actions import action
+
+    a_notify = action("NotificationConsumer", "Notify")
+    gw = start_gateway(mnt, "--landing-max-age", "0.5")
+    acked = []
+    for v in range(20):
+        body = notify_body(("tns:t", f"<r:R xmlns:r='urn:r'><r:v>{v}</r:v></r:R>"))
+        if (await post(gw.url, envelope(body, action=a_notify))).status == 202:
+            acked.append(v)
+    gw.proc.kill()  # mid-way: a WAL and a hidden landing file to recover
+    gw.proc.wait()
+    _fill(mnt / "filler")
+    err = mnt.parent / "again.stderr"
+    with open(err, "w") as errf:
+        again = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--host", "127.0.0.1", "--port", "0",
+             "--data-dir", str(mnt), "--landing-max-age", "0.5"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=errf, text=True,
+        )  # fmt: skip
+    await asyncio.sleep(4)
+    exit_while_full = again.poll()
+    (mnt / "filler").unlink()
+    listening = False
+    if exit_while_full is None:
+        assert again.stdout is not None
+        line = await asyncio.get_running_loop().run_in_executor(None, again.stdout.readline)
+        listening = "listening on" in line
+        await asyncio.sleep(1.5)
+        again.terminate()
+        again.wait(15)
+    landed = []
+    for p in sorted((mnt / "landing").glob("*landing-*.jsonl*")):
+        landed += [int(json.loads(x)["fields"]["v"]) for x in p.read_text().splitlines()]
+    return {
+        "acked": acked,
+        "landed": landed,
+        "exit_while_full": exit_while_full,
+        "listening_after_free": listening,
+        "log": err.read_text(),
+    }
+
+
 async def test_lines_whose_outbox_rows_could_not_be_deleted_are_not_written_again(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
@@ -204,3 +281,6 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--scenario":
         sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "gateway")]
         print(json.dumps(asyncio.run(_scenario(Path(sys.argv[2])))))
+    if len(sys.argv) == 3 and sys.argv[1] == "--restart-scenario":
+        sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "gateway")]
+        print(json.dumps(asyncio.run(_restart_scenario(Path(sys.argv[2])))))
