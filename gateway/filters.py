@@ -19,7 +19,7 @@ version of that document (`prepare_producer`, `producer_matches`).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from lxml import etree
 
@@ -204,9 +204,12 @@ class _Filtered(Protocol):
     producer: list[XPathFilter]
 
 
+T = TypeVar("T", bound=Hashable)
+
+
 async def prejudge(
-    topics: Sequence[Hashable],
-    wanting: Callable[[Hashable], Sequence[_Filtered]],
+    topics: Sequence[T],
+    wanting: Callable[[T], Sequence[_Filtered]],
     payload_xmls: list[str],
     budget: XPathBudget | None,
     producer_document: Callable[[], tuple[Element, object]],

@@ -297,7 +297,7 @@ async def publish(
     await b.index.prepare()
     judge = await filters.prejudge(
         [it[0] for it in items],
-        lambda t: b.wanting(t, now),  # type: ignore[arg-type]
+        lambda t: b.wanting(t, now),
         xmls,
         b.xpath,
         lambda: (producer_rp_document(b), b.ts.state),
