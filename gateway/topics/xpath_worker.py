@@ -15,7 +15,10 @@ broker treats either as no match.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import resource
+import signal
 import struct
 import sys
 from collections import OrderedDict
@@ -60,7 +63,15 @@ def boolean(r: Any) -> bool:
     return bool(r)
 
 
+def _die_with_parent() -> None:
+    """Linux: killed when the broker ends, kill -9 included (an evaluation may run long
+    before this process would read the end of its input)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def main(argv: list[str]) -> int:
+    _die_with_parent()
     memory_mb = int(argv[1]) if len(argv) > 1 else 512
     limit = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
