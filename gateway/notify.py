@@ -37,13 +37,7 @@ from gateway.wire import faults, ns
 from gateway.wire.addressing import Epr, parse_epr, resource_epr
 from gateway.wire.faults import RECEIVER, SENDER, WsnFault
 from gateway.wire.soap import SoapRequest
-from gateway.wire.xmlutil import (
-    Element,
-    NamespaceScopes,
-    children,
-    elements,
-    serialize_all,
-)
+from gateway.wire.xmlutil import Element, children, elements, prefix_bindings, serialize_all
 
 if TYPE_CHECKING:
     from gateway.broker import NotificationBroker, Reply
@@ -56,7 +50,7 @@ log = logging.getLogger("gateway.broker")
 Item = tuple[topics.ConcreteTopic | None, Epr | None, Element, Element]
 
 #: what a wsnt:Topic means depends on: Dialect (1.3 and 2004 spellings), text, the
-#: namespaces of the prefixes the text uses (xmlutil.NamespaceScopes.bindings)
+#: namespaces of the prefixes the text uses (xmlutil.prefix_bindings)
 _TopicKey = tuple[str | None, str | None, str | None, tuple[tuple[str, str], ...]]
 
 _T_MESSAGE = ns.q(ns.WSNT, "Message")
@@ -87,7 +81,6 @@ def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | No
     if payload.tag != ns.q(ns.WSNT, "Notify"):
         raise faults.wsnt("InvalidMessageContentExpressionFault", "not a Notify")
     out = []
-    scopes = NamespaceScopes()  # each ancestor's declarations read once per Notify
     msgs = children(payload, ns.q(ns.WSNT, "NotificationMessage"))
     if not msgs:
         raise WsnFault(ns.BF, "BaseFault", "Notify has no wsnt:NotificationMessage", SENDER)
@@ -110,7 +103,7 @@ def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | No
                 "each wsnt:NotificationMessage needs a wsnt:Message with exactly one element",
                 SENDER,
             )
-        topic = _topic_of(tel, scopes) if tel is not None else None
+        topic = _topic_of(tel) if tel is not None else None
         producer: Epr | None = None
         if pel is not None:
             with contextlib.suppress(ValueError):
@@ -147,7 +140,7 @@ _topics_read: dict[_TopicKey, topics.ConcreteTopic] = {}
 _TOPICS_READ_MAX = 4096
 
 
-def _topic_of(tel: Element, scopes: NamespaceScopes | None = None) -> topics.ConcreteTopic:
+def _topic_of(tel: Element) -> topics.ConcreteTopic:
     """The one concrete topic a Notify's wsnt:Topic names (WS-BaseNotification 1.3 §3.2),
     else the fault. What a wsnt:Topic means depends only on its dialect, text and in-scope
     namespaces (WS-Topics 1.3 §8): publishers repeat one topic in message after message and
@@ -157,8 +150,7 @@ def _topic_of(tel: Element, scopes: NamespaceScopes | None = None) -> topics.Con
     key: _TopicKey | None = None
     if len(tel) == 0:
         text = tel.text
-        bound = (scopes or NamespaceScopes()).bindings(tel, text or "")
-        key = (tel.get("Dialect"), tel.get("dialect"), text, bound)
+        key = (tel.get("Dialect"), tel.get("dialect"), text, prefix_bindings(tel, text or ""))
         hit = _topics_read.get(key)
         if hit is not None:
             return hit

@@ -143,13 +143,19 @@ class NamespaceScopes:
             node = node.getparent()
         return None
 
-    def bindings(self, el: Element, text: str) -> tuple[tuple[str, str], ...]:
-        """(prefix, namespace) at `el` for each name followed by ":" in `text` (every
-        prefix a QName or a name test in it may use; "" for one not declared), sorted:
-        with `text`, what an expression's meaning depends on (a cache key that costs the
-        prefixes used, not every declaration in scope)."""
-        names = set(_PREFIX_USE.findall(text)) if ":" in text else ()
-        return tuple((p, self.lookup(el, p) or "") for p in sorted(names))
+
+def prefix_bindings(el: Element, text: str) -> tuple[tuple[str, str], ...]:
+    """(prefix, namespace) at `el` for each name followed by ":" in `text` (every prefix a
+    QName or a name test in it may use; "" for one not declared), sorted: with `text`,
+    what an expression's meaning depends on. A cache key that holds the prefixes used, not
+    every declaration in scope (reading those costs at most MAX_NAMESPACES_IN_SCOPE)."""
+    if ":" not in text:
+        return ()
+    names = _PREFIX_USE.findall(text)
+    if not names:
+        return ()
+    nsmap = el.nsmap
+    return tuple((p, nsmap.get(p) or "") for p in sorted(set(names)))
 
 
 _PREFIX_USE = re.compile(r"(?<![\w.\-])([^\W\d][\w.\-]*):")
