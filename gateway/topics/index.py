@@ -35,12 +35,11 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from lxml import etree
-
 from . import xpath
 from .aliases import resolve_topic
 from .expression import TopicExpression
-from .model import WSTOP, ConcreteTopic, make_step, split_step
+from .mirror import Mark, TopicSetCopy, copy_of
+from .model import ConcreteTopic
 from .path import DOS, Branch, Name, PathExpression, topic_names
 from .topicset import TopicSet
 from .xpath import XPathExpression
@@ -48,8 +47,6 @@ from .xpath import XPathExpression
 if TYPE_CHECKING:
     from .xpath_budget import XPathBudget
 
-_TOPIC_ATTR = "{" + WSTOP + "}topic"
-_TOPICSET = "{" + WSTOP + "}TopicSet"
 
 K = TypeVar("K", bound=Hashable)
 
@@ -177,82 +174,6 @@ class _XGroup(Generic[K]):
         self.selected: set[ConcreteTopic] = set()
 
 
-class _Mirror:
-    """A copy of the Topic Set document (§7, as TopicSet.document() builds it: same names,
-    same prefixes, `wstop:topic="true"` on members only) grown topic by topic as the set
-    grows (`sync`), for evaluating predicates at a topic's element."""
-
-    def __init__(self, ts: TopicSet, budget: XPathBudget | None = None) -> None:
-        self.ts = ts
-        self.budget = budget
-        if budget is not None:  # XPath not proven linear: only in its worker process
-            xpath.attach(ts, budget)
-        self._mirror: _Mirror | None = None  # made for the first local-path group
-        # the paths of local-path groups' parts: (group key, part) per trie node
-        self._ltrie: _Trie[tuple[_GKey, int]] = _Trie()
-        self._reset()
-
-    def _reset(self) -> None:
-        self.root = etree.Element(_TOPICSET, nsmap={"wstop": WSTOP})
-        self.els: dict[ConcreteTopic, etree._Element] = {}
-        self.members = 0
-        self.removals = self.ts.removals
-        self.prefixes: dict[str, str] = {}  # namespace -> prefix
-
-    def sync(self) -> list[ConcreteTopic] | None:
-        """Add what the set gained since the last call: the new members, or None when
-        the copy was built anew (a member was removed: every member counts as new)."""
-        ts = self.ts
-        if ts.removals != self.removals or len(ts) < self.members:
-            self._reset()
-            for t in ts.topics():
-                self._add(t)
-            self.members = len(ts)
-            return None
-        new = ts.newest(len(ts) - self.members)
-        for t in new:
-            self._add(t)
-        self.members = len(ts)
-        return new
-
-    def _prefix(self, namespace: str) -> dict[str, str] | None:
-        """The declaration an element of `namespace` needs (the set's prefix for it), or
-        None when one is in scope already."""
-        if namespace in self.prefixes:
-            return None
-        p = {u: q for q, u in self.ts.prefix_map().items()}.get(namespace)
-        if p is None:
-            return None
-        self.prefixes[namespace] = p
-        return {p: namespace}
-
-    def _add(self, t: ConcreteTopic) -> None:
-        el = self.els.get(t)
-        if el is None:
-            parent = self.root
-            for k in range(1, len(t.path) + 1):
-                sub = ConcreteTopic(t.namespace, t.path[:k])
-                e = self.els.get(sub)
-                if e is None:
-                    if k == 1:
-                        tag = make_step(t.namespace or None, t.path[0])
-                        ns = t.namespace or None
-                    else:
-                        tag = t.path[k - 1]
-                        ns = split_step(tag)[0]
-                    decl = self._prefix(ns) if ns else None
-                    # declared where first used (the set declares them all on its root:
-                    # the same prefixed names, which name() reads)
-                    e = etree.SubElement(parent, tag, nsmap=decl)
-                    self.els[sub] = e
-                parent = e
-            el = parent
-        el.set(_TOPIC_ATTR, "true")
-
-    def element(self, t: ConcreteTopic) -> etree._Element | None:
-        return self.els.get(t)
-
-
 class SubscriptionIndex(Generic[K]):
     """Index of subscription keys by TopicExpression over one Topic Set."""
 
@@ -261,7 +182,7 @@ class SubscriptionIndex(Generic[K]):
         self.budget = budget
         if budget is not None:  # XPath not proven linear: only in its worker process
             xpath.attach(ts, budget)
-        self._mirror: _Mirror | None = None  # made for the first local-path group
+        self._mark: Mark | None = None  # where the local groups got to in copy_of(ts)
         # the paths of local-path groups' parts: (group key, part) per trie node
         self._ltrie: _Trie[tuple[_GKey, int]] = _Trie()
         self._exprs: dict[K, TopicExpression] = {}
@@ -317,8 +238,7 @@ class SubscriptionIndex(Generic[K]):
             if expr.local is not None:
                 # the other groups first see what the set gained (the mirror's news)
                 self._refresh_xpath()
-                mirror = self._local_up_to_date(keep=True)  # current, or built here
-                assert mirror is not None
+                mirror = self._local_up_to_date()  # current, or built here
                 group = _XGroup(expr)
                 for part in expr.local:
                     group.selected.update(
@@ -371,39 +291,36 @@ class SubscriptionIndex(Generic[K]):
         this Topic Set version (xpath.refresh_all), so that `match` is exact for it."""
         if self._xver == self.ts.version or not xpath.has_budgeted(self.ts):
             return
-        mirror = self._local_up_to_date(keep=True)
-        assert mirror is not None
-        await xpath.refresh_all(self.ts, mirror.root)
+        self._local_up_to_date()
+        await xpath.refresh_all(self.ts)
 
-    def _local_up_to_date(self, keep: bool = False) -> _Mirror | None:
+    def _local_up_to_date(self) -> TopicSetCopy:
         """Grow the Topic Set's copy and decide the local-path groups' selections again for
-        what changed; the copy is kept while local groups exist (or `keep`)."""
+        the topics added since they last looked."""
         ts = self.ts
+        mirror = copy_of(ts)
+        mirror.sync()
         local = [g for g in self._xgroups.values() if g.expr.local is not None]
-        if not local and not keep and not xpath.has_budgeted(ts):
-            self._mirror = None  # nothing needs it: not kept up to date meanwhile
-            return None
-        if self._mirror is None:
-            self._mirror = _Mirror(ts)
-        mirror = self._mirror
-        added = mirror.sync()
-        if local:
-            if added is None:  # built anew: every topic is a candidate
-                cands = set(ts.topics())
-            else:
-                # a local path's selection of a topic depends on the topic's path and
-                # subtree: only the new topics and their ancestors can change
-                cands = set(added)
-                for t in added:
-                    for k in range(1, len(t.path)):
-                        up = ConcreteTopic(t.namespace, t.path[:k])
-                        if up in ts:
-                            cands.add(up)
-            if cands:
-                self._judge_local(cands, mirror)
+        added = mirror.added_since(self._mark) if self._mark is not None else None
+        self._mark = mirror.mark()
+        if not local:
+            return mirror
+        if added is None:  # built anew (or never looked): every topic is a candidate
+            cands = set(ts.topics())
+        else:
+            # a local path's selection of a topic depends on the topic's path and
+            # subtree: only the new topics and their ancestors can change
+            cands = set(added)
+            for t in added:
+                for k in range(1, len(t.path)):
+                    up = ConcreteTopic(t.namespace, t.path[:k])
+                    if up in ts:
+                        cands.add(up)
+        if cands:
+            self._judge_local(cands, mirror)
         return mirror
 
-    def _judge_local(self, cands: set[ConcreteTopic], mirror: _Mirror) -> None:
+    def _judge_local(self, cands: set[ConcreteTopic], mirror: TopicSetCopy) -> None:
         """Decide again, for every local-path group, whether it selects each of `cands`:
         one walk of the path trie per topic, then each part's predicates over the topics
         its path matched, in one XPath call."""

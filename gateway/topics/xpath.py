@@ -38,6 +38,7 @@ from . import xpath_guard
 from .dialects import FULL, XPATH
 from .errors import InvalidTopicExpression
 from .expression import TopicExpression, resolve_prefix
+from .mirror import copy_of
 from .model import WSTOP, ConcreteTopic, make_step
 from .path import DOS, ONE, TOPICSET, Branch, PathExpression, Token, match_branch, topic_names
 from .xpath_budget import Job
@@ -62,10 +63,10 @@ def has_budgeted(ts: TopicSet) -> bool:
     return ts in _budgets and len(_budgeted) > 0
 
 
-async def refresh_all(ts: TopicSet, document: etree._Element) -> None:
+async def refresh_all(ts: TopicSet) -> None:
     """Bring the result of every live expression evaluated with `ts`'s budget over the whole
-    Topic Set up to `ts`'s version (one request to the worker for all of them); `document`
-    is equal to `ts.document()` (gateway/topics/index.py keeps one up to date)."""
+    Topic Set up to `ts`'s version (one request to the worker for all of them), over the
+    set's copy (gateway/topics/mirror.py), not its rebuilt document."""
     budget = _budgets.get(ts)
     if budget is None:
         return
@@ -73,7 +74,9 @@ async def refresh_all(ts: TopicSet, document: etree._Element) -> None:
     if not stale:
         return
     state = ts.state
-    doc = etree.tostring(document, encoding="unicode")
+    mirror = copy_of(ts)
+    mirror.sync()
+    doc = etree.tostring(mirror.root, encoding="unicode")
     key = f"ts:{state[0]}:{state[1]}"
     jobs = [Job(x.text, x.nsmap, key, doc, "topics", "XPath topic expression") for x in stale]
     outcomes = await budget.evaluate(jobs)
@@ -85,18 +88,6 @@ async def refresh_all(ts: TopicSet, document: etree._Element) -> None:
                 if t in ts:
                     found.add(t)
         x._cache = (state, frozenset(found))
-
-
-def topic_element(ts: TopicSet, topic: ConcreteTopic) -> etree._Element | None:
-    """The element of `topic` in `ts.document()` (this version), None if it has none."""
-    el: etree._Element | None = ts.document()
-    for k, step in enumerate(topic.path):
-        assert el is not None
-        tag = make_step(topic.namespace or None, step) if k == 0 else step
-        el = el.find(tag)
-        if el is None:
-            return None
-    return el
 
 
 def _branch(steps: list[tuple[str, str]], nsmap: dict[str, str]) -> Branch | None:
@@ -147,8 +138,8 @@ ElementOf = Callable[[ConcreteTopic], "etree._Element | None"]
 
 
 class _LocalPart:
-    """One location path of a local-path expression: its path as a Full expression and
-    its last step's predicates, evaluated at a candidate element."""
+    """One location path of a local-path expression: its steps (matched by names) and its
+    last step's predicates, evaluated at a candidate element."""
 
     __slots__ = ("batch", "path", "preds")
 
@@ -305,10 +296,13 @@ class XPathExpression(TopicExpression):
     ) -> bool:
         """For a local-path expression: whether it selects member `topic`, judged from the
         topic's path and subtree alone (module docstring); `element_of` finds a topic's
-        element in a document equal to `ts.document()` (by default that document)."""
+        element in a copy of the set's document (by default its mirror.copy_of, synced)."""
         assert self.local is not None
-        find = element_of or (lambda t: topic_element(ts, t))
-        return any(part.matches(topic, ts, find) for part in self.local)
+        if element_of is None:
+            mirror = copy_of(ts)
+            mirror.sync()
+            element_of = mirror.element
+        return any(part.matches(topic, ts, element_of) for part in self.local)
 
     def evaluate(self, ts: TopicSet) -> frozenset[ConcreteTopic]:
         """Evaluate with lxml over ``ts.to_element()`` (no Full shortcut)."""
