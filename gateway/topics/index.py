@@ -15,12 +15,13 @@ applied), and costs no XPath evaluation per message per subscription:
   only on the topic's path (see :mod:`.path`), so no cache is needed;
 * other XPath expressions are grouped by (text, prefixes). A group of a *local
   path* (gateway/topics/xpath.py) keeps the set of topics it selects and, when the
-  Topic Set grows, checks only the new topics and their ancestors, against a copy of
-  the Topic Set document it grows topic by topic (`_Mirror`): a new topic costs no
-  evaluation over the whole set, nor a rebuilt document. Any other group is evaluated
-  once per Topic Set version, lazily at the first match after a change, into a topic ->
-  groups map: on the event loop when proven linear, else by the budget's worker
-  process (`prepare`, awaited by the broker before it plans a Notify);
+  Topic Set grows, checks only the new topics and their ancestors (their paths on a
+  trie, their predicates at their elements of the set's copy, gateway/topics/
+  mirror.py): a new topic costs no evaluation over the whole set, nor a rebuilt
+  document. Any other group is evaluated once per Topic Set version into a topic ->
+  groups map: with a budget, only by its worker process (`prepare`, awaited by the
+  broker before it plans a Notify; `match` reads the last result), else lazily on the
+  event loop at the first match after a change;
 * the result per topic is cached until a subscription is added or removed or
   the Topic Set changes (so a burst of notifications on one topic costs one
   lookup each).
