@@ -306,9 +306,9 @@ def config_from_args(ns: argparse.Namespace) -> Config:
 
 
 async def _run(cfg: Config) -> None:
-    from gateway import http
+    from gateway import app
 
-    running = await http.start(cfg)
+    running = await app.start(cfg)
     print(f"wsn-gateway listening on {running.url}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

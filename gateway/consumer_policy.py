@@ -199,7 +199,7 @@ def _is_local(ip: IPAddress) -> bool:
 
 
 @dataclass(frozen=True)
-class Target:
+class ConsumerAddress:
     """A consumer URL as the policy sees it: scheme, host (name or address), port, path."""
 
     scheme: str
@@ -209,7 +209,7 @@ class Target:
     path: str  # percent-decoded, dot segments removed
 
     @classmethod
-    def parse(cls, address: str) -> Target | str:
+    def parse(cls, address: str) -> ConsumerAddress | str:
         """The target, or the reason `address` is not an acceptable consumer URL."""
         if _BAD_URL_CHARS.search(address):
             return f"consumer address {address!r} contains characters no URL may contain"
@@ -266,7 +266,7 @@ class ConsumerPolicy:
             return False
         return ip.is_loopback or ip.is_unspecified or _is_local(ip)
 
-    async def refers_to_self(self, t: Target, resolve_timeout: float = 2.0) -> bool:
+    async def refers_to_self(self, t: ConsumerAddress, resolve_timeout: float = 2.0) -> bool:
         """True if `t` names this broker: its listening port on one of this host's
         addresses (any loopback spelling, after resolving names), or a name it is known by
         (listening host, --public-url). Not the Host headers it was reached with: they are
@@ -310,12 +310,12 @@ class ConsumerPolicy:
 
     def check(self, address: str) -> str | None:
         """None if the broker may send to `address` (before resolution), else the reason."""
-        t = Target.parse(address)
+        t = ConsumerAddress.parse(address)
         if isinstance(t, str):
             return t
         return self.check_target(t, address)
 
-    def check_target(self, t: Target, address: str) -> str | None:
+    def check_target(self, t: ConsumerAddress, address: str) -> str | None:
         if t.ip is not None:
             ok = self.ip_allowed(t.scheme, t.ip, t.port, None)
         else:

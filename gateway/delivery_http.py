@@ -161,7 +161,7 @@ class NotifySender:
         address = consumer.address
         # checked again per endpoint and whenever the policy's identity changes: the policy
         # may differ from the one at Subscribe (a restart with other options)
-        target = consumer_policy.Target.parse(address)
+        target = consumer_policy.ConsumerAddress.parse(address)
         why = target if isinstance(target, str) else self.policy.check_target(target, address)
         if (
             not why

@@ -11,13 +11,13 @@ PublisherReference address; design.md "Device <-> gateway" step 2):
 - Filter = a TopicExpression of that one topic in the publisher's own namespace (a
   device's `dt:temperature`, Simple dialect for a root topic, Concrete otherwise), not the
   broker-side name `dev:<device_id>/temperature`;
-- paused (WS-BaseNotification 1.3 §6.2) while no active broker subscription selects the
-  broker-side topic (NotificationBroker.has_demand), resumed when one does
+- paused (WS-BaseNotification 1.3 §6.2.1) while no active broker subscription selects the
+  broker-side topic (BrokerState.has_demand), resumed when one does
   ("the NotificationBroker is expected to pause its Subscription whenever it has no active
   Subscribers ... it is obliged to resume", WS-BrokeredNotification 1.0 §4);
-- renewed (§6.1 Renew) before it expires; a lifetime is requested as a duration and the
-  answer's TerminationTime is read against its CurrentTime, so clock skew between broker
-  and publisher does not matter;
+- renewed (WS-BaseNotification 1.3 §6.1.1 Renew) before it expires; a lifetime is
+  requested as a duration and the answer's TerminationTime is read against its
+  CurrentTime, so clock skew between broker and publisher does not matter;
 - subscribed again when the publisher lost it: a ResourceUnknownFault (or HTTP 404) to
   Pause/Resume/Renew, a termination time that has passed, or a fresh RegisterPublisher from
   the same publisher (a rebooted device registers again: the older registration
@@ -48,15 +48,17 @@ from lxml import etree
 
 from gateway import demand_messages as messages
 from gateway import topics
-from gateway.broker import NotificationBroker
-from gateway.consumer_policy import connector_kwargs
+from gateway.config import Config
+from gateway.consumer_policy import ConsumerPolicy, connector_kwargs
 from gateway.demand_client import PublisherClient, RemoteFault, Unreachable
 from gateway.demand_messages import DemandTopic, Remote
 from gateway.publishers import Registration
-from gateway.storage import StorageError
+from gateway.render import Renderer
+from gateway.state import BrokerState
+from gateway.storage import Storage, StorageError
 from gateway.storage_demand import DemandRow
 from gateway.wire import ns
-from gateway.wire.addressing import Epr, EprError, resource_epr
+from gateway.wire.addressing import Epr, EprError
 from gateway.wire.xmlutil import (
     XmlRejected,
 )
@@ -76,14 +78,18 @@ class _Pub:
 
 
 class DemandManager(PublisherClient):
-    """Observer of a NotificationBroker (gateway.publishers.PublisherObserver) that runs
-    demand-based publishing for its Demand=true registrations. Create it before
-    `broker.start()` (it observes the registrations the broker reloads), call `start()`
-    after, `stop()` before `broker.stop()`."""
+    """A gateway.publishers.PublisherObserver that runs demand-based publishing for the
+    Demand=true registrations of a broker's state (gateway.app makes it follow the state,
+    gateway.followers.Publishers, before the state is restored, so it learns of the
+    registrations reloaded; `start()` after the restore, `stop()` before storage closes)."""
 
     def __init__(
         self,
-        broker: NotificationBroker,
+        state: BrokerState,
+        storage: Storage,
+        render: Renderer,
+        policy: ConsumerPolicy,
+        cfg: Config,
         *,
         lifetime: timedelta = timedelta(hours=1),
         renew_fraction: float = 1 / 3,
@@ -92,16 +98,19 @@ class DemandManager(PublisherClient):
         backoff_max: float | None = None,
         max_response_bytes: int = 64 * 1024,
     ) -> None:
-        self.broker = broker
+        self.state = state
+        self.storage = storage
+        self.render = render
+        self.policy = policy
         #: lifetime requested in Subscribe and Renew
         self.lifetime = lifetime
         #: renew when less than this fraction of the granted lifetime is left
         self.renew_fraction = renew_fraction
-        self.timeout = timeout if timeout is not None else broker.cfg.delivery_timeout
+        self.timeout = timeout if timeout is not None else cfg.delivery_timeout
         self.backoff_initial = (
-            backoff_initial if backoff_initial is not None else broker.cfg.backoff_initial
+            backoff_initial if backoff_initial is not None else cfg.backoff_initial
         )
-        self.backoff_max = backoff_max if backoff_max is not None else broker.cfg.backoff_max
+        self.backoff_max = backoff_max if backoff_max is not None else cfg.backoff_max
         self.max_response_bytes = max_response_bytes
         self.counters = {
             "subscribe": 0,
@@ -118,7 +127,6 @@ class DemandManager(PublisherClient):
         self._session: aiohttp.ClientSession | None = None
         self._bg: set[asyncio.Task[None]] = set()
         self._soap11: set[str] = set()  # host:port of publishers that speak only SOAP 1.1
-        broker.add_observer(self)
 
     # ------------------------------------------------------------------ observer (sync)
     def registration_created(self, reg: Registration) -> None:
@@ -159,11 +167,11 @@ class DemandManager(PublisherClient):
                 limit=0,
                 limit_per_host=2,
                 force_close=True,
-                **connector_kwargs(self.broker.consumer_policy),
+                **connector_kwargs(self.policy),
             )
         )
         try:
-            rows = await self.broker.storage.demand_load()
+            rows = await self.storage.demand_load()
         except StorageError:
             log.exception("could not load demand-based subscriptions; subscribing anew")
             rows = []
@@ -195,13 +203,13 @@ class DemandManager(PublisherClient):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         # A worker cancelled while its row was still queued for SQLite loses that write:
-        # store what we know now, in one transaction (call before the broker's storage
+        # store what we know now, in one transaction (call before the gateway's storage
         # closes). A request cancelled in flight leaves its outcome unknown; the restarted
         # broker repeats it (Pause/Resume/Renew are idempotent).
         rows = [self._row(p, t, r) for p in self._pubs.values() for t, r in self._remotes(p)]
         if rows:
             try:
-                await self.broker.storage.demand_put(*rows)
+                await self.storage.demand_put(*rows)
             except StorageError:
                 log.exception("could not store the demand-based subscriptions on stop")
         if self._session is not None:
@@ -259,7 +267,7 @@ class DemandManager(PublisherClient):
         self, reg_id: str, topic: topics.ConcreteTopic, epr: Epr | None
     ) -> None:
         with contextlib.suppress(StorageError):
-            await self.broker.storage.demand_delete(reg_id, (topic.namespace, "/".join(topic.path)))
+            await self.storage.demand_delete(reg_id, (topic.namespace, "/".join(topic.path)))
         if epr is not None:
             try:
                 await self._call(epr, ns.A_UNSUBSCRIBE, etree.Element(ns.q(ns.WSNT, "Unsubscribe")))
@@ -330,10 +338,10 @@ class DemandManager(PublisherClient):
             fresh = r is None
             if r is None:
                 r = await self._subscribe(pub, t)
-            want_paused = not self.broker.has_demand(t.broker_topic)
+            want_paused = not self.state.has_demand(t.broker_topic)
             try:
                 if r.paused != want_paused:
-                    # WS-BaseNotification 1.3 §6.2.1 / §6.2.2
+                    # WS-BaseNotification 1.3 §6.2.1 PauseSubscription / §6.3 ResumeSubscription
                     if want_paused:
                         await self._call(
                             r.epr, ns.A_PAUSE, etree.Element(ns.q(ns.WSNT, "PauseSubscription"))
@@ -366,7 +374,7 @@ class DemandManager(PublisherClient):
     async def _drop(self, pub: _Pub, t: DemandTopic) -> None:
         pub.remote.pop(t.broker_topic, None)
         try:
-            await self.broker.storage.demand_delete(
+            await self.storage.demand_delete(
                 pub.reg.id, (t.broker_topic.namespace, "/".join(t.broker_topic.path))
             )
         except StorageError:
@@ -389,7 +397,7 @@ class DemandManager(PublisherClient):
 
     async def _persist(self, pub: _Pub, t: DemandTopic, r: Remote) -> None:
         try:
-            await self.broker.storage.demand_put(self._row(pub, t, r))
+            await self.storage.demand_put(self._row(pub, t, r))
         except StorageError:
             # the in-memory state is right; a restart before the next change may
             # subscribe once more (the old remote subscription then expires on its own)
@@ -398,7 +406,7 @@ class DemandManager(PublisherClient):
     async def _subscribe(self, pub: _Pub, t: DemandTopic) -> Remote:
         # WS-BaseNotification 1.3 §4.2: wrapped (no UseRaw policy), one topic, our lifetime
         assert pub.reg.publisher is not None
-        consumer = resource_epr(self.broker.urls("registrations", pub.reg.id), pub.reg.id)
+        consumer = self.render.epr("registrations", pub.reg.id)
         sent_at = time.time()
         resp = await self._call(
             pub.reg.publisher,

@@ -1,6 +1,6 @@
 """The messages of demand-based publishing (gateway.demand), without I/O: which topics of a
 registration the broker subscribes to, the Subscribe and Renew requests it sends to the
-publisher, and what it reads from the answers (WS-BaseNotification 1.3 §4.2, §6.1;
+publisher, and what it reads from the answers (WS-BaseNotification 1.3 §4.2, §6.1.1;
 WS-BrokeredNotification 1.0 §4, §6.1 `Demand`)."""
 
 from __future__ import annotations

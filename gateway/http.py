@@ -1,4 +1,6 @@
-"""aiohttp binding of the broker: SOAP over HTTP POST, size limit, credentials.
+"""aiohttp binding of the broker: SOAP over HTTP POST, size limit, credentials. The request
+goes to gateway.dispatch (resource and operation), then to the role's handler with the
+gateway's context; gateway.app builds the application and owns its lifecycle.
 
 URL space (design.md): /wsn/broker, /wsn/subscriptions/<id>, /wsn/pullpoints/<id>,
 /wsn/registrations/<id>. Status codes: 200 with a SOAP response; 202 with an empty body for
@@ -17,23 +19,24 @@ import hmac
 import logging
 import socket
 import time
-from dataclasses import dataclass
 
 from aiohttp import web
 
-from gateway import http_limits, loops, status
-from gateway.broker import NotificationBroker
+from gateway import dispatch, http_limits, loops, status
 from gateway.config import Config
+from gateway.context import Context
 from gateway.demand import DemandManager
 from gateway.http_limits import Limits
+from gateway.oplog import RefusalLog
 from gateway.status import OP_KEY, REJECTED_KEY
 from gateway.wire import ns, soap
 from gateway.wire.faults import RECEIVER, WsnFault
 
 log = logging.getLogger("gateway.http")
 
-BROKER_KEY = web.AppKey("broker", NotificationBroker)
+CONTEXT_KEY = web.AppKey("context", Context)
 LIMITS_KEY = web.AppKey("limits", Limits)
+REFUSALS_KEY = web.AppKey("refusals", RefusalLog)
 
 
 def _soap_response(version: str, body: bytes, status: int, action: str | None) -> web.Response:
@@ -136,8 +139,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
 
 
 async def _handle(request: web.Request) -> web.StreamResponse:
-    broker = request.app[BROKER_KEY]
-    cfg = broker.cfg
+    ctx = request.app[CONTEXT_KEY]
+    cfg = ctx.cfg
     media = _soap_media_type(request)
     if isinstance(media, web.Response):
         return media
@@ -169,15 +172,16 @@ async def _handle(request: web.Request) -> web.StreamResponse:
         return _soap_response(e.version, body, status, fault_action)
     request[OP_KEY] = "unresolved"  # gateway.status.observe: metric label (a bounded set)
     try:
-        op = broker.resolve(request.path, req)
+        op, resource = dispatch.resolve(ctx.state, ctx.clock(), request.path, req)
         request[OP_KEY] = op.name
         if op.manage and not _authorized(cfg, request.headers.get("Authorization")):
+            request.app[REFUSALS_KEY].refused(request.remote, op.name)
             return web.Response(
                 status=401,
                 text=f"{op.name} is a management operation: credentials required\n",
                 headers={"WWW-Authenticate": _challenge(cfg)},
             )
-        action, children = await op.handler(req)
+        action, children = await op.handler(ctx, req, resource)
     except WsnFault as f:
         request[REJECTED_KEY] = f.name
         if req.payload.tag == ns.q(ns.WSNT, "Notify"):
@@ -209,23 +213,23 @@ def _version_hint(media: str) -> str:
 
 async def _identify(request: web.Request, response: web.StreamResponse) -> None:
     # loops.py: a broker delivering here learns that this consumer is a broker
-    response.headers[loops.HTTP_HEADER] = request.app[BROKER_KEY].loop_id
+    response.headers[loops.HTTP_HEADER] = request.app[CONTEXT_KEY].loop_id
 
 
-def create_app(broker: NotificationBroker, demand: DemandManager | None = None) -> web.Application:
-    # aiohttp enforces client_max_size while reading; keep a margin so our own check
-    # (with the clearer message) runs first for declared lengths.
-    app = web.Application(client_max_size=broker.cfg.max_request_bytes)
-    app[BROKER_KEY] = broker
-    cfg = broker.cfg
-    app[LIMITS_KEY] = Limits(
+def setup(app: web.Application, ctx: Context, demand: DemandManager | None) -> Limits:
+    """Add the SOAP routes, the transport limits and the operator endpoints to `app` (made
+    with client_max_size = --max-request-bytes); -> the limits, for the site."""
+    cfg = ctx.cfg
+    app[CONTEXT_KEY] = ctx
+    limits = app[LIMITS_KEY] = Limits(
         cfg.request_timeout,
         cfg.max_connections,
         cfg.max_client_connections,
         outgoing=cfg.max_delivery_connections,
     )
     # dropped clients (408, 503, gone mid-body) count in wsn_requests_rejected_total too
-    app[LIMITS_KEY].drops.on_drop = broker.metrics.request_rejected
+    limits.drops.on_drop = ctx.metrics.request_rejected
+    refusals = app[REFUSALS_KEY] = RefusalLog()
     app.on_response_prepare.append(_identify)
     expect = http_limits.expect_handler(cfg.max_request_bytes)  # 413 before 100 Continue
     app.router.add_post("/wsn/broker", handle, expect_handler=expect)
@@ -234,9 +238,8 @@ def create_app(broker: NotificationBroker, demand: DemandManager | None = None) 
     )
     app.router.add_get("/wsn/broker", not_allowed)
     # operator endpoints: GET only, routed apart from the SOAP handler (gateway.status)
-    cfg = broker.cfg
-    status.setup(app, broker, demand, lambda h: _authorized(cfg, h), _challenge(cfg))
-    return app
+    status.setup(app, ctx, demand, lambda h: _authorized(cfg, h), _challenge(cfg), refusals)
+    return limits
 
 
 class GuardedSite(web.SockSite):
@@ -253,27 +256,3 @@ class GuardedSite(web.SockSite):
         self._server = await asyncio.get_running_loop().create_server(
             lambda: self._limits.protocol(server), sock=self._sock, backlog=self._backlog
         )
-
-
-@dataclass
-class Running:
-    broker: NotificationBroker
-    runner: web.AppRunner
-    port: int
-    demand: DemandManager | None = None
-
-    @property
-    def url(self) -> str:
-        return f"{self.broker.base_url}/wsn/broker"
-
-    async def stop(self) -> None:
-        if self.demand is not None:
-            await self.demand.stop()
-        await self.runner.cleanup()  # its cleanup hook stops the broker (gateway.app)
-
-
-async def start(cfg: Config, broker: NotificationBroker | None = None) -> Running:
-    """Start broker + HTTP server (gateway.app.start, which wires the parts)."""
-    from gateway import app  # app builds on this module
-
-    return await app.start(cfg, broker)

@@ -63,6 +63,12 @@ class LandingWriter(OutboxWriter):
         #: the last outbox seq written to the open file whose rows are not deleted yet
         self._done_pending: int | None = None
 
+    @property
+    def open_file(self) -> tuple[str, int] | None:
+        """The name and size of the temporary file being written now, if any (for
+        gateway.status)."""
+        return (self._tmp.name, self._size) if self._tmp is not None else None
+
     # ---- start / stop ----
     def recover(self) -> None:
         """Publish temporary files a crash left behind (see module docstring); on a full

@@ -18,8 +18,9 @@ list, with what each counts, is in docs/gateway.md "Metrics".
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter as Tally
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -50,10 +51,31 @@ _REQUEST_BATCH = 256
 _COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 
+@dataclass
+class Counts:
+    """What the broker counts as it works, plain integers on the hot path (no Prometheus
+    call per Notify); the state collector reports them at scrape (`StateSample`)."""
+
+    #: notifications accepted (committed before the answer; gateway.notify)
+    accepted: int = 0
+    #: Notify requests answered but not published: accepted before (gateway.dedupe)
+    duplicates: int = 0
+    #: Notify requests answered but not published again: a loop (gateway.loops)
+    looped: int = 0
+    #: notifications dropped because their topic does not admit them (WS-Topics 1.3 §6),
+    #: by topic
+    inadmissible: Tally[str] = field(default_factory=Tally)
+    #: expiry sweeps done (gateway.upkeep)
+    sweeps: int = 0
+    #: (topic, what) warned about once already (gateway.notify.admitted)
+    warned: set[tuple[object, str]] = field(default_factory=set)
+
+
 class Metrics:
-    """The event counters and histograms of one gateway."""
+    """The event counters and histograms of one gateway, and its `Counts`."""
 
     def __init__(self) -> None:
+        self.counts = Counts()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.rejected = Counter(

@@ -1,18 +1,19 @@
-"""The Notify role (WS-BaseNotification 1.3 §3, WS-BrokeredNotification 1.3 §6): parse a
-Notify, decide what accepting it means (a plan), and commit that in one transaction.
+"""The Notify role (WS-BaseNotification 1.3 §3.2, WS-BrokeredNotification 1.0 §5.2): parse a
+Notify, decide what accepting it means (a plan), commit that in one transaction, then apply
+it to the state.
 
 A caller may rely on:
 
 * `notify_broker` / `notify_registration` answer a Notify posted to the broker or to a
   publisher registration's ConsumerReference; they return once the notifications are
   committed (a 202 means durably accepted, docs/gateway.md "Durability guarantee");
-* `plan` is pure: it reads the broker's state and returns what to store, land and deliver
-  (`Plan`); `commit` writes a plan in one SQLite transaction and only then updates the
-  in-memory state (queues, current messages, pull points, landing writers);
-* a wrapped message is rendered once per subscriber dialect per notification; only the
-  SubscriptionReference differs between subscribers (`render_rest`,
-  `subscription_reference`); each rendering is stored once, and each subscriber's outbox
-  row references it (gateway/storage_schema.py, `stored_message`).
+* `publish(ctx, publications)` is the one entry by which anything is published: a Notify
+  over HTTP, and any producer inside the gateway (a camera poller, say) alike. It grows the
+  Topic Set, plans, persists and applies, and returns once committed;
+* `plan` is pure: it reads the state and returns what to store, land and deliver (`Plan`);
+  `persist` writes a plan in one SQLite transaction (or faults: "not accepted") and only
+  then `apply` updates delivery queues, current messages, pull points and the landing
+  writers. Rendering (a wrapped message once per subscriber dialect) is gateway.render's.
 """
 
 from __future__ import annotations
@@ -21,33 +22,43 @@ import contextlib
 import itertools
 import logging
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
-from lxml import etree
-
-from gateway import dedupe, filters, landing, loops, publishers, topics
-from gateway.producer import producer_rp_document
+from gateway import filters, landing, loops, publishers, topics
+from gateway.context import Context, Reply
+from gateway.metrics import Counts
 from gateway.publishers import Registration
-from gateway.storage import AcceptBatch, Pending, StorageError
+from gateway.render import Renderer
+from gateway.state import BrokerState
+from gateway.storage import AcceptBatch, AcceptResult, StorageError
 from gateway.storage_schema import AFTER_SUBREF, WHOLE
+from gateway.storage_seen import SeenKey
+from gateway.subscriptions import Subscription
 from gateway.topics.compile import cacheable
 from gateway.wire import faults, ns
-from gateway.wire.addressing import Epr, parse_epr, resource_epr
+from gateway.wire.addressing import Epr, parse_epr
 from gateway.wire.faults import RECEIVER, SENDER, WsnFault
 from gateway.wire.soap import SoapRequest
 from gateway.wire.xmlutil import Element, children, elements, prefix_bindings, serialize_all
 
-if TYPE_CHECKING:
-    from gateway.broker import NotificationBroker, Reply
-    from gateway.subscriptions import Subscription
+log = logging.getLogger("gateway.notify")
 
-log = logging.getLogger("gateway.broker")
 
-#: one notification of a Notify: (topic in the broker's namespace, producer, payload,
-#: the NotificationMessage as received)
-Item = tuple[topics.ConcreteTopic | None, Epr | None, Element, Element]
+class Publication(NamedTuple):
+    """One notification to publish: its topic in the broker's namespace (None: no topic),
+    its producer, its payload (the wsnt:Message child) and the wsnt:NotificationMessage
+    it came in (None when it did not come in a Notify)."""
+
+    topic: topics.ConcreteTopic | None
+    producer: Epr | None
+    payload: Element
+    message: Element | None = None
+
+
+_publication = tuple.__new__
 
 #: what a wsnt:Topic means depends on: Dialect (1.3 and 2004 spellings), text, the
 #: namespaces of the prefixes the text uses (xmlutil.prefix_bindings)
@@ -56,14 +67,6 @@ _TopicKey = tuple[str | None, str | None, str | None, tuple[tuple[str, str], ...
 _T_MESSAGE = ns.q(ns.WSNT, "Message")
 _T_TOPIC = ns.q(ns.WSNT, "Topic")
 _T_PRODUCER = ns.q(ns.WSNT, "ProducerReference")
-
-_NM_NSMAP = {"wsnt": ns.WSNT, "wsa": ns.WSA}
-#: the start and end tags lxml writes for a NotificationMessage made with _NM_NSMAP
-_NM_START = f'<wsnt:NotificationMessage xmlns:wsnt="{ns.WSNT}" xmlns:wsa="{ns.WSA}">'
-_NM_END = "</wsnt:NotificationMessage>"
-#: placeholder text for the payload while rendering (the last text written, so the last
-#: occurrence is it)
-_PAYLOAD_MARK = "\u2063payload\u2063"
 
 _MSG_PREFIX = os.urandom(8).hex()
 _msg_seq = itertools.count()
@@ -75,8 +78,10 @@ def new_msg_id() -> str:
     return f"{_MSG_PREFIX}{next(_msg_seq):016x}"
 
 
-def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | None) -> list[Item]:
-    """(topic in the broker's namespace, producer, payload, original NotificationMessage)."""
+def parse_notify(ctx: Context, req: SoapRequest, reg: Registration | None) -> list[Publication]:
+    """The publications of a Notify posted to the broker (`reg` None) or to registration
+    `reg`'s ConsumerReference, device topics mapped (design.md); faults as
+    WS-BaseNotification 1.3 §3.2 says."""
     payload = req.payload
     if payload.tag != ns.q(ns.WSNT, "Notify"):
         raise faults.wsnt("InvalidMessageContentExpressionFault", "not a Notify")
@@ -111,8 +116,8 @@ def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | No
         # the publisher's registration: the one posted to, else (when the broker requires
         # registration) the one its ProducerReference names
         r = reg
-        if r is None and b.cfg.requires_registration:
-            r = registration_for(b, producer)
+        if r is None and ctx.cfg.requires_registration:
+            r = registration_for(ctx.state, producer)
             if r is None:
                 raise faults.br(
                     "PublisherRegistrationRejectedFault",
@@ -123,14 +128,16 @@ def parse_notify(b: NotificationBroker, req: SoapRequest, reg: Registration | No
         if r is not None:
             if topic is not None:
                 topic = publishers.map_device_topic(topic, r.device_id)
-            if not r.allows(topic, b.ts):
+            if not r.allows(topic, ctx.state.ts):
                 raise faults.wsnt(
                     "TopicNotSupportedFault",
                     f"topic {topic} is not among the topics registered by this publisher",
                 )
             if producer is None:
                 producer = r.publisher
-        out.append((topic, producer, kids[0], nm))
+        # tuple.__new__: one C call (the NamedTuple's own __new__ is a Python function,
+        # once per message of a 100-message Notify)
+        out.append(_publication(Publication, (topic, producer, kids[0], nm)))
     return out
 
 
@@ -173,46 +180,46 @@ def _topic_of(tel: Element) -> topics.ConcreteTopic:
     return topic
 
 
-def registration_for(b: NotificationBroker, producer: Epr | None) -> Registration | None:
+def registration_for(state: BrokerState, producer: Epr | None) -> Registration | None:
     if producer is None:
         return None
-    for r in b.registrations.values():
-        if r.publisher is not None and r.publisher.address == producer.address:
-            return r
-    return None
+    regs = state.registrations_of(producer.address)
+    return regs[0] if regs else None
 
 
-async def notify_broker(b: NotificationBroker, req: SoapRequest) -> Reply:
-    items = parse_notify(b, req, None)
+async def notify_broker(ctx: Context, req: SoapRequest, _broker: None) -> Reply:
+    """A Notify posted to the broker (WS-BaseNotification 1.3 §3.2)."""
+    return await _notify(ctx, req, None)
+
+
+async def notify_registration(ctx: Context, req: SoapRequest, reg: Registration) -> Reply:
+    """A Notify posted to a registration's ConsumerReference: attributed to its publisher
+    (WS-BrokeredNotification 1.0 §5.4)."""
+    ctx.state.registration_seen(reg.id, ctx.clock())
+    return await _notify(ctx, req, reg)
+
+
+async def _notify(ctx: Context, req: SoapRequest, reg: Registration | None) -> Reply:
+    items = parse_notify(ctx, req, reg)
     via = loops.via_of(req.header)
-    if not looped(b, via):
-        key = dedupe.key_of(b, req, None, items)
-        await dedupe.accept_once(b, key, lambda: publish(b, items, via, key))
+    if not looped(ctx, via):
+        key = ctx.dedupe.key_of(req, reg, items[0].producer if items else None)
+        await ctx.dedupe.accept_once(key, lambda: publish(ctx, items, via, key))
     return None, []
 
 
-async def notify_registration(b: NotificationBroker, req: SoapRequest, reg: Registration) -> Reply:
-    reg.last_seen = b.clock()
-    items = parse_notify(b, req, reg)
-    via = loops.via_of(req.header)
-    if not looped(b, via):
-        key = dedupe.key_of(b, req, reg, items)
-        await dedupe.accept_once(b, key, lambda: publish(b, items, via, key))
-    return None, []
-
-
-def looped(b: NotificationBroker, via: tuple[str, ...]) -> bool:
-    why = loops.looped(via, b.loop_id)
+def looped(ctx: Context, via: tuple[str, ...]) -> bool:
+    why = loops.looped(via, ctx.loop_id)
     if why:
-        b.looped += 1
+        ctx.counts.looped += 1
         log.info("Notify accepted but not published again: %s", why)
     return why is not None
 
 
-def admitted(b: NotificationBroker, items: list[Item]) -> list[Item]:
+def admitted(counts: Counts, ts: topics.TopicSet, items: list[Publication]) -> list[Publication]:
     """Drop the notifications their topic's messageTypes/MessagePattern do not admit
     (WS-Topics 1.3 §6): not delivered, not landed, not current; counted per topic in
-    `inadmissible`, logged once per topic. Dropped, not faulted: Notify is one-way
+    `counts.inadmissible`, logged once per topic. Dropped, not faulted: Notify is one-way
     (bw-2.wsdl declares no fault for it) and the admitted messages of the same Notify
     are still accepted (docs/gateway.md)."""
     out = []
@@ -228,27 +235,27 @@ def admitted(b: NotificationBroker, items: list[Item]) -> list[Item]:
         if topic in constraining:
             d = constraining[topic]
         else:
-            d = constraining[topic] = b.ts.constraining(topic)
+            d = constraining[topic] = ts.constraining(topic)
         why = topics.inadmissible(d, str(topic), item[2]) if d is not None else None
         if why is None:
             if (
                 d is not None
                 and (cant := topics.unjudgeable(d))
-                and _log_once(b, (topic, "pattern"))
+                and _first_time(counts, (topic, "pattern"))
             ):
                 log.warning("topic %s: %s; admitting every message", topic, cant)
             out.append(item)
             continue
-        b.inadmissible[str(topic)] += 1
-        if _log_once(b, (topic, "dropped")):
+        counts.inadmissible[str(topic)] += 1
+        if _first_time(counts, (topic, "dropped")):
             log.warning("dropped a notification (counted, logged once per topic): %s", why)
     return out
 
 
-def _log_once(b: NotificationBroker, key: tuple[topics.ConcreteTopic | None, str]) -> bool:
-    if key in b._logged_topics:
+def _first_time(counts: Counts, key: tuple[object, str]) -> bool:
+    if key in counts.warned:
         return False
-    b._logged_topics.add(key)
+    counts.warned.add(key)
     return True
 
 
@@ -267,82 +274,112 @@ class Plan:
 
 
 async def publish(
-    b: NotificationBroker,
-    items: list[Item],
+    ctx: Context,
+    items: Sequence[Publication],
     via: tuple[str, ...] = (),
-    seen: tuple[str, str] | None = None,
+    seen: SeenKey | None = None,
 ) -> None:
-    """Accept notifications: topic growth (WS-Topics 1.3 §9), then the plan, then one
-    commit. Returns once it is committed (a positive answer to Notify means durably
-    accepted). `seen`: the Notify's seen-set key (gateway.dedupe), committed with it."""
-    items = admitted(b, items)
-    now = b.clock()
+    """Accept notifications (module docstring): topic growth (WS-Topics 1.3 §9), then the
+    plan, then one commit, then the state. Returns once committed (a positive answer to
+    Notify means durably accepted). `via`: the brokers they went through (gateway.loops);
+    `seen`: the Notify's seen-set key (gateway.dedupe), committed with it."""
+    state = ctx.state
+    pubs = admitted(ctx.counts, state.ts, list(items))
+    now = ctx.clock()
     # each payload serialized once: stored, delivered and landed from the same text
-    xmls = serialize_all([it[2] for it in items])  # only the namespaces each uses
-    landed: list[tuple[str, str]] | None = None
-    if b.landing is not None or b.landing_parquet is not None:
+    xmls = serialize_all([it[2] for it in pubs])  # only the namespaces each uses
+    lines: list[tuple[str, str]] | None = None
+    jsonl, parquet = ctx.landing.jsonl is not None, ctx.landing.parquet is not None
+    if jsonl or parquet:
         # first, before any state is read: big records are built on another thread
-        its = landing.items_for(items, b.records, new_msg_id, xmls)
-        landed = await b.records.lines(now, its)
-    grown, grown_now = grow_topics(b, items)
+        records = ctx.landing.records
+        # (a Publication's message may be None; items_for reads only its first three)
+        its = landing.items_for(pubs, records, new_msg_id, xmls)  # type: ignore[arg-type]
+        lines = await records.lines(now, its)
+    named = topics_of(pubs)
+    try:
+        state.grow_topics(named)
+    except topics.TopicError as e:
+        raise faults.from_topic_error(e) from None
     # XPath that is not proven linear (topic expressions, filters): off the event loop
-    await b.index.prepare()
+    await state.index.prepare()
+    render, ts = ctx.render, state.ts
     judge = await filters.prejudge(
-        [it[0] for it in items],
-        lambda t: b.wanting(t, now),
+        [it[0] for it in pubs],
+        lambda t: state.wanting(t, now),
         xmls,
-        b.xpath,
-        lambda: (producer_rp_document(b), b.ts.state),
+        ctx.xpath,
+        lambda: (render.producer_document(ts), ts.state),
     )
-    p = plan(b, items, now, landed, via, xmls, judge)
-    p.batch.grown = grown
+    p = plan(
+        state,
+        ctx.render,
+        pubs,
+        now,
+        named=named,
+        pp_limit=ctx.cfg.pullpoint_max_messages,
+        landed=lines,
+        jsonl=jsonl,
+        parquet=parquet,
+        via=via,
+        peer=ctx.delivery.peer,
+        payload_xmls=xmls,
+        judge=judge,
+    )
     p.batch.seen = seen
-    await commit(b, p, via)
-    if grown_now:
-        b._recompute_demand()
+    for sid, n in p.deliveries_per_sub.items():  # the backlog bound, in the same commit
+        p.batch.drop_deliveries.extend(ctx.delivery.overflow(sid, n))
+    res = await persist(ctx, p.batch)
+    apply(ctx, p, res, via)
 
 
-def grow_topics(
-    b: NotificationBroker, items: list[Item]
-) -> tuple[list[tuple[str, str]], list[topics.ConcreteTopic]]:
-    """Add the Notify's topics the Topic Set lacks (§9; faults if a fixed set or final
-    namespace forbids one). Returns the rows to record and the topics new in memory."""
-    rows: list[tuple[str, str]] = []
-    grown_now: list[topics.ConcreteTopic] = []
-    seen: set[topics.ConcreteTopic] = set()
-    for topic, _p, _pl, _nm in items:
-        if topic is None or topic in seen:
-            continue
-        seen.add(topic)
-        if topic not in b.ts:
-            try:
-                if b.ts.grow(topic):
-                    grown_now.append(topic)
-            except topics.TopicError as e:
-                raise faults.from_topic_error(e) from None
-        # recorded on every Notify (INSERT OR IGNORE): a topic grown in memory by a
-        # Notify whose commit failed is persisted by the next one
-        rows.append((topic.namespace, "/".join(topic.path)))
-    return rows, grown_now
+def topics_of(items: Sequence[Publication]) -> list[topics.ConcreteTopic]:
+    """The distinct topics of `items`, in order."""
+    out: dict[topics.ConcreteTopic, None] = {}
+    for it in items:  # a loop, not a generator: once per message of a Notify
+        if (t := it[0]) is not None:
+            out[t] = None
+    return list(out)
+
+
+def _nobody(_sub_id: str) -> str | None:
+    return None
 
 
 def plan(
-    b: NotificationBroker,
-    items: list[Item],
+    state: BrokerState,
+    render: Renderer,
+    items: Sequence[Publication],
     now: datetime,
-    landed: list[tuple[str, str]] | None,
+    *,
+    named: Sequence[topics.ConcreteTopic] | None = None,
+    pp_limit: int = 0,
+    landed: list[tuple[str, str]] | None = None,
+    jsonl: bool = False,
+    parquet: bool = False,
     via: tuple[str, ...] = (),
-    payload_xmls: list[str] | None = None,
+    peer: Callable[[str], str | None] = _nobody,
+    payload_xmls: Sequence[str] | None = None,
     judge: filters.Judge | None = None,
 ) -> Plan:
-    """What to store, land and deliver for `items` (pure: reads the broker's state).
-    `payload_xmls`, if given, are the payloads already serialized, in order."""
-    p = Plan(AcceptBatch(pp_limit=b.cfg.pullpoint_max_messages), accepted=len(items))
+    """What to store, land and deliver for `items` (pure: reads the state). Their topics
+    are in the Topic Set (`publish` grew it) and recorded as grown with the commit.
+    `landed`: a (message id, landing line) per item, for the writers `jsonl`/`parquet`;
+    `via`/`peer`: nothing goes back to a broker it came through (gateway.loops; `peer(id)`
+    is the broker a subscription's consumer answered as); `payload_xmls`: the payloads
+    already serialized, in order; `named`: `topics_of(items)` when the caller has it;
+    `pp_limit`: the pull-point bound."""
+    p = Plan(AcceptBatch(pp_limit=pp_limit), accepted=len(items))
     batch, current = p.batch, p.current
+    ts = state.ts
+    # recorded on every Notify (INSERT OR IGNORE): a topic grown in memory by a Notify
+    # whose commit failed is persisted by the next one
+    grown = topics_of(items) if named is None else named
+    batch.grown = [(t.namespace, "/".join(t.path)) for t in grown]
     if payload_xmls is None:
         payload_xmls = serialize_all([it[2] for it in items])
     if judge is None:  # every filter judged here (prejudge has those that are not linear)
-        judge = filters.Judge(payload_xmls, None)
+        judge = filters.Judge(list(payload_xmls), None)
     # who wants a topic depends on the topic and `now` only: asked once per topic
     wanting: dict[topics.ConcreteTopic | None, list[Subscription]] = judge.wanting
     for i, (topic, producer, _payload, _nm) in enumerate(items):
@@ -353,14 +390,14 @@ def plan(
             # to (WS-Topics 2004 §8), so it is their current message too; the last
             # message of this Notify on a topic is the one kept
             current[topic] = payload_xml
-            if b.ts.has_aliases:
-                for t in topics.resolve_topic(topic, b.ts):
+            if ts.has_aliases:
+                for t in topics.resolve_topic(topic, ts):
                     current[t] = payload_xml
         if landed is not None:
             line = landed[i][1]
-            if b.landing is not None:
+            if jsonl:
                 batch.landing.append((msg_id, line))
-            if b.landing_parquet is not None:
+            if parquet:
                 batch.landing_parquet.append((msg_id, line))
         # stored once per distinct rendering (gateway/storage_schema.py): the part of a
         # wrapped message after its SubscriptionReference depends only on the subscriber's
@@ -368,14 +405,14 @@ def plan(
         rendered: dict[str | None, tuple[str, int]] = {}  # dialect (None: raw) -> text, ref
         subs = wanting.get(topic)
         if subs is None:
-            subs = wanting[topic] = b.wanting(topic, now)
+            subs = wanting[topic] = state.wanting(topic, now)
         for sub in subs:
-            if via and b.delivery.peer(sub.id) in via:  # never back where it came from
+            if via and peer(sub.id) in via:  # never back where it came from
                 continue
             if sub.content and not judge.matches(i, sub.content):
                 continue
             if sub.producer and not judge.producer_matches(
-                sub.producer, producer_rp_document(b), b.ts.state
+                sub.producer, render.producer_document(ts), ts.state
             ):
                 continue
             kind = None if sub.raw else sub.dialect
@@ -385,7 +422,7 @@ def plan(
                     hit = (payload_xml, len(batch.renderings))
                     batch.renderings.append((WHOLE, payload_xml))
                 else:
-                    rest = render_rest(b, kind, topic, producer, payload_xml)
+                    rest = render.rest(kind, topic, producer, payload_xml)
                     hit = (rest, len(batch.renderings))
                     batch.renderings.append((AFTER_SUBREF, rest))
                 rendered[kind] = hit
@@ -394,101 +431,33 @@ def plan(
                 batch.pp_messages.append((sub.pullpoint, sub.id, ref))
             else:
                 batch.deliveries.append((sub.id, ref))
-                p.delivery_xmls.append(text if kind is None else wrapped_message(b, sub.id, text))
+                p.delivery_xmls.append(text if kind is None else render.wrapped(sub.id, text))
                 p.deliveries_per_sub[sub.id] = p.deliveries_per_sub.get(sub.id, 0) + 1
     batch.current = [(t.namespace, "/".join(t.path), x) for t, x in current.items()]
     return p
 
 
-async def commit(b: NotificationBroker, p: Plan, via: tuple[str, ...] = ()) -> None:
-    """Write the plan in one transaction (backlog overflow dropped in the same one), then
-    apply it to the in-memory state."""
-    batch = p.batch
-    for sid, n in p.deliveries_per_sub.items():
-        batch.drop_deliveries.extend(b.delivery.overflow(sid, n))
+async def persist(ctx: Context, batch: AcceptBatch) -> AcceptResult:
+    """Commit `batch` in one transaction (the group commit's); a storage failure is the
+    fault of a Notify not accepted (its publisher may send it again)."""
     try:
-        res = await b.storage.accept(batch)
+        return await ctx.storage.accept(batch)
     except StorageError as e:
         raise WsnFault(ns.BF, "BaseFault", f"notification not accepted: {e}", RECEIVER) from None
+
+
+def apply(ctx: Context, p: Plan, res: AcceptResult, via: tuple[str, ...] = ()) -> None:
+    """After the commit: queue the deliveries, update the state (current messages, pull
+    points) and wake the landing writers."""
+    batch = p.batch
     subs = [sid for sid, _r in batch.deliveries]
-    b.delivery.enqueue_many(zip(subs, res.delivery_seqs, p.delivery_xmls, strict=True), via)
-    b.current.update(p.current)
-    touched: set[str] = set()
+    ctx.delivery.enqueue_many(zip(subs, res.delivery_seqs, p.delivery_xmls, strict=True), via)
+    into: dict[str, int] = {}
     for pid, _s, _r in batch.pp_messages:
-        pp = b.pullpoints.get(pid)
-        if pp is not None:
-            pp.queued += 1
-            touched.add(pid)
-    for pid, n in res.pp_dropped.items():
-        pp = b.pullpoints.get(pid)
-        if pp is not None:
-            pp.queued -= n
-            pp.dropped += n
-    for pid in touched:
-        b.pullpoints[pid].signal()
-    if b.landing is not None:
-        b.landing.kick()
-    if b.landing_parquet is not None:
-        b.landing_parquet.kick(sum(len(x) for _, x in batch.landing_parquet))
-    b.accepted += p.accepted
-
-
-def wrapped_message(b: NotificationBroker, sub_id: str, rest: str) -> str:
-    """The whole wsnt:NotificationMessage of subscription `sub_id` whose part after the
-    SubscriptionReference is `rest` (`render_rest`; stored as storage_schema.AFTER_SUBREF)."""
-    ref = b._subref_xml.get(sub_id)  # per message and subscriber: the cache read inline
-    return "".join((_NM_START, ref or subscription_reference(b, sub_id), rest))
-
-
-def stored_message(b: NotificationBroker, m: Pending) -> str:
-    """The whole message a stored row stands for (storage.Pending)."""
-    if m.after_subref and m.sub_id is not None:
-        return wrapped_message(b, m.sub_id, m.xml)
-    return m.xml
-
-
-def subscription_reference(b: NotificationBroker, sub_id: str) -> str:
-    """The serialized wsnt:SubscriptionReference of a subscription (cached: it never
-    changes), without the namespace declarations _NM_START makes."""
-    xml = b._subref_xml.get(sub_id)
-    if xml is None:
-        if len(b._subref_xml) > 2 * len(b.subs) + 64:
-            b._subref_xml.clear()  # bounded: ended subscriptions fall out
-        nm = etree.Element(ns.q(ns.WSNT, "NotificationMessage"), nsmap=_NM_NSMAP)
-        nm.append(
-            resource_epr(b.urls("subscriptions", sub_id), sub_id).to_element(
-                ns.q(ns.WSNT, "SubscriptionReference")
-            )
-        )
-        whole = etree.tostring(nm, encoding="unicode")
-        xml = whole[len(_NM_START) : -len(_NM_END)]
-        b._subref_xml[sub_id] = xml
-    return xml
-
-
-def render_rest(
-    b: NotificationBroker,
-    dialect: str,
-    topic: topics.ConcreteTopic | None,
-    producer: Epr | None,
-    payload_xml: str,
-) -> str:
-    """What follows the SubscriptionReference in a wsnt:NotificationMessage (§3.2):
-    Topic in the subscriber's dialect, ProducerReference, Message, and the end tag.
-    `_NM_START + _subscription_reference(id) + this` is the whole message."""
-    nm = etree.Element(ns.q(ns.WSNT, "NotificationMessage"), nsmap=_NM_NSMAP)
-    if topic is not None:
-        dialect, text, nsmap = topics.render_topic(topic, dialect)
-        t = etree.SubElement(
-            nm, ns.q(ns.WSNT, "Topic"), nsmap={k: v for k, v in nsmap.items() if k} or None
-        )
-        t.set("Dialect", dialect)
-        t.text = text
-    prod = producer or Epr(b.base_url + "/wsn/broker")
-    nm.append(prod.to_element(ns.q(ns.WSNT, "ProducerReference")))
-    etree.SubElement(nm, ns.q(ns.WSNT, "Message")).text = _PAYLOAD_MARK
-    whole = etree.tostring(nm, encoding="unicode")
-    # the payload is spliced in serialized (it carries its own namespace declarations):
-    # no copy of its tree per rendering
-    head, _, tail = whole[len(_NM_START) :].rpartition(_PAYLOAD_MARK)
-    return head + payload_xml + tail
+        into[pid] = into.get(pid, 0) + 1
+    ctx.state.notifications_accepted(p.current, into, res.pp_dropped)
+    if ctx.landing.jsonl is not None:
+        ctx.landing.jsonl.kick()
+    if ctx.landing.parquet is not None:
+        ctx.landing.parquet.kick(sum(len(x) for _, x in batch.landing_parquet))
+    ctx.counts.accepted += p.accepted

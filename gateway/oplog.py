@@ -1,25 +1,38 @@
 """Operator logs: one line per lifecycle event, as text or JSON (`--log-format`).
 
-Events (logger `gateway.events`, level INFO unless noted): `subscription_created`,
-`subscription_ended` (Unsubscribe, Destroy, pull point destroyed, consumer dead),
-`subscription_expired`, `registration_created`, `registration_restored` (reloaded at
-start), `registration_ended`,
-`demand_changed` (a registered topic gained or lost its last interested subscriber) and
-`consumer_dead` (WARNING). Each carries its fields as `key=value` in text and as keys of
-the object in JSON, so a log shipper needs no parsing rules. Client mistakes (faults, HTTP
-4xx) are answered to the client and never logged with a traceback; tracebacks are kept for
-bugs (an internal error answered with a BaseFault).
+Events (logger `gateway.events`, level INFO unless noted): the lifecycle steps of
+subscriptions, pull points and registrations, keyed as gateway.lifecycle's table says
+(`subscription_created`, `subscription_renewed`, `subscription_paused`,
+`subscription_resumed`, `subscription_ended` with its reason, `subscription_expired`,
+`pullpoint_created`, `pullpoint_destroyed`, `registration_created`,
+`registration_restored`, `registration_renewed`, `registration_ended` with its reason,
+`registration_expired`), all logged by `OperatorLog`, an observer of gateway.state; then
+`demand_changed` (a registered topic gained or lost its last interested subscriber),
+`request_unauthorized` (a request refused for lack of credentials, once per client address
+per minute: `RefusalLog`) and `consumer_dead` (WARNING, gateway.delivery). Each carries its
+fields as `key=value` in text and as keys of the object in JSON, so a log shipper needs no
+parsing rules (docs/gateway.md "Lifecycle events" lists them). Client mistakes (faults,
+HTTP 4xx) are answered to the client and never logged with a traceback; tracebacks are kept
+for bugs (an internal error answered with a BaseFault).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from gateway import topics
-from gateway.publishers import Registration
+from gateway.state import (
+    DemandChanged,
+    Event,
+    PullPointChanged,
+    RegistrationChanged,
+    SubscriptionChanged,
+)
+from gateway.wire.xmlutil import format_datetime
 
 EVENTS = logging.getLogger("gateway.events")
 FORMATS = ("text", "json")
@@ -84,37 +97,93 @@ def configure(level: str, fmt: str) -> None:
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
 
 
-class RegistrationLog:
-    """A PublisherObserver (gateway.publishers) that logs registrations and demand changes;
-    added by gateway.http.start, so the broker needs no logging code of its own for them."""
+class OperatorLog:
+    """Logs every lifecycle step the broker's state takes (an observer of gateway.state)
+    under the step's `event` key (gateway.lifecycle), with the fields of docs/gateway.md
+    "Lifecycle events"; and demand changes. The one place a resource's end is logged."""
 
-    def registration_created(self, reg: Registration) -> None:
-        event(
-            "registration_restored" if reg.restored else "registration_created",
-            "publisher registration reloaded" if reg.restored else "publisher registered",
-            registration=reg.id,
-            device=reg.device_id,
-            publisher=reg.publisher.address if reg.publisher else None,
-            demand=reg.demand,
-            topics=[text for _d, text, _n in reg.topic_specs],
-        )
+    def __call__(self, e: Event) -> None:
+        if isinstance(e, DemandChanged):
+            event(
+                "demand_changed",
+                "demand for a registered topic changed: " + ("resume" if e.demanded else "pause"),
+                registration=e.registration.id,
+                device=e.registration.device_id,
+                topic=str(e.topic),
+                demanded=e.demanded,
+            )
+            return
+        if not isinstance(e, SubscriptionChanged | PullPointChanged | RegistrationChanged):
+            return
+        key = e.step.event
+        if key is None or not EVENTS.isEnabledFor(logging.INFO):
+            return
+        fields: dict[str, Any]
+        if isinstance(e, SubscriptionChanged):
+            s = e.subscription
+            fields = {"subscription": s.id}
+            if e.step.name == "create":
+                fields.update(
+                    consumer=f"pullpoint {s.pullpoint}" if s.pullpoint else s.consumer.address,
+                    dialect=s.dialect.rsplit("/", 1)[-1],
+                    expression=s.topic_exprs[0].text if s.topic_exprs else None,
+                    raw=s.raw,
+                )
+            elif e.step.name == "renew":
+                fields["termination"] = _time(s.termination)
+        elif isinstance(e, PullPointChanged):
+            fields = {"pullpoint": e.pullpoint.id}
+        else:
+            r = e.registration
+            fields = {"registration": r.id, "device": r.device_id}
+            if e.step.name in ("create", "restore"):
+                fields.update(
+                    publisher=r.publisher.address if r.publisher else None,
+                    demand=r.demand,
+                    topics=[text for _d, text, _n in r.topic_specs],
+                )
+            elif e.step.name == "renew":
+                fields["termination"] = _time(r.termination)
+        if e.why is not None and e.step.name != "expire":
+            fields["reason"] = e.why.value
+        event(key, e.step.message, **fields)
 
-    def registration_destroyed(self, reg: Registration) -> None:
-        event(
-            "registration_ended",
-            "publisher registration ended",
-            registration=reg.id,
-            device=reg.device_id,
-        )
 
-    def demand_changed(
-        self, reg: Registration, topic: topics.ConcreteTopic, demanded: bool
+def _time(t: datetime | None) -> str | None:
+    return format_datetime(t) if t is not None else None
+
+
+class RefusalLog:
+    """Logs requests refused for lack of credentials (401) as `request_unauthorized`, at
+    most once per client address per `interval` seconds: the line counts the refusals
+    from that address since its previous line (`refused`), so a client retrying without
+    credentials costs one line a minute, not one per request."""
+
+    def __init__(
+        self,
+        interval: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        max_clients: int = 10_000,
     ) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._max = max_clients
+        #: client -> (time of its last line, refusals since)
+        self._last: dict[str | None, tuple[float, int]] = {}
+
+    def refused(self, client: str | None, what: str) -> None:
+        now = self._clock()
+        last = self._last.get(client)
+        if last is not None and now - last[0] < self.interval:
+            self._last[client] = (last[0], last[1] + 1)
+            return
+        if len(self._last) >= self._max:
+            self._last.clear()  # bounded; at worst a client is logged again early
+        self._last[client] = (now, 0)
         event(
-            "demand_changed",
-            "demand for a registered topic changed: " + ("resume" if demanded else "pause"),
-            registration=reg.id,
-            device=reg.device_id,
-            topic=str(topic),
-            demanded=demanded,
+            "request_unauthorized",
+            "request refused: no valid credentials",
+            client=client,
+            operation=what,
+            refused=1 + (last[1] if last is not None else 0),
         )

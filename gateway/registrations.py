@@ -1,40 +1,41 @@
-"""The publisher registration role (WS-BrokeredNotification 1.3 §6): RegisterPublisher,
-DestroyRegistration and SetTerminationTime on a PublisherRegistrationManager. Parsing a
-registration and the device mapping are in gateway.publishers; a Notify posted to a
-registration's ConsumerReference is gateway.notify's.
+"""The publisher registration role (WS-BrokeredNotification 1.0 §5.4 RegisterPublisher, §6
+PublisherRegistrationManager, in their 1.3 form): RegisterPublisher, DestroyRegistration and
+the WS-Resource operations of a registration (SetTerminationTime for renewal, Destroy,
+GetResourceProperty). Parsing a registration and the device mapping are in
+gateway.publishers; a Notify posted to a registration's ConsumerReference is gateway.notify's.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from lxml import etree
 
 from gateway import publishers, subscriptions, topics, wsrf
+from gateway.context import Context, Reply
+from gateway.lifecycle import Why
 from gateway.publishers import Registration
 from gateway.resource import epoch, new_id
-from gateway.storage import AcceptBatch, RegistrationRow, StorageError
+from gateway.storage import RegistrationRow, StorageError
 from gateway.wire import faults, ns
-from gateway.wire.addressing import resource_epr
 from gateway.wire.faults import RECEIVER
 from gateway.wire.soap import SoapRequest
 
-if TYPE_CHECKING:
-    from gateway.broker import NotificationBroker, Reply
 
-
-async def register_publisher(b: NotificationBroker, req: SoapRequest) -> Reply:
-    now = b.clock()
-    if len(b.registrations) >= b.cfg.max_registrations:
+async def register_publisher(ctx: Context, req: SoapRequest, _broker: None) -> Reply:
+    """RegisterPublisher: plan (parse, check, compile), grow the device topics, persist the
+    registration with the replaced ones' deletion in one transaction, apply."""
+    cfg, state = ctx.cfg, ctx.state
+    now = ctx.clock()
+    if len(state.registrations) >= cfg.max_registrations:
         raise faults.br(
             "PublisherRegistrationRejectedFault",
-            f"registration limit reached ({b.cfg.max_registrations})",
+            f"registration limit reached ({cfg.max_registrations})",
             RECEIVER,
         )
     r = publishers.parse_register(req.payload)
     if r.publisher is not None and r.demand:
-        why = b.consumer_policy.check(r.publisher.address)
+        why = ctx.policy.check(r.publisher.address)
         if why:  # the broker will call this address (demand-based publishing)
             raise faults.br(
                 "PublisherRegistrationRejectedFault", why.replace("consumer", "publisher")
@@ -47,9 +48,9 @@ async def register_publisher(b: NotificationBroker, req: SoapRequest) -> Reply:
     term = subscriptions.resolve_termination(
         r.itt,
         now,
-        b.cfg.registration_default_termination,
-        b.cfg.min_termination,
-        b.cfg.max_termination,
+        cfg.registration_default_termination,
+        cfg.min_termination,
+        cfg.max_termination,
         "UnacceptableInitialTerminationTimeFault",
         "InitialTerminationTime",
     )
@@ -64,20 +65,24 @@ async def register_publisher(b: NotificationBroker, req: SoapRequest) -> Reply:
     )
     try:
         publishers.compile_specs(reg)
-        # §8.5 validation of the expressions as sent (a final device-topics namespace
-        # loaded with --topic-namespace refuses topics it does not define)
+        # WS-Topics 1.3 §8.5 validation of the expressions as sent (a final device-topics
+        # namespace loaded with --topic-namespace refuses topics it does not define)
         for dialect, text, nsmap in reg.topic_specs:
             topics.compile_expression(
                 dialect, text, {k or None: v for k, v in nsmap.items()}
-            ).validate(b.ts)
-        for t in reg.named_topics:
-            # device topics grow under dev:<device_id>/ (design.md) at registration
-            if t not in b.ts:
-                b.ts.grow(t)
+            ).validate(state.ts)
+        # device topics grow under dev:<device_id>/ (design.md) at registration
+        state.grow_topics(sorted(reg.named_topics, key=str))
     except topics.TopicError as e:
         raise faults.from_topic_error(e) from None
+    # A publisher registering again (a device after a reboot) replaces its previous
+    # registration, so stale ones do not pile up until they expire and the demand
+    # logic follows the new one (design.md, demand-based publishing step 2).
+    replaces = (
+        [o.id for o in state.registrations_of(reg.publisher.address)] if reg.publisher else []
+    )
     try:
-        await b.storage.add_registration(
+        await ctx.storage.add_registration(
             RegistrationRow(
                 reg.id,
                 reg.publisher.to_xml() if reg.publisher else None,
@@ -86,55 +91,66 @@ async def register_publisher(b: NotificationBroker, req: SoapRequest) -> Reply:
                 now.timestamp(),
                 epoch(term),
                 reg.device_id,
-            )
+            ),
+            grown=[(t.namespace, "/".join(t.path)) for t in reg.named_topics],
+            replaces=replaces,
         )
-        grown = [(t.namespace, "/".join(t.path)) for t in reg.named_topics]
-        if grown:
-            await b.storage.accept(AcceptBatch(grown=grown))
     except StorageError as e:
         raise faults.br(
             "PublisherRegistrationFailedFault",
             f"could not store the registration: {e}",
             RECEIVER,
         ) from None
-    # A publisher registering again (a device after a reboot) replaces its previous
-    # registration, so stale ones do not pile up until they expire and the demand
-    # logic follows the new one (design.md, demand-based publishing step 2).
-    if reg.publisher is not None:
-        for old in [
-            o
-            for o in b.registrations.values()
-            if o.publisher is not None and o.publisher.address == reg.publisher.address
-        ]:
-            with contextlib.suppress(StorageError):
-                await b._destroy_registration(old)
-    b.registrations[reg.id] = reg
-    b._notify_observers("registration_created", reg)
-    b._recompute_demand()
+    state.add_registration(reg, replaces)
     resp = etree.Element(ns.q(ns.BR, "RegisterPublisherResponse"), nsmap={"br": ns.BR})
-    epr = resource_epr(b.urls("registrations", reg.id), reg.id)
+    epr = ctx.render.epr("registrations", reg.id)
     resp.append(epr.to_element(ns.q(ns.BR, "PublisherRegistrationReference")))
     resp.append(epr.to_element(ns.q(ns.BR, "ConsumerReference")))
     return ns.A_REGISTER_RESP, [resp]
 
 
-async def destroy_registration(b: NotificationBroker, req: SoapRequest, reg: Registration) -> Reply:
-    try:
-        await b._destroy_registration(reg)
-    except StorageError as e:
-        raise faults.br(
-            "ResourceNotDestroyedFault", f"could not destroy the registration: {e}", RECEIVER
-        ) from None
+async def end(ctx: Context, ids: Sequence[str], why: Why) -> None:
+    """Persist, then apply, the end of registrations `ids`. Raises StorageError."""
+    for rid in ids:
+        await ctx.storage.delete_registration(rid)
+    ctx.state.end_registrations(ids, why)
+
+
+async def destroy_registration(ctx: Context, req: SoapRequest, reg: Registration) -> Reply:
+    """DestroyRegistration (WS-BrokeredNotification 1.0 §6)."""
+    await _end(ctx, reg, Why.DESTROY_REGISTRATION)
     return ns.A_DESTROY_REG_RESP, [
         etree.Element(ns.q(ns.BR, "DestroyRegistrationResponse"), nsmap={"br": ns.BR})
     ]
 
 
-async def set_termination(b: NotificationBroker, req: SoapRequest, reg: Registration) -> Reply:
-    new, now = wsrf.set_tt_request(b, req)
+async def destroy(ctx: Context, req: SoapRequest, reg: Registration) -> Reply:
+    """wsrf-rl:Destroy of a registration: DestroyRegistration's work, answered as
+    WS-ResourceLifetime's."""
+    return await wsrf.destroyed(lambda: _end(ctx, reg, Why.DESTROY))
+
+
+async def _end(ctx: Context, reg: Registration, why: Why) -> None:
     try:
-        await b.storage.set_registration_termination(reg.id, epoch(new))
+        await end(ctx, [reg.id], why)
+    except StorageError as e:
+        raise faults.br(
+            "ResourceNotDestroyedFault", f"could not destroy the registration: {e}", RECEIVER
+        ) from None
+
+
+async def set_termination(ctx: Context, req: SoapRequest, reg: Registration) -> Reply:
+    """SetTerminationTime on a registration: how a publisher renews it."""
+    new, now = wsrf.set_tt_request(ctx.cfg, req, ctx.clock())
+    try:
+        await ctx.storage.set_registration_termination(reg.id, epoch(new))
     except StorageError as e:
         raise faults.rl("UnableToSetTerminationTimeFault", str(e), RECEIVER) from None
-    reg.termination = new
-    return wsrf.set_tt_response(b, new, now)
+    ctx.state.renew_registration(reg.id, new)
+    return wsrf.set_tt_response(new, now)
+
+
+async def get_resource_property(ctx: Context, req: SoapRequest, reg: Registration) -> Reply:
+    """GetResourceProperty of the PublisherRegistrationRP."""
+    props = publishers.resource_properties(reg, ctx.clock())
+    return wsrf.get_rp(req, props, publishers.RESOURCE_PROPERTIES)

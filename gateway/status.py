@@ -1,11 +1,12 @@
 """What an operator sees: `GET /status` (HTML), `/status.json`, `/metrics` (Prometheus),
 `/healthz` and `/readyz`.
 
-These are plain GET routes, apart from the SOAP POST handler of gateway.http. The state
-is read from the broker through a few explicit accessors (its subscription, pull-point
-and registration tables, `DeliveryManager.state`, `DemandManager.status`, the landing
-writers, `Storage.landing_lag`), never by touching the hot path: a page load costs one
-small SQLite read (the landing lag) and a walk over the tables.
+These are plain GET routes, apart from the SOAP POST handler of gateway.http. What they
+show is read from the gateway's context (gateway.context) through a few explicit accessors
+(the state's subscription, pull-point and registration tables, `DeliveryManager.state`,
+`DemandManager.status`, the landing writers, `Storage.landing_lag`, the counts), never by
+touching the hot path: a page load costs one small SQLite read (the landing lag) and a walk
+over the tables.
 
 Access (docs/gateway.md "Operating the gateway"): with credentials configured
 (`--auth-token`, `--auth-user/--auth-password`) /status, /status.json and /metrics need
@@ -24,7 +25,6 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 import aiohttp_jinja2
@@ -32,9 +32,10 @@ import jinja2
 from aiohttp import web
 
 from gateway import topics
-from gateway.broker import NotificationBroker
+from gateway.context import Context
 from gateway.demand import DemandManager
 from gateway.metrics import StateCollector, StateSample
+from gateway.oplog import RefusalLog
 from gateway.publishers import Registration
 from gateway.storage import StorageError
 from gateway.subscriptions import Subscription
@@ -77,26 +78,29 @@ class StatusView:
 
     def __init__(
         self,
-        broker: NotificationBroker,
+        ctx: Context,
         demand: DemandManager | None,
         authorized: Authorizer,
         challenge: str,
+        refusals: RefusalLog | None = None,
     ) -> None:
-        self.broker = broker
+        self.ctx = ctx
         self.demand = demand
         self.authorized = authorized
         self.challenge = challenge
+        self.refusals = refusals or RefusalLog()
         self.started = time.time()
         self.version = _version()
         self._sample = StateSample()
-        broker.metrics.registry.register(StateCollector(lambda: self._sample))
+        ctx.metrics.registry.register(StateCollector(lambda: self._sample))
 
     # ------------------------------------------------------------------ access
     def _refuse(self, request: web.Request) -> web.Response | None:
-        cfg = self.broker.cfg
+        cfg = self.ctx.cfg
         if cfg.auth_enabled:
             if self.authorized(request.headers.get("Authorization")):
                 return None
+            self.refusals.refused(request.remote, request.path)
             return web.Response(
                 status=401,
                 text=f"{request.path} needs the gateway's credentials "
@@ -114,38 +118,39 @@ class StatusView:
     # ------------------------------------------------------------------ the snapshot
     async def snapshot(self) -> dict[str, Any]:
         """Everything /status shows, JSON-ready (documented in docs/gateway.md)."""
-        b = self.broker
-        now = b.clock()
+        ctx = self.ctx
+        state = ctx.state
+        now = ctx.clock()
         landing = await self._landing()
-        by_age = sorted(b.subs.values(), key=lambda s: s.created)
+        by_age = sorted(state.subscriptions.values(), key=lambda s: s.created)
         subs = [self._subscription(s) for s in by_age]
         pps = [
             {
                 "id": pp.id,
-                "address": b.urls("pullpoints", pp.id),
+                "address": ctx.render.url("pullpoints", pp.id),
                 "depth": pp.queued,
                 "dropped": pp.dropped,
-                "waiting_clients": pp.waiters,
+                "waiting_clients": ctx.polls.waiting(pp.id),
                 "created": _iso(pp.created),
-                "subscriptions": sorted(s.id for s in b.subs.values() if s.pullpoint == pp.id),
+                "subscriptions": sorted(state.feeding(pp.id)),
             }
-            for pp in sorted(b.pullpoints.values(), key=lambda p: p.created)
+            for pp in sorted(state.pullpoints.values(), key=lambda p: p.created)
         ]
         return {
             "gateway": {
-                "gateway_id": b.cfg.gateway_id,
+                "gateway_id": ctx.cfg.gateway_id,
                 "version": self.version,
-                "broker": f"{b.base_url}/wsn/broker",
+                "broker": ctx.render.broker_url,
                 "started": _iso(self.started),
                 "uptime_s": round(time.time() - self.started, 1),
                 "now": _iso(now),
                 "storage_bytes": self._storage_bytes(),
-                "accepted": b.accepted,
-                "topics": len(list(b.ts.topics())),
+                "accepted": ctx.counts.accepted,
+                "topics": len(list(state.ts.topics())),
             },
             "registrations": [
                 self._registration(r)
-                for r in sorted(b.registrations.values(), key=lambda r: r.created)
+                for r in sorted(state.registrations.values(), key=lambda r: r.created)
             ],
             "subscriptions": subs,
             "pullpoints": pps,
@@ -153,11 +158,11 @@ class StatusView:
         }
 
     def _subscription(self, s: Subscription) -> dict[str, Any]:
-        st = self.broker.delivery.state(s.id) if s.pullpoint is None else {}
+        st = self.ctx.delivery.state(s.id) if s.pullpoint is None else {}
         expr = s.topic_exprs[0] if s.topic_exprs else None
         return {
             "id": s.id,
-            "address": self.broker.urls("subscriptions", s.id),
+            "address": self.ctx.render.url("subscriptions", s.id),
             "consumer": s.consumer.address,
             "pullpoint": s.pullpoint,
             "dialect": _DIALECTS.get(expr.dialect, expr.dialect) if expr else None,
@@ -204,7 +209,7 @@ class StatusView:
         }
 
     def _storage_bytes(self) -> int:
-        p = self.broker.storage.path
+        p = self.ctx.storage.path
         total = 0
         for suffix in ("", "-wal", "-shm"):
             with contextlib.suppress(OSError):
@@ -212,11 +217,11 @@ class StatusView:
         return total
 
     async def _landing(self) -> dict[str, Any]:
-        b = self.broker
+        ctx = self.ctx
         out: dict[str, Any] = {
-            "enabled": b.cfg.landing_enabled,
-            "format": b.cfg.landing_format,
-            "directory": str(b.cfg.data_dir / "landing"),
+            "enabled": ctx.cfg.landing_enabled,
+            "format": ctx.cfg.landing_format,
+            "directory": str(ctx.cfg.data_dir / "landing"),
             "current_file": None,
             "current_bytes": 0,
             "files": 0,
@@ -224,23 +229,21 @@ class StatusView:
             "lag_rows": 0,
             "lag_s": 0.0,
         }
-        w = b.landing
+        w = ctx.landing.jsonl
         if w is not None:
-            tmp: Path | None = getattr(w, "_tmp", None)  # the open file (landing.LandingWriter)
-            if tmp is not None:
-                out["current_file"] = tmp.name
-                out["current_bytes"] = int(getattr(w, "_size", 0))
+            if (current := w.open_file) is not None:
+                out["current_file"], out["current_bytes"] = current
             out["lines_written"] = w.lines_written
             with contextlib.suppress(StorageError):
-                rows, oldest = await b.storage.landing_lag()
+                rows, oldest = await ctx.storage.landing_lag()
                 out["lag_rows"] = rows
                 if oldest is not None:
                     with contextlib.suppress(ValueError, KeyError, TypeError):
                         got = datetime.fromisoformat(json.loads(oldest)["received_at"])
-                        out["lag_s"] = round(max(0.0, (b.clock() - got).total_seconds()), 3)
-        if b.landing_parquet is not None:
+                        out["lag_s"] = round(max(0.0, (ctx.clock() - got).total_seconds()), 3)
+        if ctx.landing.parquet is not None:
             with contextlib.suppress(StorageError):
-                rows, _bytes, _seq = await b.storage.parquet_outbox_stats()
+                rows, _bytes, _seq = await ctx.storage.parquet_outbox_stats()
                 out["parquet_pending_rows"] = rows
         with contextlib.suppress(OSError):
             for e in os.scandir(out["directory"]):
@@ -277,28 +280,29 @@ class StatusView:
             return refused
         self._sample = await self._state_sample()
         return web.Response(
-            body=self.broker.metrics.exposition(),
+            body=self.ctx.metrics.exposition(),
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )
 
     async def _state_sample(self) -> StateSample:
-        b = self.broker
-        backlogs = [b.delivery.backlog(sid) for sid, s in b.subs.items() if s.pullpoint is None]
+        ctx = self.ctx
+        subs, counts = ctx.state.subscriptions, ctx.counts
+        backlogs = [ctx.delivery.backlog(sid) for sid, s in subs.items() if s.pullpoint is None]
         lag_rows, lag_s = 0, 0.0
-        if b.landing is not None:
+        if ctx.landing.jsonl is not None:
             land = await self._landing()
             lag_rows, lag_s = land["lag_rows"], land["lag_s"]
         return StateSample(
-            accepted=b.accepted,
-            inadmissible=sum(b.inadmissible.values()),
-            duplicates=b.duplicates,
-            subscriptions_active=sum(1 for s in b.subs.values() if not s.paused),
-            subscriptions_paused=sum(1 for s in b.subs.values() if s.paused),
+            accepted=counts.accepted,
+            inadmissible=sum(counts.inadmissible.values()),
+            duplicates=counts.duplicates,
+            subscriptions_active=sum(1 for s in subs.values() if not s.paused),
+            subscriptions_paused=sum(1 for s in subs.values() if s.paused),
             backlog_total=sum(backlogs),
             backlog_max=max(backlogs, default=0),
-            pullpoints=len(b.pullpoints),
-            pullpoint_messages=sum(p.queued for p in b.pullpoints.values()),
-            registrations=len(b.registrations),
+            pullpoints=len(ctx.state.pullpoints),
+            pullpoint_messages=sum(p.queued for p in ctx.state.pullpoints.values()),
+            registrations=len(ctx.state.registrations),
             landing_lag_rows=lag_rows,
             landing_lag_seconds=lag_s,
             uptime_seconds=time.time() - self.started,
@@ -311,16 +315,16 @@ class StatusView:
         """Ready = storage answers a transaction, the landing directory is writable and the
         landing writers are not failing."""
         problems: list[str] = []
-        b = self.broker
+        ctx = self.ctx
         try:
-            await b.storage.ping()
+            await ctx.storage.ping()
         except StorageError as e:
             problems.append(f"storage: {e}")
-        if b.cfg.landing_enabled:
-            d = b.cfg.data_dir / "landing"
+        if ctx.cfg.landing_enabled:
+            d = ctx.cfg.data_dir / "landing"
             if not (d.is_dir() and os.access(d, os.W_OK | os.X_OK)):
                 problems.append(f"landing: directory {d} is not writable")
-            for w in (b.landing, b.landing_parquet):  # a write failing now (disk full)
+            for w in (ctx.landing.jsonl, ctx.landing.parquet):  # failing now (disk full)
                 if w is not None and w.problem:
                     problems.append(f"landing: {w.problem}")
         if problems:
@@ -329,8 +333,8 @@ class StatusView:
 
 
 STATUS_KEY = web.AppKey("status", StatusView)
-#: set by gateway.http.handle for `observe`: the operation (a name from the broker's fixed
-#: tables, so label values stay bounded) and the fault a request was refused with, or,
+#: set by gateway.http.handle for `observe`: the operation (a name from gateway.dispatch's
+#: fixed table, so label values stay bounded) and the fault a request was refused with, or,
 #: without an operation, the reason (gateway.metrics.REQUEST_REJECT_REASONS)
 OP_KEY = web.RequestKey("wsn_op", str)
 REJECTED_KEY = web.RequestKey("wsn_rejected", str)
@@ -344,7 +348,7 @@ def observe(request: web.Request, seconds: float) -> None:
     view = request.app.get(STATUS_KEY)
     if view is None:
         return
-    m = view.broker.metrics
+    m = view.ctx.metrics
     op = request.get(OP_KEY, "invalid")
     m.observe_request(op, seconds)
     rejected = request.get(REJECTED_KEY)
@@ -356,13 +360,14 @@ def observe(request: web.Request, seconds: float) -> None:
 
 def setup(
     app: web.Application,
-    broker: NotificationBroker,
+    ctx: Context,
     demand: DemandManager | None,
     authorized: Authorizer,
     challenge: str,
+    refusals: RefusalLog | None = None,
 ) -> StatusView:
     """Add the operator routes (GET only) and the template environment to `app`."""
-    view = StatusView(broker, demand, authorized, challenge)
+    view = StatusView(ctx, demand, authorized, challenge, refusals)
     app[STATUS_KEY] = view
     aiohttp_jinja2.setup(
         app,

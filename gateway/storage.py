@@ -470,12 +470,22 @@ class Storage(DemandTables):
         return await self._run(fn)
 
     # ---- registrations ----
-    async def add_registration(self, r: RegistrationRow) -> None:
+    async def add_registration(
+        self,
+        r: RegistrationRow,
+        grown: Sequence[tuple[str, str]] = (),
+        replaces: Sequence[str] = (),
+    ) -> None:
+        """Add a registration, record the topics it grew and delete the registrations it
+        replaces, in one transaction."""
+
         def fn(c: sqlite3.Connection) -> None:
             c.execute(
                 "INSERT INTO registrations VALUES (?,?,?,?,?,?,?)",
                 (r.id, r.publisher, r.topics, int(r.demand), r.created, r.termination, r.device_id),
             )
+            c.executemany("INSERT OR IGNORE INTO grown_topics VALUES (?,?)", list(grown))
+            c.executemany("DELETE FROM registrations WHERE id=?", [(i,) for i in replaces])
 
         await self._run(fn)
 

@@ -1,17 +1,19 @@
-"""WS-Resource operations shared by the broker's resources: ResourceLifetime 1.2
+"""WS-Resource operations shared by the broker's resources: WS-ResourceLifetime 1.2
 SetTerminationTime (§5.2) request and response, Destroy (§4.1, immediate termination) and
-ResourceProperties 1.2 GetResourceProperty (§5.2).
+WS-ResourceProperties 1.2 GetResourceProperty (§5.2). The operations themselves are the
+roles' (gateway.manager, gateway.registrations, gateway.producer); no state here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from lxml import etree
 
 from gateway import subscriptions
+from gateway.config import Config
+from gateway.context import Reply
 from gateway.wire import faults, ns
 from gateway.wire.faults import WsnFault
 from gateway.wire.soap import SoapRequest
@@ -19,29 +21,26 @@ from gateway.wire.xmlutil import (
     Element,
     child,
     format_datetime,
+    parse_datetime,
     parse_duration,
     text_of,
 )
 
-if TYPE_CHECKING:
-    from gateway.broker import NotificationBroker, Reply
 
-
-def set_tt_request(b: NotificationBroker, req: SoapRequest) -> tuple[datetime | None, datetime]:
+def set_tt_request(
+    cfg: Config, req: SoapRequest, now: datetime
+) -> tuple[datetime | None, datetime]:
     """WS-ResourceLifetime 1.2 §5.2 SetTerminationTime: RequestedTerminationTime
-    (dateTime | nil) or RequestedLifetimeDuration."""
-    now = b.clock()
+    (dateTime | nil) or RequestedLifetimeDuration. -> (the new termination, `now`)."""
     rt = child(req.payload, ns.q(ns.WSRF_RL, "RequestedTerminationTime"))
     rd = child(req.payload, ns.q(ns.WSRF_RL, "RequestedLifetimeDuration"))
-    hi = now + b.cfg.max_termination if b.cfg.max_termination else None
+    hi = now + cfg.max_termination if cfg.max_termination else None
     try:
         if rt is not None:
             if rt.get(ns.q(ns.XSI, "nil")) in ("true", "1"):
                 if hi is not None:
                     raise ValueError("infinite lifetime is not allowed on this broker")
                 return None, now
-            from gateway.wire.xmlutil import parse_datetime
-
             t = parse_datetime(text_of(rt))
         elif rd is not None:
             t = now + parse_duration(text_of(rd))
@@ -58,7 +57,7 @@ def set_tt_request(b: NotificationBroker, req: SoapRequest) -> tuple[datetime | 
     return t, now
 
 
-def set_tt_response(b: NotificationBroker, new: datetime | None, now: datetime) -> Reply:
+def set_tt_response(new: datetime | None, now: datetime) -> Reply:
     resp = etree.Element(
         ns.q(ns.WSRF_RL, "SetTerminationTimeResponse"), nsmap={"wsrf-rl": ns.WSRF_RL}
     )
@@ -67,9 +66,9 @@ def set_tt_response(b: NotificationBroker, new: datetime | None, now: datetime) 
     return ns.A_SET_TT_RESP, [resp]
 
 
-async def destroy(b: NotificationBroker, op: Callable[[], Awaitable[Reply]]) -> Reply:
+async def destroyed(op: Callable[[], Awaitable[object]]) -> Reply:
     """WS-ResourceLifetime 1.2 §4.1 Destroy, which WS-BaseNotification 1.3 §6.4 and
-    WS-BrokeredNotification require of a subscription or registration exposed as a
+    WS-BrokeredNotification 1.0 §6 require of a subscription or registration exposed as a
     WS-Resource: the resource's own destroy operation (`op`), answered as
     wsrf-rl:DestroyResponse; a failure is wsrf-rl:ResourceNotDestroyedFault."""
     try:
@@ -80,9 +79,7 @@ async def destroy(b: NotificationBroker, op: Callable[[], Awaitable[Reply]]) -> 
     return ns.A_DESTROY_RESP, [resp]
 
 
-async def get_rp(
-    b: NotificationBroker, req: SoapRequest, props: list[Element], declared: frozenset[str]
-) -> Reply:
+def get_rp(req: SoapRequest, props: list[Element], declared: frozenset[str]) -> Reply:
     """WS-ResourceProperties 1.2 §5.2: body text is the property's QName. `declared` are
     the properties the resource's RP document declares: one declared with minOccurs=0
     and absent now (a subscription without Filter, an empty topic set) exists and is

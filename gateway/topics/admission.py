@@ -17,7 +17,7 @@ A caller may rely on:
   dialect, or one that does not compile, cannot be judged: it admits everything, and
   :func:`unjudgeable` says why so the caller can log it;
 * only the topic's own definition counts (§6 defines no inheritance from ancestors); a
-  topic grown at run time (§10) has no constraints.
+  topic grown at run time (WS-Topics 1.3 §10) has no constraints.
 """
 
 from __future__ import annotations

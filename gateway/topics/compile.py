@@ -54,7 +54,7 @@ def compile_expression(
 ) -> TopicExpression:
     """Parse ``text`` of ``dialect`` once into a compiled expression; prefixes
     resolve through ``nsmap`` (the default namespace, key None, is ignored:
-    unprefixed names are in the ad-hoc namespace, §10)."""
+    unprefixed names are in the ad-hoc namespace, WS-Topics 1.3 §10)."""
     canon = canonical_dialect(dialect)
     if not isinstance(text, str):
         raise InvalidTopicExpression("a topic expression must be text")

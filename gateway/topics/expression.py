@@ -10,7 +10,7 @@ A caller may rely on:
   on ``topic`` is delivered to a subscription with this expression (members
   only, after alias resolution, 2004 §8); ``resolve(ts)`` is the alias-resolved
   set;
-* ``validate(ts)`` implements §8.5 and raises :class:`TopicNotSupported` (or
+* ``validate(ts)`` implements WS-Topics 1.3 §8.5 and raises :class:`TopicNotSupported` (or
   :class:`InvalidTopicExpression` for an extension topic addressed as a root).
 """
 
@@ -90,7 +90,7 @@ class TopicExpression:
 
     def explicit_topics(self) -> list[ConcreteTopic]:
         """Topics the expression refers to explicitly (the literal leading path
-        of each branch), checked against namespace rules by §8.5."""
+        of each branch), checked against namespace rules by WS-Topics 1.3 §8.5."""
         return []
 
     # --- shared behaviour -----------------------------------------------

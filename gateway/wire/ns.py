@@ -37,7 +37,7 @@ XPATH_DIALECT = "http://www.w3.org/TR/1999/REC-xpath-19991116"
 DEVICE_TOPICS_NS = "urn:wsn-edge:device-topics"
 DEVICES_NS = "urn:wsn-edge:devices"
 
-#: WS-BaseNotification 1.3 §2.x: fault action URI for every WSN fault.
+#: WS-BaseNotification 1.3 §1.4 Fault Definitions: fault action URI for every WSN fault.
 WSN_FAULT_ACTION = "http://docs.oasis-open.org/wsn/fault"
 
 NSMAP: dict[str, str] = {

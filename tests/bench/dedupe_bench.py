@@ -30,7 +30,7 @@ import asyncio
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -63,9 +63,9 @@ def _lua_fresh(body: bytes) -> str:
 
 async def accept_once_loop(rounds: int, n: int = 50_000) -> None:
     import time
-    import types
 
-    from gateway import dedupe
+    from gateway.dedupe import Dedupe
+    from gateway.metrics import Counts
 
     class Seen:
         def seen(self, key: object) -> bool:
@@ -79,10 +79,10 @@ async def accept_once_loop(rounds: int, n: int = 50_000) -> None:
     for _ in range(rounds):
         row = []
         for keyed in (False, True):
-            b: Any = types.SimpleNamespace(notify_inflight={}, storage=Seen(), duplicates=0)
+            d = Dedupe(cast(Any, Seen()), Counts())
             t0 = time.process_time()
             for i in range(n):
-                await dedupe.accept_once(b, ("p", str(i)) if keyed else None, accept)
+                await d.accept_once(("p", str(i)) if keyed else None, accept)
             row.append((time.process_time() - t0) / n * 1e6)
         print(f"{row[0]:>14.2f}{row[1]:>12.2f}", flush=True)
 

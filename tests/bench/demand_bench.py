@@ -2,7 +2,7 @@
 
     python tests/bench/demand_bench.py [--quick]
 
-A. In-process gateway (gateway.http.start, SQLite under a temp dir) and one aiohttp
+A. In-process gateway (gateway.app.start, SQLite under a temp dir) and one aiohttp
    NotificationProducer standing in for N devices (each registration its own address
    path), 2 topics per device:
    * settle: N RegisterPublisher -> 2N Subscribe + 2N Pause at the producers (wall time
@@ -42,7 +42,7 @@ from devtest import MP_UNIX, Client, DeviceProcess, free_port, launch  # noqa: E
 from gwtest import FULL, Consumer, call, sub_address, subscribe_body  # noqa: E402
 from lxml import etree  # noqa: E402
 
-from gateway import http  # noqa: E402
+from gateway import app as gateway_app  # noqa: E402
 from gateway.config import Config  # noqa: E402
 
 S12 = "http://www.w3.org/2003/05/soap-envelope"
@@ -132,7 +132,7 @@ async def part_a(n: int) -> None:
     consumer = await Consumer().start()
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Config(data_dir=Path(tmp), host="127.0.0.1", port=0)
-        gw = await http.start(cfg)
+        gw = await gateway_app.start(cfg)
         t0 = time.perf_counter()
         for k in range(n):
             r = await call(
@@ -182,7 +182,7 @@ async def part_a(n: int) -> None:
         sent = sum(fleet.ops.values())
         ops_before = Counter(fleet.ops)
         t3 = time.perf_counter()
-        gw2 = await http.start(Config(data_dir=Path(tmp), host="127.0.0.1", port=port))
+        gw2 = await gateway_app.start(Config(data_dir=Path(tmp), host="127.0.0.1", port=port))
         assert gw2.demand is not None
         dm = gw2.demand
         await wait(lambda: sum(1 for e in dm.status() if e["subscription"]) == 2 * n)

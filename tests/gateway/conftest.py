@@ -9,20 +9,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gwproducer import TestProducer
 from gwtest import Consumer, make_config
 
-from gateway import http
+from gateway import app
+from gateway.wire.xmlutil import utcnow
 
-GatewayFactory = Callable[..., Awaitable[http.Running]]
+GatewayFactory = Callable[..., Awaitable[app.Running]]
 
 
 @pytest.fixture
 async def make_gateway(tmp_path: Path) -> AsyncIterator[GatewayFactory]:
-    started: list[http.Running] = []
+    """Start gateways with make_config(**kw) (and `clock`, the broker's time)."""
+    started: list[app.Running] = []
 
-    async def factory(**kw: Any) -> http.Running:
+    async def factory(**kw: Any) -> app.Running:
         data_dir = kw.pop("data_dir", tmp_path / f"gw{len(started)}")
-        r = await http.start(make_config(data_dir, **kw))
+        clock = kw.pop("clock", utcnow)
+        r = await app.start(make_config(data_dir, **kw), clock=clock)
         started.append(r)
         return r
 
@@ -33,7 +37,7 @@ async def make_gateway(tmp_path: Path) -> AsyncIterator[GatewayFactory]:
 
 
 @pytest.fixture
-async def gw(make_gateway: GatewayFactory) -> http.Running:
+async def gw(make_gateway: GatewayFactory) -> app.Running:
     return await make_gateway()
 
 
@@ -54,3 +58,23 @@ async def make_consumer() -> AsyncIterator[Callable[..., Awaitable[Consumer]]]:
 @pytest.fixture
 async def consumer(make_consumer: Callable[..., Awaitable[Consumer]]) -> Consumer:
     return await make_consumer()
+
+
+@pytest.fixture
+async def make_producer() -> AsyncIterator[Callable[..., Awaitable[TestProducer]]]:
+    """Start NotificationProducer doubles (gwproducer.TestProducer) on `port` (0: free)."""
+    made: list[TestProducer] = []
+
+    async def factory(port: int = 0) -> TestProducer:
+        p = await TestProducer().start(port)
+        made.append(p)
+        return p
+
+    yield factory
+    for p in made:
+        await p.stop()
+
+
+@pytest.fixture
+async def producer(make_producer: Callable[..., Awaitable[TestProducer]]) -> TestProducer:
+    return await make_producer()

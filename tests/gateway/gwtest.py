@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 from aiohttp import web
@@ -56,6 +56,16 @@ READING = (
     '<rd:Reading xmlns:rd="urn:wsn-edge:reading" device="{dev}"><rd:value>{v}</rd:value>'
     "<rd:unit>Cel</rd:unit><rd:time>2026-11-21T05:00:00Z</rd:time></rd:Reading>"
 )
+#: the reading's namespace in Clark notation, for findtext(f".//{RD}value")
+RD = "{urn:wsn-edge:reading}"
+DT_NS = "urn:wsn-edge:device-topics"  # a device's own topics (design.md)
+DEV_NS = "urn:wsn-edge:devices"  # the broker's device topics
+DT = f'xmlns:dt="{DT_NS}"'
+DEV = f'xmlns:dev="{DEV_NS}"'
+# input actions of bw-2.wsdl and brw-2.wsdl (tests/wsdl_actions.py derives them all)
+A_NOTIFY = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
+A_SUBSCRIBE = "http://docs.oasis-open.org/wsn/bw-2/NotificationProducer/SubscribeRequest"
+A_REG = "http://docs.oasis-open.org/wsn/brw-2/RegisterPublisher/RegisterPublisherRequest"
 
 
 #: envelope(message_id=FRESH): a new urn:uuid per envelope, as a WS-Addressing client
@@ -297,11 +307,13 @@ class Consumer:
 
 
 # ---------------------------------------------------------------- message builders
-def subscribe_body(consumer: str, filt: str = "", extra: str = "") -> str:
+def subscribe_body(consumer: str, filt: str = "", extra: str = "", epr_extra: str = "") -> str:
+    """Subscribe: `filt` inside wsnt:Filter, `extra` after it, `epr_extra` inside the
+    ConsumerReference (reference parameters, say)."""
     f = f"<wsnt:Filter>{filt}</wsnt:Filter>" if filt else ""
     return (
         f"<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{consumer}</wsa:Address>"
-        f"</wsnt:ConsumerReference>{f}{extra}</wsnt:Subscribe>"
+        f"{epr_extra}</wsnt:ConsumerReference>{f}{extra}</wsnt:Subscribe>"
     )
 
 
@@ -331,6 +343,85 @@ def notify_body(
 
 def reading(v: float | str, dev: str = "d1") -> str:
     return READING.format(dev=dev, v=v)
+
+
+def readings(*values: float | str, topic: str = "tns:t") -> list[tuple[str | None, str]]:
+    """One (topic, reading) per value, for notify_body and publish."""
+    return [(topic, reading(v)) for v in values]
+
+
+def register_body(
+    publisher: str | None = "http://127.0.0.1:9999/wsn/producer",
+    device_id: str | None = "esp32-01",
+    topics: tuple[str, ...] = ("dt:temperature",),
+    demand: bool = False,
+    itt: str | None = None,
+    dialect: str = SIMPLE,
+) -> str:
+    """br:RegisterPublisher of a device publishing `topics` (in dt:, design.md)."""
+    out = "<br:RegisterPublisher>"
+    if publisher:
+        md = (
+            f"<wsa:Metadata><edge:DeviceId>{device_id}</edge:DeviceId></wsa:Metadata>"
+            if device_id
+            else ""
+        )
+        out += (
+            f"<br:PublisherReference><wsa:Address>{publisher}</wsa:Address>{md}"
+            "</br:PublisherReference>"
+        )
+    for t in topics:
+        out += f'<br:Topic Dialect="{dialect}" {DT}>{t}</br:Topic>'
+    out += f"<br:Demand>{'true' if demand else 'false'}</br:Demand>"
+    if itt:
+        out += f"<br:InitialTerminationTime>{itt}</br:InitialTerminationTime>"
+    return out + "</br:RegisterPublisher>"
+
+
+# ---------------------------------------------------------------- requests a test makes often
+class Subscribed(NamedTuple):
+    address: str  # the SubscriptionReference's address
+    id: str  # its edge:ResourceId
+
+
+async def subscribe(
+    broker: str,
+    consumer: str,
+    filt: str | None = None,
+    *,
+    extra: str = "",
+    epr_extra: str = "",
+    version: int = 12,
+) -> Subscribed:
+    """Subscribe `consumer` at `broker` (filter: `filt`, default tns:t in Concrete; "" for
+    none) and assert it worked."""
+    body = subscribe_body(consumer, topic_filter("tns:t") if filt is None else filt, extra,
+                          epr_extra)  # fmt: skip
+    r = await call(broker, body, version)
+    assert r.status == 200, r.text
+    rid = r.body.findtext(f".//{{{WSA}}}ReferenceParameters/{{{EDGE}}}ResourceId")
+    assert rid, r.text
+    return Subscribed(sub_address(r), rid)
+
+
+async def publish(url: str, *msgs: tuple[str | None, str], **notify_kw: Any) -> None:
+    """POST a Notify of `msgs` (notify_body's) to `url` and assert it was accepted (202)."""
+    r = await call(url, notify_body(*msgs, **notify_kw))
+    assert r.status == 202, r.text
+
+
+async def register(broker: str, **body_kw: Any) -> str:
+    """Register a publisher (register_body's arguments) and assert it worked: the
+    registration's address, which is also its ConsumerReference; both EPRs valid."""
+    r = await call(broker, register_body(**body_kw), action=A_REG)
+    assert r.status == 200, r.text
+    assert r.body.tag == f"{{{BR}}}RegisterPublisherResponse", r.text
+    reg = r.body.findtext(f"{{{BR}}}PublisherRegistrationReference/{{{WSA}}}Address")
+    cons = r.body.findtext(f"{{{BR}}}ConsumerReference/{{{WSA}}}Address")
+    assert reg and reg == cons and "/wsn/registrations/" in reg, r.text
+    for epr in r.body:  # both are schema-valid wsa:EndpointReferenceType
+        validate_epr(epr)
+    return reg
 
 
 def sub_address(reply: Reply) -> str:

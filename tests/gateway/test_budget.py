@@ -190,8 +190,8 @@ async def test_xpath_topic_subscriptions_are_not_evaluated_again_per_new_topic(
         assert r.status == 202
     assert counts == {"document": 0, "evaluate": 0}
     # and the selections are right: q3's subscription selects each new topic, q4's none
-    idx = gw.broker.index
-    subs = {s.topic_exprs[0].text: sid for sid, s in gw.broker.subs.items()}
+    idx = gw.state.index
+    subs = {s.topic_exprs[0].text: sid for sid, s in gw.state.subscriptions.items()}
     q3 = subs["//*[@wstop:topic='true' and contains(local-name(), 'q3')]"]
     q4 = subs["//*[@wstop:topic='true' and contains(local-name(), 'q4')]"]
     from gateway.topics import ConcreteTopic

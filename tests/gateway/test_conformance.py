@@ -27,6 +27,7 @@ from gwtest import (
     epr_address,
     notify_body,
     reading,
+    register,
     sub_address,
     subscribe_body,
     topic_filter,
@@ -79,17 +80,6 @@ async def test_renew_unsubscribe_answer_in_the_port_type_of_the_request(
 DESTROY = '<wsrf-rl:Destroy xmlns:wsrf-rl="http://docs.oasis-open.org/wsrf/rl-2"/>'
 
 
-async def _register(gw) -> str:  # type: ignore[no-untyped-def]
-    r = await call(
-        gw.url,
-        "<br:RegisterPublisher><br:PublisherReference><wsa:Address>http://127.0.0.1:9/p"
-        "</wsa:Address></br:PublisherReference></br:RegisterPublisher>",
-        action=wsdl_action("RegisterPublisher", "RegisterPublisher"),
-    )
-    assert r.status == 200, r.text
-    return epr_address(r, "br:PublisherRegistrationReference/wsa:Address")
-
-
 @pytest.mark.parametrize("kind", ["subscription", "registration"])
 async def test_destroy_terminates_the_resource(gw, consumer, kind: str) -> None:
     """WS-ResourceLifetime Destroy (WS-BaseNotification 1.3 §6.4, WS-BrokeredNotification:
@@ -98,13 +88,13 @@ async def test_destroy_terminates_the_resource(gw, consumer, kind: str) -> None:
         r = await call(gw.url, subscribe_body(consumer.url, topic_filter("tns:t")))
         addr = sub_address(r)
     else:
-        addr = await _register(gw)
+        addr = await register(gw.url, publisher="http://127.0.0.1:9/p", device_id=None, topics=())
     r = await call(addr, DESTROY, action=wsdl_action("ImmediateResourceTermination", "Destroy"))
     assert r.status == 200, r.text
     assert etree.QName(r.body).localname == "DestroyResponse", r.text
     assert etree.QName(r.body).namespace == RL
     assert r.header("Action") == wsdl_action("ImmediateResourceTermination", "Destroy", "output")
-    assert (gw.broker.subs if kind == "subscription" else gw.broker.registrations) == {}
+    assert (gw.state.subscriptions if kind == "subscription" else gw.state.registrations) == {}
     # and now it is gone: the same request is about an unknown resource
     r = await call(addr, DESTROY)
     assert r.fault_name == "ResourceUnknownFault", r.text
@@ -157,7 +147,7 @@ async def test_unsupported_operation_on_an_existing_resource_is_action_not_suppo
     if kind == "subscription":
         addr = sub_address(await call(gw.url, subscribe_body(consumer.url)))
     elif kind == "registration":
-        addr = await _register(gw)
+        addr = await register(gw.url, publisher="http://127.0.0.1:9/p", device_id=None, topics=())
     else:
         r = await call(gw.url, "<wsnt:CreatePullPoint/>")
         addr = epr_address(r, "wsnt:PullPoint/wsa:Address")
@@ -303,7 +293,7 @@ async def test_a_message_its_topic_does_not_admit_is_dropped_counted_and_logged_
         assert r.status == 200, r.text
     good = '<m:Good xmlns:m="urn:m"><m:v>{}</m:v></m:Good>'
     bad = '<m:Bad xmlns:m="urn:m"><m:v>5</m:v></m:Bad>'
-    with caplog.at_level(logging.WARNING, logger="gateway.broker"):
+    with caplog.at_level(logging.WARNING, logger="gateway.notify"):
         for _ in range(2):
             r = await call(
                 gw.url,
@@ -326,7 +316,7 @@ async def test_a_message_its_topic_does_not_admit_is_dropped_counted_and_logged_
         for m in consumer.messages()
     ]
     assert got == [("tns:B", "Good", "1"), ("tns:P", "Good", "2")] * 2, got
-    assert gw.broker.inadmissible == {"{urn:test}B": 2, "{urn:test}P": 2}
+    assert gw.ctx.counts.inadmissible == {"{urn:test}B": 2, "{urn:test}P": 2}
     drops = [r for r in caplog.records if "dropped a notification" in r.getMessage()]
     assert len(drops) == 2, [r.getMessage() for r in drops]  # once per topic
     assert any("messageTypes" in r.getMessage() and "{urn:m}Bad" in r.getMessage() for r in drops)
@@ -359,7 +349,8 @@ async def test_an_absent_optional_resource_property_is_an_empty_response(gw, con
     asked for while absent, it is an empty GetResourcePropertyResponse, not
     InvalidResourcePropertyQNameFault; an undeclared QName still is that fault."""
     addr = sub_address(await call(gw.url, subscribe_body(consumer.url)))  # no Filter/Policy
-    reg = await _register(gw)  # no br:Topic
+    # no br:Topic
+    reg = await register(gw.url, publisher="http://127.0.0.1:9/p", device_id=None, topics=())
     cases = [
         (addr, "wsnt:Filter"),
         (addr, "wsnt:SubscriptionPolicy"),
@@ -415,12 +406,12 @@ async def test_br_demand_that_is_not_an_xsd_boolean_is_refused(gw, value: str) -
     r = await call(gw.url, _register_with_demand(value))
     assert r.fault_name == "PublisherRegistrationRejectedFault", r.text
     assert "xsd:boolean" in r.text
-    assert gw.broker.registrations == {}  # nothing registered
+    assert gw.state.registrations == {}  # nothing registered
 
 
 @pytest.mark.parametrize(("value", "demand"), [(" true ", True), ("1", True), ("0", False)])
 async def test_br_demand_lexical_forms(gw, value: str, demand: bool) -> None:
     r = await call(gw.url, _register_with_demand(value))
     assert r.status == 200, r.text
-    [reg] = gw.broker.registrations.values()
+    [reg] = gw.state.registrations.values()
     assert reg.demand is demand

@@ -26,13 +26,22 @@ from typing import Any
 
 import aiohttp
 import pytest
-from gwtest import WSA, WSNT, call, envelope, notify_body, post, reading, subscribe_body
+from gwtest import (
+    A_NOTIFY,
+    RD,
+    WSA,
+    WSNT,
+    call,
+    envelope,
+    notify_body,
+    post,
+    reading,
+    subscribe_body,
+)
 
 from gateway import dedupe, http_limits
 from tests.polling import until
 
-A_NOTIFY = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
-RD = "{urn:wsn-edge:reading}"
 BUSY_MS = 10_000  # the gateway waits this long for the lock: longer than any hold here
 
 
@@ -47,17 +56,17 @@ def runner_options(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 @pytest.fixture
 def entered(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    """The keys of the Notify that reached `dedupe.accept_once`, in order. A copy that
+    """The keys of the Notify that reached `Dedupe.accept_once`, in order. A copy that
     entered is already waiting for the first copy's accept: accept_once does not yield
     between its entry and that wait."""
     keys: list[object] = []
-    real = dedupe.accept_once
+    real = dedupe.Dedupe.accept_once
 
-    async def spy(b: Any, key: Any, accept: Any) -> None:
+    async def spy(self: dedupe.Dedupe, key: Any, accept: Any) -> None:
         keys.append(key)
-        await real(b, key, accept)
+        await real(self, key, accept)
 
-    monkeypatch.setattr(dedupe, "accept_once", spy)
+    monkeypatch.setattr(dedupe.Dedupe, "accept_once", spy)
     return keys
 
 
@@ -95,9 +104,9 @@ async def taken(pp: str) -> list[str | None]:
 async def first_copy_pending(gw: Any, data: bytes) -> asyncio.Task[Any]:
     """POST `data` (the write lock held) and return once its accept waits for the commit."""
     first = asyncio.create_task(post(gw.url, data))
-    await until(lambda: gw.broker.notify_inflight, "the first copy being accepted")
+    await until(lambda: gw.ctx.dedupe.running(), "the first copy being accepted")
     # its rows reach the group commit, which waits for the lock
-    s = gw.broker.storage
+    s = gw.ctx.storage
     await until(lambda: s._group_task is not None and not s._group_task.done(), "the commit")
     await asyncio.sleep(0.2)
     return first
@@ -128,7 +137,7 @@ async def test_a_copy_of_a_notify_whose_handler_was_cancelled_is_a_duplicate(
         r = await copy
     assert r.status == 202 and r.text == "", (r.status, r.text)
     assert await taken(pp) == ["1"]
-    assert gw.broker.accepted == 1 and gw.broker.duplicates == 1
+    assert gw.ctx.counts.accepted == 1 and gw.ctx.counts.duplicates == 1
 
 
 @pytest.mark.parametrize("landing", [True, False], ids=["landing", "no-landing"])
@@ -153,7 +162,7 @@ async def test_shutdown_lets_a_cancelled_handler_s_commit_finish_before_storage_
     data = notify_env(1, f"urn:uuid:{uuid.uuid4()}")
     with write_lock(tmp_path / "d" / "broker.sqlite3") as lock:
         first = await first_copy_pending(gw, data)
-        (accept,) = gw.broker.notify_inflight.values()
+        (accept,) = gw.ctx.dedupe.running()
         stopping = asyncio.create_task(gw.stop())
         with pytest.raises(aiohttp.ServerDisconnectedError):  # what the client sees
             await first
@@ -162,13 +171,13 @@ async def test_shutdown_lets_a_cancelled_handler_s_commit_finish_before_storage_
         lock.execute("ROLLBACK")
         await stopping
     assert accept.done() and accept.exception() is None
-    assert not gw.broker.storage.is_open
+    assert not gw.ctx.storage.is_open
     gw = await make_gateway(data_dir=tmp_path / "d")
     r = await post(gw.url, data)  # the publisher's retry, at the restarted gateway
     assert r.status == 202 and r.text == "", (r.status, r.text)
     pp = gw.url.removesuffix("/wsn/broker") + "/wsn/pullpoints/" + pp.rsplit("/", 1)[1]
     assert await taken(pp) == ["1"]
-    assert gw.broker.duplicates == 1
+    assert gw.ctx.counts.duplicates == 1
 
 
 async def test_in_the_gateway_s_configuration_a_client_hanging_up_cancels_nothing(
@@ -183,7 +192,7 @@ async def test_in_the_gateway_s_configuration_a_client_hanging_up_cancels_nothin
     data = notify_env(1, f"urn:uuid:{uuid.uuid4()}")
     with write_lock(tmp_path / "d" / "broker.sqlite3") as lock:
         first = await first_copy_pending(gw, data)
-        (accept,) = gw.broker.notify_inflight.values()
+        (accept,) = gw.ctx.dedupe.running()
         first.cancel()  # the client hangs up
         with contextlib.suppress(asyncio.CancelledError):
             await first
@@ -195,4 +204,4 @@ async def test_in_the_gateway_s_configuration_a_client_hanging_up_cancels_nothin
         r = await copy
     assert r.status == 202 and r.text == "", (r.status, r.text)
     assert await taken(pp) == ["1"]
-    assert gw.broker.accepted == 1 and gw.broker.duplicates == 1
+    assert gw.ctx.counts.accepted == 1 and gw.ctx.counts.duplicates == 1

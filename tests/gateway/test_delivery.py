@@ -9,13 +9,17 @@ import logging
 
 import pytest
 from gwtest import (
+    RD,
     SOAP11,
     SOAP12,
     WSA,
     call,
     notify_body,
+    publish,
     read_request,
     reading,
+    readings,
+    subscribe,
     topic_filter,
     validate,
 )
@@ -23,30 +27,11 @@ from gwtest import (
 from tests.polling import until
 
 
-async def _subscribe(
-    gw, url: str, version: int = 12, epr_extra: str = "", topic: str = "tns:t"
-) -> str:  # type: ignore[no-untyped-def]
-    body = (
-        f"<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{url}</wsa:Address>{epr_extra}"
-        f"</wsnt:ConsumerReference><wsnt:Filter>{topic_filter(topic)}</wsnt:Filter></wsnt:Subscribe>"
-    )
-    r = await call(gw.url, body, version)
-    assert r.status == 200, r.text
-    rid = r.body.findtext(".//{urn:wsn-edge}ResourceId")
-    assert rid
-    return rid
-
-
-async def _publish(gw, *vals: float) -> None:  # type: ignore[no-untyped-def]
-    r = await call(gw.url, notify_body(*[("tns:t", reading(v)) for v in vals]))
-    assert r.status == 202, r.text
-
-
 async def test_pending_messages_are_batched_into_one_notify(gw, make_consumer):
     c = await make_consumer(fail=1, delay=0.5)  # first attempt hangs then fails: messages pile up
-    await _subscribe(gw, c.url)
+    await subscribe(gw.url, c.url)
     for v in range(5):
-        await _publish(gw, v)
+        await publish(gw.url, *readings(v))
     await c.wait_for(5)
     assert len(c.received) == 1  # one Notify carrying all five
     vals = [m.findtext(".//{urn:wsn-edge:reading}value") for m in c.messages()]
@@ -56,16 +41,16 @@ async def test_pending_messages_are_batched_into_one_notify(gw, make_consumer):
 
 async def test_retry_until_the_consumer_recovers(gw, make_consumer):
     c = await make_consumer(fail=3)
-    sid = await _subscribe(gw, c.url)
-    await _publish(gw, 42)
+    sid = (await subscribe(gw.url, c.url)).id
+    await publish(gw.url, *readings(42))
     await c.wait_for(1, timeout=5)
     assert c.requests == 4
     assert c.messages()[0].findtext(".//{urn:wsn-edge:reading}value") == "42"
     # the gateway reads the 2xx after the consumer got the message, and deletes the row in
     # the background: awaited, not slept on (a fixed 0.1 s failed whenever that took longer)
-    await until(lambda: gw.broker.delivery.backlog(sid) == 0, "the message out of the backlog")
+    await until(lambda: gw.ctx.delivery.backlog(sid) == 0, "the message out of the backlog")
     # delivered rows are gone from storage
-    await until(lambda: gw.broker.storage.load().deliveries == [], "the delivered row deleted")
+    await until(lambda: gw.ctx.storage.load().deliveries == [], "the delivered row deleted")
 
 
 async def test_slow_or_dead_consumer_does_not_delay_others(make_gateway, make_consumer):
@@ -77,11 +62,11 @@ async def test_slow_or_dead_consumer_does_not_delay_others(make_gateway, make_co
     slow = await make_consumer(hold=release)
     dead_url = "http://127.0.0.1:9/nothing-listens-here"
     fast = await make_consumer()
-    await _subscribe(gw, slow.url)
-    await _subscribe(gw, dead_url)
-    await _subscribe(gw, fast.url)
+    await subscribe(gw.url, slow.url)
+    await subscribe(gw.url, dead_url)
+    await subscribe(gw.url, fast.url)
     try:
-        await _publish(gw, 1)
+        await publish(gw.url, *readings(1))
         await fast.wait_for(1, timeout=20)
         assert slow.received == []  # still holding its answer
     finally:
@@ -91,13 +76,13 @@ async def test_slow_or_dead_consumer_does_not_delay_others(make_gateway, make_co
 
 async def test_backlog_overflow_drops_oldest(make_gateway):
     gw = await make_gateway(max_backlog=3)
-    sid = await _subscribe(gw, "http://127.0.0.1:9/dead")
+    sid = (await subscribe(gw.url, "http://127.0.0.1:9/dead")).id
     for v in range(6):
-        await _publish(gw, v)
+        await publish(gw.url, *readings(v))
     await asyncio.sleep(0.05)
-    stats = gw.broker.delivery.stats(sid)
+    stats = gw.ctx.delivery.stats(sid)
     assert stats["queued"] == 3 and stats["dropped"] == 3
-    rows = [r for r in gw.broker.storage.load().deliveries if r[1] == sid]
+    rows = [r for r in gw.ctx.storage.load().deliveries if r[1] == sid]
     assert len(rows) == 3
     assert [r.xml.split("<rd:value>")[1].split("<")[0] for r in rows] == ["3", "4", "5"]
 
@@ -110,10 +95,10 @@ async def test_backlog_full_is_logged_once_then_summarised(
     from gateway import delivery
 
     gw = await make_gateway(max_backlog=1)
-    sid = await _subscribe(gw, "http://127.0.0.1:9/dead")
+    sid = (await subscribe(gw.url, "http://127.0.0.1:9/dead")).id
     with caplog.at_level(logging.WARNING, logger="gateway.delivery"):
         for v in range(6):  # the first fits; each later one drops the oldest
-            await _publish(gw, v)
+            await publish(gw.url, *readings(v))
 
         def lines() -> list[str]:
             return [r.getMessage() for r in caplog.records if sid in r.getMessage()]
@@ -121,35 +106,35 @@ async def test_backlog_full_is_logged_once_then_summarised(
         assert len(lines()) == 1, lines()
         assert "backlog full" in lines()[0] and "dropped 1 oldest" in lines()[0]
         monkeypatch.setattr(delivery, "DROP_LOG_INTERVAL", 0.0)  # the interval has passed
-        await _publish(gw, 6)
+        await publish(gw.url, *readings(6))
         assert len(lines()) == 2, lines()
         assert "dropped 5 oldest messages since the last line" in lines()[1]  # 4 unlogged + 1
         monkeypatch.setattr(delivery, "DROP_LOG_INTERVAL", 3600.0)
-        await _publish(gw, 7)
+        await publish(gw.url, *readings(7))
         assert len(lines()) == 2, lines()
         r = await call(f"{gw.url.rsplit('/', 1)[0]}/subscriptions/{sid}", "<wsnt:Unsubscribe/>")
         assert r.status == 200, r.text
         assert len(lines()) == 3, lines()  # what the interval held back is not lost
         assert "dropped 1 more" in lines()[2] and "(7 in all)" in lines()[2]
-    assert sid not in gw.broker.subs
+    assert sid not in gw.state.subscriptions
 
 
 async def test_dead_consumer_ends_its_subscription(make_gateway):
     gw = await make_gateway(consumer_dead_after=0.5)
-    sid = await _subscribe(gw, "http://127.0.0.1:9/dead")
-    await _publish(gw, 1)
+    sid = (await subscribe(gw.url, "http://127.0.0.1:9/dead")).id
+    await publish(gw.url, *readings(1))
     for _ in range(40):
         await asyncio.sleep(0.1)
-        if sid not in gw.broker.subs:
+        if sid not in gw.state.subscriptions:
             break
-    assert sid not in gw.broker.subs
-    assert sid not in {s.id for s in gw.broker.storage.load().subscriptions}
+    assert sid not in gw.state.subscriptions
+    assert sid not in {s.id for s in gw.ctx.storage.load().subscriptions}
 
 
 async def test_delivery_uses_the_subscribers_soap_version_and_reference_parameters(gw, consumer):
     rp = '<wsa:ReferenceParameters><x:Key xmlns:x="urn:k">abc</x:Key></wsa:ReferenceParameters>'
-    await _subscribe(gw, consumer.url, 11, rp)
-    await _publish(gw, 1)
+    await subscribe(gw.url, consumer.url, version=11, epr_extra=rp)
+    await publish(gw.url, *readings(1))
     await consumer.wait_for(1)
     env = consumer.received[0]
     assert env.tag == f"{{{SOAP11}}}Envelope"
@@ -163,7 +148,7 @@ async def test_delivery_uses_the_subscribers_soap_version_and_reference_paramete
 
 
 async def test_notify_accepts_many_messages_and_both_versions(gw, consumer):
-    await _subscribe(gw, consumer.url)
+    await subscribe(gw.url, consumer.url)
     r = await call(gw.url, notify_body(("tns:t", reading(1)), ("tns:t", reading(2))), 11)
     assert r.status == 202
     await consumer.wait_for(2)
@@ -172,17 +157,16 @@ async def test_notify_accepts_many_messages_and_both_versions(gw, consumer):
 
 async def test_one_notify_larger_than_the_backlog_keeps_only_the_newest(make_gateway):
     gw = await make_gateway(max_backlog=2)
-    sid = await _subscribe(gw, "http://127.0.0.1:9/dead")
-    await _publish(gw, *range(5))
-    assert gw.broker.delivery.stats(sid)["queued"] == 2
+    sid = (await subscribe(gw.url, "http://127.0.0.1:9/dead")).id
+    await publish(gw.url, *readings(*range(5)))
+    assert gw.ctx.delivery.stats(sid)["queued"] == 2
     # dropped rows are gone from storage too (deleted in the background: awaited)
     await until(
-        lambda: len([r for r in gw.broker.storage.load().deliveries if r[1] == sid]) == 2,
+        lambda: len([r for r in gw.ctx.storage.load().deliveries if r[1] == sid]) == 2,
         "the 3 dropped rows deleted",
     )
 
 
-RD = "{urn:wsn-edge:reading}"
 EDGE_RID = "{urn:wsn-edge}ResourceId"
 SUBREF = "{http://docs.oasis-open.org/wsn/b-2}SubscriptionReference"
 
@@ -199,20 +183,15 @@ def _by_subscription(envelopes: list) -> list[dict[str, list[str]]]:  # type: ig
     return out
 
 
-async def _publish_on(gw, topic: str, v: int) -> None:  # type: ignore[no-untyped-def]
-    r = await call(gw.url, notify_body((topic, reading(v))))
-    assert r.status == 202, r.text
-
-
 async def test_subscriptions_of_one_consumer_share_one_notify(gw, make_consumer):
     """Per-consumer queue: messages of two subscriptions pending for one consumer go out
     together, each NotificationMessage naming its own SubscriptionReference."""
     c = await make_consumer(fail=1, delay=0.5)  # first request hangs, then fails
-    sa = await _subscribe(gw, c.url, topic="tns:a")
-    sb = await _subscribe(gw, c.url, topic="tns:b")
+    sa = (await subscribe(gw.url, c.url, topic_filter("tns:a"))).id
+    sb = (await subscribe(gw.url, c.url, topic_filter("tns:b"))).id
     n = 12
     for v in range(n):
-        await _publish_on(gw, "tns:a" if v % 2 == 0 else "tns:b", v)
+        await publish(gw.url, *readings(v, topic="tns:a" if v % 2 == 0 else "tns:b"))
     await c.wait_for(n)
     await asyncio.sleep(0.2)  # nothing more arrives
     got = _by_subscription(c.received)
@@ -227,8 +206,8 @@ async def test_subscriptions_of_one_consumer_share_one_notify(gw, make_consumer)
     assert per_sub[sb] == [str(v) for v in range(1, n, 2)]
     for body in c.bodies():
         validate(body)
-    assert gw.broker.delivery.stats(sa)["delivered"] == n // 2
-    assert gw.broker.storage.load().deliveries == []
+    assert gw.ctx.delivery.stats(sa)["delivered"] == n // 2
+    assert gw.ctx.storage.load().deliveries == []
 
 
 async def test_batches_never_mix_reference_parameters_or_soap_versions(gw, make_consumer):
@@ -241,11 +220,11 @@ async def test_batches_never_mix_reference_parameters_or_soap_versions(gw, make_
             f'<wsa:ReferenceParameters><x:Key xmlns:x="urn:k">{k}</x:Key></wsa:ReferenceParameters>'
         )
 
-    s1 = await _subscribe(gw, c.url, epr_extra=key("one"))
-    s2 = await _subscribe(gw, c.url, epr_extra=key("two"))
-    s3 = await _subscribe(gw, c.url, 11, epr_extra=key("one"))
+    s1 = (await subscribe(gw.url, c.url, epr_extra=key("one"))).id
+    s2 = (await subscribe(gw.url, c.url, epr_extra=key("two"))).id
+    s3 = (await subscribe(gw.url, c.url, version=11, epr_extra=key("one"))).id
     for v in range(3):
-        await _publish(gw, v)
+        await publish(gw.url, *readings(v))
     await c.wait_for(9)
     want = {s1: ("one", SOAP12), s2: ("two", SOAP12), s3: ("one", SOAP11)}
     for env, subs in zip(c.received, _by_subscription(c.received), strict=True):
@@ -263,16 +242,18 @@ async def test_a_paused_subscription_does_not_hold_back_another_of_the_same_cons
     gw, make_consumer
 ):
     c = await make_consumer(fail=1, delay=0.5)
-    sa = await _subscribe(gw, c.url, topic="tns:a")
-    sb = await _subscribe(gw, c.url, topic="tns:b")
-    await _publish_on(gw, "tns:a", 1)  # in flight to a failing consumer: stays queued
+    sa = (await subscribe(gw.url, c.url, topic_filter("tns:a"))).id
+    sb = (await subscribe(gw.url, c.url, topic_filter("tns:b"))).id
+    await publish(
+        gw.url, *readings(1, topic="tns:a")
+    )  # in flight to a failing consumer: stays queued
     hdr = f'<edge:ResourceId wsa:IsReferenceParameter="true">{sa}</edge:ResourceId>'
     assert (await call(gw.url, "<wsnt:PauseSubscription/>", headers=hdr)).status == 200
-    await _publish_on(gw, "tns:b", 2)
+    await publish(gw.url, *readings(2, topic="tns:b"))
     await c.wait_for(1)
     await asyncio.sleep(0.3)
     assert _by_subscription(c.received) == [{sb: ["2"]}]
-    assert gw.broker.delivery.backlog(sa) == 1  # held while paused
+    assert gw.ctx.delivery.backlog(sa) == 1  # held while paused
     assert (await call(gw.url, "<wsnt:ResumeSubscription/>", headers=hdr)).status == 200
     await c.wait_for(2)
     assert _by_subscription(c.received)[1] == {sa: ["1"]}
@@ -281,21 +262,21 @@ async def test_a_paused_subscription_does_not_hold_back_another_of_the_same_cons
 async def test_a_dead_consumer_ends_the_subscriptions_waiting_on_it(make_gateway):
     gw = await make_gateway(consumer_dead_after=0.5)
     dead = "http://127.0.0.1:9/dead"
-    s1 = await _subscribe(gw, dead)
-    s2 = await _subscribe(gw, dead, topic="tns:u")
-    paused = await _subscribe(gw, dead)
+    s1 = (await subscribe(gw.url, dead)).id
+    s2 = (await subscribe(gw.url, dead, topic_filter("tns:u"))).id
+    paused = (await subscribe(gw.url, dead)).id
     hdr = f'<edge:ResourceId wsa:IsReferenceParameter="true">{paused}</edge:ResourceId>'
     assert (await call(gw.url, "<wsnt:PauseSubscription/>", headers=hdr)).status == 200
-    await _publish(gw, 1)
-    await _publish_on(gw, "tns:u", 2)
+    await publish(gw.url, *readings(1))
+    await publish(gw.url, *readings(2, topic="tns:u"))
     for _ in range(40):
         await asyncio.sleep(0.1)
-        if s1 not in gw.broker.subs and s2 not in gw.broker.subs:
+        if s1 not in gw.state.subscriptions and s2 not in gw.state.subscriptions:
             break
-    assert s1 not in gw.broker.subs and s2 not in gw.broker.subs
+    assert s1 not in gw.state.subscriptions and s2 not in gw.state.subscriptions
     # the paused one was not trying to deliver: it stays
-    assert paused in gw.broker.subs
-    assert {s.id for s in gw.broker.storage.load().subscriptions} == {paused}
+    assert paused in gw.state.subscriptions
+    assert {s.id for s in gw.ctx.storage.load().subscriptions} == {paused}
 
 
 async def test_raw_subscriptions_get_one_message_per_request(gw, make_consumer):
@@ -307,7 +288,7 @@ async def test_raw_subscriptions_get_one_message_per_request(gw, make_consumer):
     )
     for _ in range(2):
         assert (await call(gw.url, body)).status == 200
-    await _publish(gw, 1, 2)
+    await publish(gw.url, *readings(1, 2))
     await c.wait_for(4, wrapped=False)
     await asyncio.sleep(0.2)
     assert len(c.received) == 4
@@ -359,13 +340,13 @@ async def test_an_answer_that_is_not_http_is_retried_and_delivery_goes_on(gw):
     server = await asyncio.start_server(consumer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
-        sid = await _subscribe(gw, f"http://127.0.0.1:{port}/consumer")
-        await _publish(gw, 1)
+        sid = (await subscribe(gw.url, f"http://127.0.0.1:{port}/consumer")).id
+        await publish(gw.url, *readings(1))
         await until(lambda: len(bodies) >= 2, "the retry after the non-HTTP answer", timeout=5)
-        await _publish(gw, 2)
+        await publish(gw.url, *readings(2))
         await until(lambda: len(bodies) >= 3, "the next message on the same worker", timeout=5)
         assert [b"<rd:value>1</rd:value>" in b for b in bodies] == [True, True, False]
         assert b"<rd:value>2</rd:value>" in bodies[2]
-        await until(lambda: gw.broker.delivery.backlog(sid) == 0, "an empty backlog", timeout=5)
+        await until(lambda: gw.ctx.delivery.backlog(sid) == 0, "an empty backlog", timeout=5)
     finally:
         server.close()

@@ -105,15 +105,15 @@ async def test_a_failing_consumer_is_one_line_and_its_recovery_another(
     port = _free_port()
     url = f"http://127.0.0.1:{port}/consumer"
     await _subscribe(gw.url, url)
-    sid = next(iter(gw.broker.subs))
+    sid = next(iter(gw.state.subscriptions))
     with caplog.at_level(logging.INFO, logger="gateway.events"):
         for v in range(3):
             body = notify_body(("tns:t", reading(v)))
             assert (await post(gw.url, envelope(body, action=A_NOTIFY))).status == 202
         await asyncio.sleep(1.0)  # many retries meanwhile
-        err = gw.broker.delivery.last_error(sid)
+        err = gw.ctx.delivery.last_error(sid)
         assert err is not None and err[0] == "connection refused", err
-        assert gw.broker.delivery.state(sid)["last_delivery"] is None
+        assert gw.ctx.delivery.state(sid)["last_delivery"] is None
         c = await Consumer().start_on(port)
         try:
             await c.wait_for(3)
@@ -128,4 +128,4 @@ async def test_a_failing_consumer_is_one_line_and_its_recovery_another(
     assert failing[0].wsn_fields["error"] == "connection refused"  # type: ignore[attr-defined]
     assert failing[0].wsn_fields["consumer"] == url  # type: ignore[attr-defined]
     assert recovered[0].wsn_fields["failed_attempts"] > 1  # type: ignore[attr-defined]
-    assert gw.broker.delivery.state(sid)["last_delivery"] is not None
+    assert gw.ctx.delivery.state(sid)["last_delivery"] is not None

@@ -14,9 +14,14 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from gwtest import call, notify_body, read_request, reading, topic_filter
+from gwtest import (
+    publish,
+    read_request,
+    readings,
+    subscribe,
+)
 
-from gateway.http import Running
+from gateway.app import Running
 from tests.polling import until
 
 MakeGateway = Callable[..., Awaitable[Running]]
@@ -107,26 +112,8 @@ class HostileConsumer:
             self.server.close()
 
 
-async def _subscribe(gw: Running, url: str) -> str:
-    body = (
-        f"<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{url}</wsa:Address>"
-        f"</wsnt:ConsumerReference><wsnt:Filter>{topic_filter('tns:t')}</wsnt:Filter>"
-        "</wsnt:Subscribe>"
-    )
-    r = await call(gw.url, body)
-    assert r.status == 200, r.text
-    rid = r.body.findtext(".//{urn:wsn-edge}ResourceId")
-    assert rid
-    return rid
-
-
-async def _publish(gw: Running, v: int) -> None:
-    r = await call(gw.url, notify_body(("tns:t", reading(v))))
-    assert r.status == 202, r.text
-
-
 def _deliveries(gw: Running, outcome: str) -> float:
-    got = gw.broker.metrics.registry.get_sample_value("wsn_deliveries_total", {"outcome": outcome})
+    got = gw.ctx.metrics.registry.get_sample_value("wsn_deliveries_total", {"outcome": outcome})
     return got or 0.0
 
 
@@ -138,13 +125,13 @@ async def _one_each(gw: Running, c: HostileConsumer, sid: str) -> None:
     """Readings 0, 1, 2 published one after the other: each reached the consumer exactly
     once, in order, and the gateway counts three delivered and none retried or failed."""
     for v in range(3):
-        await _publish(gw, v)
+        await publish(gw.url, *readings(v))
         await until(functools.partial(_got, c, v + 1), f"reading {v} there", timeout=10)
-    await until(lambda: gw.broker.delivery.backlog(sid) == 0, "an empty backlog", timeout=5)
+    await until(lambda: gw.ctx.delivery.backlog(sid) == 0, "an empty backlog", timeout=5)
     await asyncio.sleep(0.3)  # a resend (the old code's) would arrive within the backoff
     values = re.findall(rb"<rd:value>([^<]*)</rd:value>", b"".join(c.bodies()))
     assert values == [b"0", b"1", b"2"]  # once each: the 2xx was the outcome
-    state = gw.broker.delivery.state(sid)
+    state = gw.ctx.delivery.state(sid)
     assert state["delivered"] == 3 and state["failures"] == 0, state
     assert _deliveries(gw, "ok") == 3
     assert _deliveries(gw, "retried") == 0 and _deliveries(gw, "failed") == 0
@@ -159,7 +146,7 @@ async def test_a_200_with_a_flood_of_a_body_is_cut_at_the_cap_and_counts_as_deli
     gw = await make_gateway()
     c = await HostileConsumer("flood").start()
     try:
-        sid = await _subscribe(gw, c.url)
+        sid = (await subscribe(gw.url, c.url)).id
         await _one_each(gw, c, sid)
         first = c.conns[0]
         await until(lambda: first.ended, "the end of the flooded connection", timeout=10)
@@ -180,7 +167,7 @@ async def test_a_200_with_an_endless_slow_body_frees_the_worker_within_the_timeo
     gw = await make_gateway()  # --delivery-timeout 2 s (gwtest.make_config)
     c = await HostileConsumer("trickle").start()
     try:
-        sid = await _subscribe(gw, c.url)
+        sid = (await subscribe(gw.url, c.url)).id
         await _one_each(gw, c, sid)
         first = c.conns[0]
         await until(lambda: first.ended, "the end of the trickling connection", timeout=10)
@@ -200,7 +187,7 @@ async def test_the_cap_is_the_option_and_an_ordinary_body_over_it_only_costs_the
     gw = await make_gateway(max_consumer_answer_bytes=500)
     c = await HostileConsumer("flood").start()
     try:
-        sid = await _subscribe(gw, c.url)
+        sid = (await subscribe(gw.url, c.url)).id
         await _one_each(gw, c, sid)
         assert [len(k.requests) for k in c.conns] == [1, 1, 1]
         assert c.conns[0].answer_sent < SENT_BOUND, c.conns[0].answer_sent
@@ -217,16 +204,16 @@ async def test_a_failure_answer_with_a_flood_of_a_body_is_cut_and_retried_once(
     gw = await make_gateway()
     c = await HostileConsumer("flood", b"500 Internal Server Error").start()
     try:
-        sid = await _subscribe(gw, c.url)
-        await _publish(gw, 0)
+        sid = (await subscribe(gw.url, c.url)).id
+        await publish(gw.url, *readings(0))
         await until(functools.partial(_got, c, 2), "the retry", timeout=10)
-        await _publish(gw, 1)
+        await publish(gw.url, *readings(1))
         await until(functools.partial(_got, c, 3), "reading 1 there", timeout=10)
-        await until(lambda: gw.broker.delivery.backlog(sid) == 0, "an empty backlog", timeout=5)
+        await until(lambda: gw.ctx.delivery.backlog(sid) == 0, "an empty backlog", timeout=5)
         await asyncio.sleep(0.3)
         values = re.findall(rb"<rd:value>([^<]*)</rd:value>", b"".join(c.bodies()))
         assert values == [b"0", b"0", b"1"]
-        state = gw.broker.delivery.state(sid)
+        state = gw.ctx.delivery.state(sid)
         assert state["delivered"] == 2 and state["failures"] == 1, state
         assert _deliveries(gw, "ok") == 2 and _deliveries(gw, "retried") == 1
         first = c.conns[0]

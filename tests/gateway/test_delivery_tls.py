@@ -15,10 +15,17 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
-from gwtest import WSNT, call, notify_body, reading, start_gateway, stop_gateway, subscribe_body
+from gwtest import (
+    RD,
+    WSNT,
+    call,
+    notify_body,
+    reading,
+    start_gateway,
+    stop_gateway,
+    subscribe_body,
+)
 from lxml import etree
-
-RD = "{urn:wsn-edge:reading}"
 
 
 def _self_signed(d: Path) -> tuple[Path, Path]:

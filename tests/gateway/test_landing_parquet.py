@@ -190,7 +190,7 @@ async def test_crash_at_each_step_of_publishing_loses_and_duplicates_nothing(tmp
 def test_without_pyarrow_the_gateway_runs_and_the_option_says_what_is_missing(tmp_path):
     code = (
         "import sys; sys.modules['pyarrow'] = None\n"
-        "import gateway.http, gateway.broker\n"
+        "import gateway.http, gateway.app\n"
         "from gateway.cli import main\n"
         f"sys.exit(main(['--port', '0', '--data-dir', {str(tmp_path)!r},"
         " '--landing-format', 'parquet']))\n"

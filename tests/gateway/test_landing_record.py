@@ -11,9 +11,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gwtest import call, envelope, notify_body, reading
+from gwtest import (
+    A_REG,
+    DT,
+    WSNT,
+    call,
+    envelope,
+    notify_body,
+    reading,
+    register_body,
+)
 from lxml import etree
-from test_publishers import A_REG, DT, register_body
 
 from gateway import landing
 from gateway.cli import build_parser, config_from_args
@@ -25,7 +33,6 @@ from gateway.landing_record import (
     minimal_namespaces,
 )
 
-WSNT = "http://docs.oasis-open.org/wsn/b-2"
 NOW = datetime(2026, 11, 24, 5, 0, 0, 123456, tzinfo=UTC)
 
 

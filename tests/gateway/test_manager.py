@@ -7,18 +7,15 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 from gwtest import (
-    EDGE,
     RL,
     RP,
     WSA,
     WSNT,
     call,
     make_config,
-    notify_body,
-    reading,
-    sub_address,
-    subscribe_body,
-    topic_filter,
+    publish,
+    readings,
+    subscribe,
     validate,
 )
 
@@ -26,21 +23,8 @@ from tests.polling import until
 from tests.wsdl_actions import action as wsdl_action
 
 
-async def _sub(gw, consumer, extra: str = "") -> tuple[str, str]:  # type: ignore[no-untyped-def]
-    r = await call(gw.url, subscribe_body(consumer.url, topic_filter("tns:t"), extra))
-    assert r.status == 200, r.text
-    rid = r.body.findtext(f".//{{{WSA}}}ReferenceParameters/{{{EDGE}}}ResourceId")
-    assert rid
-    return sub_address(r), rid
-
-
-async def _publish(gw, v: float) -> None:  # type: ignore[no-untyped-def]
-    r = await call(gw.url, notify_body(("tns:t", reading(v))))
-    assert r.status == 202, r.text
-
-
 async def test_renew_duration_datetime_and_current_time(gw, consumer):
-    addr, _ = await _sub(gw, consumer)
+    addr, _ = await subscribe(gw.url, consumer.url)
     now = datetime.now(UTC)
     r = await call(
         addr,
@@ -68,7 +52,7 @@ async def test_renew_duration_datetime_and_current_time(gw, consumer):
 
 async def test_renew_faults_and_nil(make_gateway, consumer):
     gw = await make_gateway()
-    addr, _ = await _sub(gw, consumer)
+    addr, _ = await subscribe(gw.url, consumer.url)
     for bad in ("PT0S", "P10D", "2000-01-01T00:00:00Z", "soon"):
         r = await call(
             addr, f"<wsnt:Renew><wsnt:TerminationTime>{bad}</wsnt:TerminationTime></wsnt:Renew>"
@@ -79,7 +63,7 @@ async def test_renew_faults_and_nil(make_gateway, consumer):
     nil = '<wsnt:Renew><wsnt:TerminationTime xsi:nil="true"/></wsnt:Renew>'
     assert (await call(addr, nil)).fault_name == "UnacceptableTerminationTimeFault"
     gw2 = await make_gateway(max_termination=None)
-    addr2, _ = await _sub(gw2, consumer)
+    addr2, _ = await subscribe(gw2.url, consumer.url)
     r = await call(addr2, nil)
     assert r.status == 200, r.text
     validate(r.body)
@@ -88,7 +72,7 @@ async def test_renew_faults_and_nil(make_gateway, consumer):
 
 
 async def test_unsubscribe_then_resource_unknown(gw, consumer):
-    addr, _ = await _sub(gw, consumer)
+    addr, _ = await subscribe(gw.url, consumer.url)
     r = await call(addr, "<wsnt:Unsubscribe/>")
     assert r.status == 200, r.text
     validate(r.body)
@@ -104,17 +88,17 @@ async def test_unsubscribe_then_resource_unknown(gw, consumer):
         r = await call(addr, body)
         assert r.fault_name == "ResourceUnknownFault"
         validate(r.fault)
-    await _publish(gw, 1)
+    await publish(gw.url, *readings(1))
     await asyncio.sleep(0.2)
     assert consumer.messages() == []
 
 
 async def test_reference_parameter_addressing_on_the_broker_url(gw, consumer):
-    _, rid = await _sub(gw, consumer)
+    _, rid = await subscribe(gw.url, consumer.url)
     hdr = f'<edge:ResourceId wsa:IsReferenceParameter="true">{rid}</edge:ResourceId>'
     r = await call(gw.url, "<wsnt:PauseSubscription/>", headers=hdr)
     assert r.status == 200, r.text
-    assert gw.broker.subs[rid].paused
+    assert gw.state.subscriptions[rid].paused
     r = await call(gw.url, "<wsnt:Unsubscribe/>", headers=hdr)
     assert r.status == 200
     r = await call(gw.url, "<wsnt:Unsubscribe/>", headers=hdr)
@@ -122,8 +106,8 @@ async def test_reference_parameter_addressing_on_the_broker_url(gw, consumer):
 
 
 async def test_pause_resume_policy(gw, consumer):
-    addr, _ = await _sub(gw, consumer)
-    await _publish(gw, 1)
+    addr, _ = await subscribe(gw.url, consumer.url)
+    await publish(gw.url, *readings(1))
     await consumer.wait_for(1)
     r = await call(addr, "<wsnt:PauseSubscription/>")
     assert r.status == 200, r.text
@@ -134,15 +118,13 @@ async def test_pause_resume_policy(gw, consumer):
     )
     # pausing twice is fine (idempotent)
     assert (await call(addr, "<wsnt:PauseSubscription/>")).status == 200
-    await _publish(gw, 2)  # produced while paused: not queued for this subscription
-    await asyncio.sleep(0.3)
-    assert len(consumer.messages()) == 1
+    await publish(gw.url, *readings(2))  # produced while paused: not queued for this subscription
     r = await call(addr, "<wsnt:ResumeSubscription/>")
     assert r.status == 200
     validate(r.body)
-    await _publish(gw, 3)
+    await publish(gw.url, *readings(3))
+    # a subscription's messages arrive in order: had 2 been queued, it would come before 3
     await consumer.wait_for(2)
-    await asyncio.sleep(0.2)
     vals = [m.findtext(".//{urn:wsn-edge:reading}value") for m in consumer.messages()]
     assert vals == ["1", "3"]
 
@@ -151,38 +133,39 @@ async def test_messages_queued_before_pause_wait_for_resume(gw, make_consumer):
     # the consumer fails every attempt until the subscription is paused, so the message stays
     # queued whatever the retry timer does (no race of the Pause against the backoff)
     slow = await make_consumer(fail=10**9)
-    addr, sid = await _sub(gw, slow)
-    await _publish(gw, 1)
+    addr, sid = await subscribe(gw.url, slow.url)
+    await publish(gw.url, *readings(1))
     await until(lambda: slow.requests >= 1, "a first, failed attempt")
     assert (await call(addr, "<wsnt:PauseSubscription/>")).status == 200
     # every attempt the gateway started (before the pause) has reached the consumer and failed
-    stats = gw.broker.delivery.stats
+    stats = gw.ctx.delivery.stats
     await until(lambda: stats(sid)["requests"] == slow.requests, "no attempt in flight")
     slow.fail = 0  # from now on the consumer would accept: only the pause holds the message
     tried = slow.requests
     await asyncio.sleep(0.5)  # > --backoff-max (0.2 s): an unheld retry would have come
     assert slow.messages() == [] and slow.requests == tried
-    assert gw.broker.delivery.backlog(sid) == 1
+    assert gw.ctx.delivery.backlog(sid) == 1
     assert (await call(addr, "<wsnt:ResumeSubscription/>")).status == 200
     await slow.wait_for(1)
 
 
 async def test_subscription_destroyed_at_termination_time_even_when_paused(gw, consumer):
-    addr, sid = await _sub(
-        gw, consumer, "<wsnt:InitialTerminationTime>PT1S</wsnt:InitialTerminationTime>"
+    addr, sid = await subscribe(
+        gw.url,
+        consumer.url,
+        extra="<wsnt:InitialTerminationTime>PT1S</wsnt:InitialTerminationTime>",
     )
     assert (await call(addr, "<wsnt:PauseSubscription/>")).status == 200
-    await asyncio.sleep(1.4)
-    assert sid not in gw.broker.subs
+    await until(lambda: sid not in gw.state.subscriptions, "expired and swept", 5)
     r = await call(addr, "<wsnt:ResumeSubscription/>")
     assert r.fault_name == "ResourceUnknownFault"
     # and it is gone from storage too
-    snap = gw.broker.storage.load()
+    snap = gw.ctx.storage.load()
     assert sid not in {s.id for s in snap.subscriptions}
 
 
 async def test_get_resource_property_on_subscription(gw, consumer):
-    addr, _ = await _sub(gw, consumer, "<wsnt:SubscriptionPolicy/>")
+    addr, _ = await subscribe(gw.url, consumer.url, extra="<wsnt:SubscriptionPolicy/>")
     for qn, tag in (
         ("wsnt:ConsumerReference", f"{{{WSNT}}}ConsumerReference"),
         ("wsnt:Filter", f"{{{WSNT}}}Filter"),
@@ -211,7 +194,7 @@ async def test_get_resource_property_on_subscription(gw, consumer):
 
 
 async def test_set_termination_time_on_subscription(gw, consumer):
-    addr, _sid = await _sub(gw, consumer)
+    addr, _sid = await subscribe(gw.url, consumer.url)
     r = await call(
         addr,
         "<rl:SetTerminationTime><rl:RequestedLifetimeDuration>PT5M"
@@ -228,30 +211,29 @@ async def test_set_termination_time_on_subscription(gw, consumer):
 
 
 async def test_expiry_with_an_injected_clock(tmp_path, consumer):
-    from gateway import http
-    from gateway.app import build_parts
-    from gateway.broker import NotificationBroker
+    from gateway import app, upkeep
 
     now = [datetime(2030, 1, 1, tzinfo=UTC)]
     cfg = make_config(tmp_path / "d", sweep_interval=3600)  # sweeps only when called
-    broker = NotificationBroker(cfg, build_parts(cfg), clock=lambda: now[0])
-    gw = await http.start(cfg, broker)
+    gw = await app.start(cfg, clock=lambda: now[0])
     try:
-        addr, sid = await _sub(
-            gw, consumer, "<wsnt:InitialTerminationTime>PT1H</wsnt:InitialTerminationTime>"
+        addr, sid = await subscribe(
+            gw.url,
+            consumer.url,
+            extra="<wsnt:InitialTerminationTime>PT1H</wsnt:InitialTerminationTime>",
         )
         r = await call(addr, "<rp:GetResourceProperty>rl:TerminationTime</rp:GetResourceProperty>")
         assert r.body[0].text == "2030-01-01T01:00:00Z"
         now[0] += timedelta(minutes=59)
-        await broker.sweep()
-        assert sid in broker.subs
+        await upkeep.sweep(gw.ctx)
+        assert sid in gw.state.subscriptions
         now[0] += timedelta(minutes=2)
         # past TerminationTime: unknown at once, destroyed by the next sweep
         r = await call(
             addr, "<wsnt:Renew><wsnt:TerminationTime>PT1H</wsnt:TerminationTime></wsnt:Renew>"
         )
         assert r.fault_name == "ResourceUnknownFault"
-        await broker.sweep()
-        assert sid not in broker.subs
+        await upkeep.sweep(gw.ctx)
+        assert sid not in gw.state.subscriptions
     finally:
         await gw.stop()

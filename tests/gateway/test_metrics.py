@@ -11,6 +11,8 @@ from typing import Any
 import aiohttp
 import pytest
 from gwtest import (
+    A_NOTIFY,
+    A_SUBSCRIBE,
     CONCRETE,
     FULL,
     SOAP12,
@@ -24,14 +26,11 @@ from gwtest import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import http
+from gateway import app
 from gateway.metrics import REQUEST_REJECT_REASONS
 
-A_NOTIFY = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
-A_SUBSCRIBE = "http://docs.oasis-open.org/wsn/bw-2/NotificationProducer/SubscribeRequest"
 
-
-async def scrape(gw: http.Running) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+async def scrape(gw: app.Running) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """{(sample name, sorted labels): value} of one scrape."""
     async with (
         aiohttp.ClientSession() as s,
@@ -51,7 +50,7 @@ def v(m: dict[Any, float], name: str, **labels: str) -> float:
     return m.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-async def notify(gw: http.Running, *msgs: tuple[str, str], dialect: str = CONCRETE) -> Any:
+async def notify(gw: app.Running, *msgs: tuple[str, str], dialect: str = CONCRETE) -> Any:
     return await call(gw.url, notify_body(*msgs, dialect=dialect), action=A_NOTIFY)
 
 

@@ -157,7 +157,7 @@ async def test_fixed_topic_set_property(make_gateway, tmp_path: Path):
     # Notify on a topic outside a fixed set is refused and nothing is stored
     r = await call(gw.url, notify_body(("o:t", reading(1)), nsdecl='xmlns:o="urn:o"'))
     assert r.fault_name == "TopicNotSupportedFault"
-    assert gw.broker.storage.load().current == []
+    assert gw.ctx.storage.load().current == []
     assert WSNT
 
 

@@ -10,6 +10,8 @@ from datetime import UTC, datetime, timedelta
 from gwtest import (
     BR,
     CONCRETE,
+    DEV,
+    DT,
     EDGE,
     FULL,
     RL,
@@ -19,61 +21,19 @@ from gwtest import (
     call,
     notify_body,
     reading,
+    register,
+    register_body,
     subscribe_body,
     topic_filter,
     validate,
-    validate_epr,
 )
 
+from gateway.followers import Publishers
 from tests.polling import until
-
-DT = 'xmlns:dt="urn:wsn-edge:device-topics"'
-DEV = 'xmlns:dev="urn:wsn-edge:devices"'
-A_REG = "http://docs.oasis-open.org/wsn/brw-2/RegisterPublisher/RegisterPublisherRequest"
-
-
-def register_body(
-    publisher: str | None = "http://127.0.0.1:9999/wsn/producer",
-    device_id: str | None = "esp32-01",
-    topics: tuple[str, ...] = ("dt:temperature",),
-    demand: bool = False,
-    itt: str | None = None,
-    dialect: str = SIMPLE,
-) -> str:
-    out = "<br:RegisterPublisher>"
-    if publisher:
-        md = (
-            f"<wsa:Metadata><edge:DeviceId>{device_id}</edge:DeviceId></wsa:Metadata>"
-            if device_id
-            else ""
-        )
-        out += (
-            f"<br:PublisherReference><wsa:Address>{publisher}</wsa:Address>{md}"
-            "</br:PublisherReference>"
-        )
-    for t in topics:
-        out += f'<br:Topic Dialect="{dialect}" {DT}>{t}</br:Topic>'
-    out += f"<br:Demand>{'true' if demand else 'false'}</br:Demand>"
-    if itt:
-        out += f"<br:InitialTerminationTime>{itt}</br:InitialTerminationTime>"
-    return out + "</br:RegisterPublisher>"
-
-
-async def _register(gw, **kw) -> str:  # type: ignore[no-untyped-def]
-    r = await call(gw.url, register_body(**kw), action=A_REG)
-    assert r.status == 200, r.text
-    assert r.body.tag == f"{{{BR}}}RegisterPublisherResponse"
-    reg = r.body.findtext(f"{{{BR}}}PublisherRegistrationReference/{{{WSA}}}Address")
-    cons = r.body.findtext(f"{{{BR}}}ConsumerReference/{{{WSA}}}Address")
-    assert reg and reg == cons and "/wsn/registrations/" in reg
-    # both EPRs are schema-valid wsa:EndpointReferenceType
-    for epr in r.body:
-        validate_epr(epr)
-    return reg
 
 
 async def test_device_topics_grow_under_the_device_hierarchy(gw, consumer, make_consumer):
-    reg = await _register(gw, topics=("dt:temperature", "dt:humidity"))
+    reg = await register(gw.url, topics=("dt:temperature", "dt:humidity"))
     one_topic_all_devices = await make_consumer()
     r = await call(
         gw.url,
@@ -82,7 +42,7 @@ async def test_device_topics_grow_under_the_device_hierarchy(gw, consumer, make_
     assert r.status == 200, r.text
     r = await call(gw.url, subscribe_body(consumer.url, topic_filter("dev:esp32-01//.", FULL, DEV)))
     assert r.status == 200, r.text
-    reg2 = await _register(gw, publisher="http://127.0.0.1:9998/wsn/producer", device_id=None)
+    reg2 = await register(gw.url, publisher="http://127.0.0.1:9998/wsn/producer", device_id=None)
     r = await call(
         reg, notify_body(("dt:temperature", reading(21)), ("dt:humidity", reading(40)), nsdecl=DT)
     )
@@ -112,7 +72,7 @@ async def test_device_topics_grow_under_the_device_hierarchy(gw, consumer, make_
 
 
 async def test_notify_outside_registered_topics_is_rejected(gw):
-    reg = await _register(gw, topics=("dt:temperature",))
+    reg = await register(gw.url, topics=("dt:temperature",))
     r = await call(reg, notify_body(("dt:light", reading(1)), nsdecl=DT))
     assert r.fault_name == "TopicNotSupportedFault"
     validate(r.fault)
@@ -127,7 +87,7 @@ async def test_requires_registration(make_gateway):
     r = await call(gw.url, notify_body(("tns:t", reading(1))))
     assert r.fault_name == "PublisherRegistrationRejectedFault"
     assert "RegisterPublisher" in r.text
-    reg = await _register(gw, topics=("dt:temperature",))
+    reg = await register(gw.url, topics=("dt:temperature",))
     r = await call(reg, notify_body(("dt:temperature", reading(1)), nsdecl=DT))
     assert r.status == 202
     # Notify to /wsn/broker naming a registered producer is attributed to it
@@ -148,7 +108,7 @@ async def test_requires_registration(make_gateway):
 
 
 async def test_destroy_registration(gw):
-    reg = await _register(gw)
+    reg = await register(gw.url)
     r = await call(
         reg,
         "<br:DestroyRegistration/>",
@@ -167,14 +127,14 @@ async def test_destroy_registration(gw):
         assert r.fault_name == "ResourceUnknownFault"
 
 
-async def test_registration_renewal_and_expiry(gw):
+async def test_registration_renewal_and_expiry(make_gateway):
     # the broker's clock is the test's: the registration expires when the test moves the
     # clock past its termination time, not in a race of these requests against one second
     t0 = datetime.now(UTC)
     clock = [t0]
-    gw.broker.clock = lambda: clock[0]
+    gw = await make_gateway(clock=lambda: clock[0])
     soon = (t0 + timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    reg = await _register(gw, itt=soon)
+    reg = await register(gw.url, itt=soon)
     rid = reg.rsplit("/", 1)[1]
     body = (
         "<rl:SetTerminationTime><rl:RequestedTerminationTime>{}</rl:RequestedTerminationTime>"
@@ -190,8 +150,9 @@ async def test_registration_renewal_and_expiry(gw):
     assert r.body.findtext(f"{{{RL}}}NewTerminationTime") == later
     assert r.body.findtext(f"{{{RL}}}CurrentTime")
     clock[0] = t0 + timedelta(seconds=1.3)  # past the initial termination time
-    await asyncio.sleep(0.3)  # sweeps (every 0.1 s) at that time
-    assert rid in gw.broker.registrations  # renewed: still there
+    swept = gw.ctx.counts.sweeps
+    await until(lambda: gw.ctx.counts.sweeps >= swept + 2, "two sweeps at that time")
+    assert rid in gw.state.registrations  # renewed: still there
     r = await call(
         reg,
         "<rl:SetTerminationTime><rl:RequestedLifetimeDuration>PT0.5S"
@@ -199,13 +160,13 @@ async def test_registration_renewal_and_expiry(gw):
     )
     assert r.status == 200, r.text
     clock[0] = t0 + timedelta(seconds=2)  # the 0.5 s have passed: the sweeper ends it
-    await until(lambda: rid not in gw.broker.registrations, "the registration expired", 10)
+    await until(lambda: rid not in gw.state.registrations, "the registration expired", 10)
     r = await call(reg, body.format(later))
     assert r.fault_name == "ResourceUnknownFault"  # the device registers again on this
 
 
 async def test_registration_resource_properties(gw):
-    reg = await _register(gw, demand=True)
+    reg = await register(gw.url, demand=True)
     r = await call(reg, "<rp:GetResourceProperty>br:Demand</rp:GetResourceProperty>")
     assert r.body[0].text == "true"
     r = await call(reg, "<rp:GetResourceProperty>br:Topic</rp:GetResourceProperty>")
@@ -242,8 +203,8 @@ async def test_register_publisher_faults(make_gateway, tmp_path):
         assert r.fault_name == name, (body, r.text)
         if r.fault.tag.startswith(f"{{{WSNT}}}"):
             validate(r.fault)
-    await _register(gw, publisher="http://127.0.0.1:1/a")
-    await _register(gw, publisher="http://127.0.0.1:1/b")
+    await register(gw.url, publisher="http://127.0.0.1:1/a")
+    await register(gw.url, publisher="http://127.0.0.1:1/b")
     r = await call(gw.url, register_body())
     assert r.fault_name == "PublisherRegistrationRejectedFault"
     assert "limit" in r.text
@@ -265,12 +226,12 @@ class Recorder:
 
 async def test_demand_seam(gw, consumer):
     rec = Recorder()
-    gw.broker.add_observer(rec)
-    reg = await _register(gw, demand=True)
+    gw.state.observe(Publishers(rec))
+    reg = await register(gw.url, demand=True)
     rid = reg.rsplit("/", 1)[1]
     topic = "{urn:wsn-edge:devices}esp32-01/temperature"
     assert rec.events == [("created", rid, None), ("demand", topic, False)]
-    assert gw.broker.registrations[rid].demand is True
+    assert gw.state.registrations[rid].demand is True
     r = await call(
         gw.url, subscribe_body(consumer.url, topic_filter("dev:*/temperature", FULL, DEV))
     )
@@ -289,11 +250,11 @@ async def test_demand_seam(gw, consumer):
 
 async def test_registering_again_replaces_the_previous_registration(gw):
     rec = Recorder()
-    gw.broker.add_observer(rec)
-    first = await _register(gw)
-    second = await _register(gw)  # same PublisherReference: a device after a reboot
+    gw.state.observe(Publishers(rec))
+    first = await register(gw.url)
+    second = await register(gw.url)  # same PublisherReference: a device after a reboot
     assert first != second
-    assert list(gw.broker.registrations) == [second.rsplit("/", 1)[1]]
+    assert list(gw.state.registrations) == [second.rsplit("/", 1)[1]]
     r = await call(first, notify_body(("dt:temperature", reading(1)), nsdecl=DT))
     assert r.fault_name == "ResourceUnknownFault"
     assert [e[0] for e in rec.events] == ["created", "destroyed", "created"]

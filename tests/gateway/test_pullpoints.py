@@ -49,7 +49,7 @@ async def test_pullpoint_as_consumer_in_process(gw):
     r = await call(gw.url, subscribe_body(pp, topic_filter("tns:t")))
     assert r.status == 200, r.text
     sid = r.body.findtext(f".//{{{EDGE}}}ResourceId")
-    assert gw.broker.subs[sid].pullpoint == pp.rsplit("/", 1)[1]
+    assert gw.state.subscriptions[sid].pullpoint == pp.rsplit("/", 1)[1]
     await call(gw.url, notify_body(*[("tns:t", reading(v)) for v in range(5)]))
     r = await call(
         pp,
@@ -117,7 +117,7 @@ async def test_destroy_pullpoint(gw):
         r.header("Action")
         == "http://docs.oasis-open.org/wsn/bw-2/PullPoint/DestroyPullPointResponse"
     )
-    assert sid not in gw.broker.subs  # its feeding subscription went with it
+    assert sid not in gw.state.subscriptions  # its feeding subscription went with it
     for body in ("<wsnt:GetMessages/>", "<wsnt:DestroyPullPoint/>"):
         r = await call(pp, body)
         assert r.fault_name == "ResourceUnknownFault"
@@ -151,7 +151,7 @@ async def test_pullpoint_overflow_drops_oldest(make_gateway):
         await call(gw.url, notify_body(("tns:t", reading(v))))
     r = await call(pp, "<wsnt:GetMessages/>")
     assert _vals(r) == ["2", "3", "4"]
-    assert gw.broker.pullpoints[pp.rsplit("/", 1)[1]].dropped == 2
+    assert gw.state.pullpoints[pp.rsplit("/", 1)[1]].dropped == 2
 
 
 async def test_pullpoint_addressed_by_reference_parameter_on_the_broker_url(gw):

@@ -15,26 +15,26 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import make_mocked_request
 from gwtest import (
-    BR,
+    A_NOTIFY,
+    A_REG,
     CONCRETE,
+    DT,
     WSA,
     Consumer,
     call,
     notify_body,
     reading,
+    register_body,
     start_gateway,
     stop_gateway,
     subscribe_body,
     topic_filter,
 )
 
-from gateway import http
+from gateway import app
 from gateway.status import STATUS_KEY
 from tests.wsdl_actions import action as wsdl_action
 
-A_NOTIFY = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
-A_REG = "http://docs.oasis-open.org/wsn/brw-2/RegisterPublisher/RegisterPublisherRequest"
-DT = 'xmlns:dt="urn:wsn-edge:device-topics"'
 PRODUCER = "http://127.0.0.1:9/wsn/producer"  # never called: Demand=false
 A_DESTROY = wsdl_action("ImmediateResourceTermination", "Destroy")
 
@@ -44,21 +44,10 @@ async def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str
         return r.status, await r.text()
 
 
-def register_body(device: str, producer: str, demand: bool = False) -> str:
-    return (
-        f"<br:RegisterPublisher xmlns:br='{BR}'><br:PublisherReference>"
-        f"<wsa:Address>{producer}</wsa:Address><wsa:Metadata><edge:DeviceId>{device}"
-        "</edge:DeviceId></wsa:Metadata></br:PublisherReference>"
-        f'<br:Topic Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple" {DT}>'
-        f"dt:temperature</br:Topic><br:Demand>{str(demand).lower()}</br:Demand>"
-        "</br:RegisterPublisher>"
-    )
-
-
-async def populate(gw: http.Running, dead: Consumer) -> dict[str, str]:
+async def populate(gw: app.Running, dead: Consumer) -> dict[str, str]:
     """A registered device, a push subscription whose consumer fails (a backlog of 2) and a
     pull point with a subscription into it (depth 2); -> their ids."""
-    r = await call(gw.url, register_body("esp32-07", PRODUCER), action=A_REG)
+    r = await call(gw.url, register_body(publisher=PRODUCER, device_id="esp32-07"), action=A_REG)
     assert not r.is_fault, r.text
     reg = r.body.findtext(f".//{{{WSA}}}Address") or ""
     r = await call(gw.url, subscribe_body(dead.url, topic_filter("tns:a")))
@@ -107,7 +96,7 @@ async def test_status_json_lists_what_the_broker_holds(
 
 async def test_registration_last_seen_and_backlog_failures(make_gateway: Any) -> None:
     gw = await make_gateway()
-    r = await call(gw.url, register_body("d9", PRODUCER), action=A_REG)
+    r = await call(gw.url, register_body(publisher=PRODUCER, device_id="d9"), action=A_REG)
     reg_addr = r.body.findtext(f".//{{{WSA}}}Address") or ""
     msg = notify_body(("dt:temperature", reading(1)), nsdecl=DT)
     r = await call(reg_addr, msg, action=A_NOTIFY)
@@ -143,10 +132,10 @@ async def test_loopback_only_unless_status_public(
     """The policy as such; a non-loopback peer can only be simulated here (tests use
     loopback addresses only), so the request object says where it came from."""
     gw = await make_gateway(status_public=public)
-    app = gw.runner.app
+    web_app = gw.runner.app
     transport: Any = type("T", (), {"get_extra_info": lambda self, k, d=None: (peer, 5000)})()
-    req = make_mocked_request("GET", "/status.json", app=app, transport=transport)
-    resp = await app[STATUS_KEY].status_json(req)
+    req = make_mocked_request("GET", "/status.json", app=web_app, transport=transport)
+    resp = await web_app[STATUS_KEY].status_json(req)
     assert resp.status == (200 if allowed else 403)
     if not allowed:
         assert "--status-public" in resp.text  # type: ignore[attr-defined]
@@ -174,12 +163,12 @@ async def test_lifecycle_logs_one_json_line_each_and_no_tracebacks(
                         "--sweep-interval", "0.1", "--consumer-dead-after", "0.3")  # fmt: skip
     try:
         c: Consumer = await make_consumer()
-        r = await call(gwp.url, register_body("dj", PRODUCER), action=A_REG)
+        r = await call(gwp.url, register_body(publisher=PRODUCER, device_id="dj"), action=A_REG)
         assert not r.is_fault
         # a Demand=true publisher (not listening: the gateway's attempts fail, logged) and a
         # subscriber for its topic: demand for dev:dk/temperature appears
-        r = await call(gwp.url, register_body("dk", "http://127.0.0.1:9/p", demand=True),
-                       action=A_REG)  # fmt: skip
+        body = register_body(publisher="http://127.0.0.1:9/p", device_id="dk", demand=True)
+        r = await call(gwp.url, body, action=A_REG)
         assert not r.is_fault, r.text
         r = await call(
             gwp.url,
@@ -259,7 +248,7 @@ async def test_restored_registrations_and_destroyed_subscriptions_are_logged_as_
 
     with caplog.at_level(logging.INFO, logger="gateway.events"):
         gw = await make_gateway(data_dir=data)
-        r = await call(gw.url, register_body("dr", PRODUCER), action=A_REG)
+        r = await call(gw.url, register_body(publisher=PRODUCER, device_id="dr"), action=A_REG)
         assert not r.is_fault, r.text
         addrs = []
         for _ in range(2):
@@ -276,7 +265,7 @@ async def test_restored_registrations_and_destroyed_subscriptions_are_logged_as_
         ]
         await gw.stop()
         gw2 = await make_gateway(data_dir=data)  # reloads the registration
-        assert len(gw2.broker.registrations) == 1
+        assert len(gw2.state.registrations) == 1
     created, restored = events("registration_created"), events("registration_restored")
     assert [e.wsn_fields["device"] for e in created] == ["dr"]
     assert [e.wsn_fields["device"] for e in restored] == ["dr"]
@@ -288,7 +277,8 @@ async def test_status_page_escapes_what_clients_sent(make_gateway: Any) -> None:
     never as markup (jinja2 autoescape)."""
     gw = await make_gateway()
     body = register_body(
-        "d&lt;i&gt;1", "http://127.0.0.1:9/p?q=&lt;script&gt;alert(1)&lt;/script&gt;"
+        publisher="http://127.0.0.1:9/p?q=&lt;script&gt;alert(1)&lt;/script&gt;",
+        device_id="d&lt;i&gt;1",
     )
     r = await call(gw.url, body, action=A_REG)
     assert not r.is_fault, r.text

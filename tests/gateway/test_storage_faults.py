@@ -32,7 +32,7 @@ async def test_every_failed_fault_when_the_database_is_locked(make_gateway, cons
     reg = r.body.findtext(f"{{{BR}}}PublisherRegistrationReference/{{{WSA}}}Address")
     assert sub and paused and pp and reg
 
-    lock = sqlite3.connect(gw.broker.storage.path, isolation_level=None, timeout=1)
+    lock = sqlite3.connect(gw.ctx.storage.path, isolation_level=None, timeout=1)
     lock.execute("BEGIN EXCLUSIVE")
     try:
         cases = [
@@ -60,8 +60,8 @@ async def test_every_failed_fault_when_the_database_is_locked(make_gateway, cons
         lock.execute("ROLLBACK")
         lock.close()
     # nothing was half-done: the same resources exist and work again
-    assert len(gw.broker.subs) == 2 and len(gw.broker.pullpoints) == 1
-    assert len(gw.broker.registrations) == 1
+    assert len(gw.state.subscriptions) == 2 and len(gw.state.pullpoints) == 1
+    assert len(gw.state.registrations) == 1
     assert (await call(sub, "<wsnt:Unsubscribe/>")).status == 200
     assert (await call(paused, "<wsnt:ResumeSubscription/>")).status == 200
     assert (await call(gw.url, notify_body(("tns:t", reading(1))))).status == 202

@@ -18,7 +18,16 @@ import time
 from pathlib import Path
 
 import pytest
-from gwtest import WSA, WSNT, call, notify_body, reading, subscribe_body, topic_filter
+from gwtest import (
+    RD,
+    WSA,
+    WSNT,
+    call,
+    notify_body,
+    reading,
+    subscribe_body,
+    topic_filter,
+)
 
 from gateway.delivery import DeliveryManager
 from gateway.storage import AcceptBatch, Storage
@@ -29,7 +38,6 @@ WRAPPED_SUB = "33ef4c0e7a4246baa2ce9f77930bf6f6"
 RAW_SUB = "b918ed4b1aca418fa5e2d41a2c36d634"
 PP_SUB = "c81ac0e281474269b3cd7e3f742e2132"
 PP_ID = "bacc4c5c5b184bbf8c2d780cbcac1fe2"
-RD = "{urn:wsn-edge:reading}"
 
 
 def _db(data_dir: Path) -> sqlite3.Connection:

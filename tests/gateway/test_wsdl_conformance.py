@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from aiohttp import web
+from gwproducer import TestProducer
 from gwtest import (
     BF,
     CONCRETE,
@@ -333,82 +333,35 @@ async def test_the_notify_pushed_to_a_consumer_has_the_wsdl_action_and_validates
         assert etree.QName(consumer.bodies()[0]) == etree.QName(WSNT, "Notify")
 
 
-@dataclass
-class FakePublisher:
-    """A demand-based publisher's NotificationProducer (outside the product): records what
-    the gateway sends it and answers as the WSDL says."""
-
-    received: list[etree._Element]
-    url: str = ""
-    runner: web.AppRunner | None = None
-
-    async def handle(self, request: web.Request) -> web.Response:
-        env = etree.fromstring(await request.read())
-        self.received.append(env)
-        envns = etree.QName(env).namespace
-        body = env.find(f"{{{envns}}}Body")
-        assert body is not None
-        op = etree.QName(body[0]).localname
-        if op == "Subscribe":
-            resp = (
-                f"<wsnt:SubscribeResponse><wsnt:SubscriptionReference><wsa:Address>{self.url}/s1"
-                "</wsa:Address></wsnt:SubscriptionReference></wsnt:SubscribeResponse>"
-            )
-        else:
-            resp = f"<wsnt:{op}Response/>"
-        text = (
-            f'<s:Envelope xmlns:s="{envns}" xmlns:wsa="{WSA}" xmlns:wsnt="{WSNT}">'
-            f"<s:Body>{resp}</s:Body></s:Envelope>"
-        )
-        ct = "application/soap+xml" if envns == SOAP12 else "text/xml"
-        return web.Response(text=text, content_type=ct)
-
-    async def start(self) -> FakePublisher:
-        app = web.Application()
-        app.router.add_post("/{tail:.*}", self.handle)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}/producer"
-        return self
-
-
 async def test_requests_to_a_demand_based_publisher_have_wsdl_actions_and_validate(
-    gw, consumer
+    gw, consumer, producer
 ) -> None:
     """WS-BrokeredNotification demand-based publishing: the broker subscribes to the
     publisher and pauses/resumes/unsubscribes as demand comes and goes. Each request it sends
     carries the input action of the operation in bw-2.wsdl and validates."""
-    pub = await FakePublisher([]).start()
-    try:
-        r = await call(
-            gw.url,
-            f"<br:RegisterPublisher><br:PublisherReference><wsa:Address>{pub.url}"
-            "</wsa:Address></br:PublisherReference>"
-            f'<br:Topic Dialect="{CONCRETE}" xmlns:tns="urn:test">tns:d</br:Topic>'
-            "<br:Demand>true</br:Demand></br:RegisterPublisher>",
-        )
-        assert r.status == 200, r.text
-        reg = epr_address(r, "br:PublisherRegistrationReference/wsa:Address")
-        await _wait_for_op(pub, "Subscribe")  # paused at once: nobody wants tns:d yet
-        sub = sub_address(await call(gw.url, subscribe_body(consumer.url, topic_filter("tns:d"))))
-        await _wait_for_op(pub, "ResumeSubscription")
-        await call(sub, "<wsnt:Unsubscribe/>")
-        await _wait_for_op(pub, "PauseSubscription", after="ResumeSubscription")
-        await call(reg, "<br:DestroyRegistration/>")
-        await _wait_for_op(pub, "Unsubscribe")
-    finally:
-        if pub.runner is not None:
-            await pub.runner.cleanup()
+    r = await call(
+        gw.url,
+        f"<br:RegisterPublisher><br:PublisherReference><wsa:Address>{producer.address}"
+        "</wsa:Address></br:PublisherReference>"
+        f'<br:Topic Dialect="{CONCRETE}" xmlns:tns="urn:test">tns:d</br:Topic>'
+        "<br:Demand>true</br:Demand></br:RegisterPublisher>",
+    )
+    assert r.status == 200, r.text
+    reg = epr_address(r, "br:PublisherRegistrationReference/wsa:Address")
+    await _wait_for_op(producer, "Subscribe")  # paused at once: nobody wants tns:d yet
+    sub = sub_address(await call(gw.url, subscribe_body(consumer.url, topic_filter("tns:d"))))
+    await _wait_for_op(producer, "ResumeSubscription")
+    await call(sub, "<wsnt:Unsubscribe/>")
+    await _wait_for_op(producer, "PauseSubscription", after="ResumeSubscription")
+    await call(reg, "<br:DestroyRegistration/>")
+    await _wait_for_op(producer, "Unsubscribe")
     assert {"Subscribe", "PauseSubscription", "ResumeSubscription", "Unsubscribe"} <= set(
-        _ops(pub)
-    ), _ops(pub)
+        _ops(producer)
+    ), _ops(producer)
     # the input action of the operation in a bw-2.wsdl portType that has it (Renew and
     # Unsubscribe are in both SubscriptionManager and PausableSubscriptionManager)
     manager_types = ("NotificationProducer", "SubscriptionManager", "PausableSubscriptionManager")
-    for env, op in zip(pub.received, _ops(pub), strict=True):
+    for env, op in zip(producer.received, _ops(producer), strict=True):
         validate_message(env)
         allowed = {
             a.input for (pt, o), a in official_actions().items() if o == op and pt in manager_types
@@ -416,7 +369,7 @@ async def test_requests_to_a_demand_based_publisher_have_wsdl_actions_and_valida
         assert env.findtext(f".//{{{WSA}}}Action") in allowed, (op, allowed)
 
 
-def _ops(pub: FakePublisher) -> list[str]:
+def _ops(pub: TestProducer) -> list[str]:
     out = []
     for e in pub.received:
         body = e.find(f"{{{etree.QName(e).namespace}}}Body")
@@ -425,7 +378,7 @@ def _ops(pub: FakePublisher) -> list[str]:
     return out
 
 
-async def _wait_for_op(pub: FakePublisher, op: str, after: str | None = None) -> None:
+async def _wait_for_op(pub: TestProducer, op: str, after: str | None = None) -> None:
     for _ in range(200):
         ops = _ops(pub)
         if op in (ops[ops.index(after) + 1 :] if after in ops else [] if after else ops):

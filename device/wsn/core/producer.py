@@ -41,8 +41,10 @@ PRODUCER_PATH = "/wsn/producer"
 # of a constant tuple on its own, and a .mpy install makes each of them an object on the heap
 # (the rows as tuples took 768 B more heap there).
 # WS-BaseNotification 1.3 §4.2 Subscribe, §4.3 GetCurrentMessage, §5.2 CreatePullPoint, §4.1
-# and §6.4 GetResourceProperty, §6.1 Renew/Unsubscribe, §6.2 Pause/Resume, §6.4 +
-# WS-ResourceLifetime 1.2 §4.1 Destroy (immediate termination), §5.1 the PullPoint's.
+# and §6.4 GetResourceProperty, §6.1.1 Renew, §6.1.2 Unsubscribe, §6.2.1 PauseSubscription,
+# §6.3 ResumeSubscription, §6.4 +
+# WS-ResourceLifetime 1.2 §4.1 Destroy (immediate termination), WS-BaseNotification 1.3 §5.1
+# the PullPoint's.
 _PORTS = const(("wsn/bw-2/NotificationProducer", "wsn/bw-2/CreatePullPoint",
                 "wsrf/rpw-2/GetResourceProperty", "wsn/bw-2/SubscriptionManager",
                 "wsn/bw-2/PausableSubscriptionManager", "wsrf/rlw-2/ImmediateResourceTermination",

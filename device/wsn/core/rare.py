@@ -99,7 +99,7 @@ def get_rp(p, req, s, now, actions):
 
 
 def get_messages(p, req, pp, now, actions):
-    # WS-BaseNotification 1.3 §5.1: the answer in pieces, one per message
+    # WS-BaseNotification 1.3 §5.1.2: the answer in pieces, one per message
     mx = req.body.find(ns.WSNT, "MaximumNumber")
     n = None
     if mx is not None:

@@ -1,0 +1,51 @@
+"""What follows the broker's state from outside it (observers of gateway.state, added by
+gateway.app): the delivery queues, and the publisher observers of demand-based publishing
+and of the landing zone's device ids (gateway.publishers.PublisherObserver)."""
+
+from __future__ import annotations
+
+from gateway import lifecycle as lc
+from gateway.delivery import DeliveryManager, Target
+from gateway.lifecycle import Phase
+from gateway.publishers import PublisherObserver
+from gateway.state import DemandChanged, Event, RegistrationChanged, SubscriptionChanged
+
+
+class DeliveryQueues:
+    """Keeps one delivery queue per push subscription (not for those whose consumer is a
+    pull point): made when it is created or restored, paused and resumed with it, removed
+    with its pending messages when it ends."""
+
+    def __init__(self, delivery: DeliveryManager) -> None:
+        self.delivery = delivery
+
+    def __call__(self, event: Event) -> None:
+        if not isinstance(event, SubscriptionChanged) or event.subscription.pullpoint:
+            return
+        sub, step = event.subscription, event.step
+        if step.target is Phase.ENDED:
+            self.delivery.remove(sub.id)
+        elif step is lc.SUBSCRIBE or step is lc.RESTORE_SUBSCRIPTION:
+            self.delivery.add(Target(sub.id, sub.consumer, sub.raw, sub.soap), paused=sub.paused)
+        elif step is lc.PAUSE or step is lc.RESUME:
+            self.delivery.set_paused(sub.id, sub.paused)
+
+
+class Publishers:
+    """Tells a PublisherObserver of registrations created or restored, ended (for any
+    reason, expiry included) and of demand changes."""
+
+    def __init__(self, observer: PublisherObserver) -> None:
+        self.observer = observer
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, DemandChanged):
+            self.observer.demand_changed(event.registration, event.topic, event.demanded)
+        elif isinstance(event, RegistrationChanged):
+            if event.step.target is Phase.ENDED:
+                self.observer.registration_destroyed(event.registration)
+            elif event.step is lc.REGISTER or event.step is lc.RESTORE_REGISTRATION:
+                self.observer.registration_created(event.registration)
+
+    def __repr__(self) -> str:
+        return f"Publishers({type(self.observer).__name__})"

@@ -1,0 +1,60 @@
+"""Clients long-polling a pull point (GetMessages with `edge:Wait`, docs/gateway.md): they
+wait until a message arrives, the pull point goes, the broker stops or their wait ends.
+
+`LongPolls` follows the broker's state (an observer of gateway.state): a commit into a pull
+point (`MessagesArrived`) or its destruction wakes its waiters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from gateway import lifecycle
+from gateway.state import Event, MessagesArrived, PullPointChanged
+
+
+class LongPolls:
+    def __init__(self) -> None:
+        self._arrived: dict[str, asyncio.Event] = {}
+        self._waiting: Counter[str] = Counter()
+
+    def waiting(self, pullpoint_id: str) -> int:
+        """How many clients wait on the pull point now (gateway.status)."""
+        return self._waiting[pullpoint_id]
+
+    async def wait(self, pullpoint_id: str, timeout: float) -> None:
+        """Wait up to `timeout` seconds for a message to arrive in the pull point (or for
+        it to go, or the broker to stop)."""
+        ev = self._arrived.get(pullpoint_id)
+        if ev is None:
+            ev = self._arrived[pullpoint_id] = asyncio.Event()
+        ev.clear()
+        self._waiting[pullpoint_id] += 1
+        try:
+            await asyncio.wait_for(ev.wait(), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._waiting[pullpoint_id] -= 1
+            if self._waiting[pullpoint_id] <= 0:
+                del self._waiting[pullpoint_id]
+                if self._arrived.get(pullpoint_id) is ev:
+                    del self._arrived[pullpoint_id]
+
+    def wake(self, pullpoint_id: str) -> None:
+        ev = self._arrived.get(pullpoint_id)
+        if ev is not None:
+            ev.set()
+
+    def wake_all(self) -> None:
+        """Every waiter returns now (the broker stops)."""
+        for ev in self._arrived.values():
+            ev.set()
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, MessagesArrived):
+            for pid in event.pullpoints:
+                self.wake(pid)
+        elif isinstance(event, PullPointChanged) and event.step is lifecycle.DESTROY_PULLPOINT:
+            self.wake(event.pullpoint.id)

@@ -1,0 +1,125 @@
+"""The broker's state over time: restored from storage at start, swept of resources whose
+TerminationTime has passed while it runs (WS-BaseNotification 1.3 §6.2.1: a paused
+subscription expires too; WS-ResourceLifetime 1.2 §5 scheduled termination). gateway.app
+runs both in its lifecycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from datetime import datetime
+
+from gateway import manager, publishers, registrations, subscriptions, topics
+from gateway.context import Context
+from gateway.lifecycle import Why
+from gateway.publishers import Registration
+from gateway.resource import from_epoch
+from gateway.state import PullPoint, Restored
+from gateway.storage import SubscriptionRow
+from gateway.subscriptions import Subscription
+from gateway.wire import ns
+from gateway.wire.addressing import Epr
+from gateway.wire.xmlutil import parse_xml
+
+log = logging.getLogger("gateway.upkeep")
+
+
+async def restore(ctx: Context) -> None:
+    """Load storage's snapshot into the state (one transition) and queue the deliveries
+    still pending. A subscription that no longer compiles (the Topic Set was made fixed
+    since, say) is dropped with its pending deliveries; an unreadable registration is
+    dropped from memory."""
+    snap = ctx.storage.load()
+    now = ctx.clock()
+    ts = ctx.state.ts
+    # grown topics first: a subscription's expression is validated against the Topic Set
+    refused = ctx.state.restore_topics(
+        [topics.ConcreteTopic(tns, tuple(path.split("/"))) for tns, path in snap.grown]
+    )
+    for t, e in refused:
+        log.warning("not restoring grown topic %s: %s", t, e)
+    r = Restored(
+        current={
+            topics.ConcreteTopic(tns, tuple(path.split("/")) if path else ()): xml
+            for tns, path, xml in snap.current
+        },
+        pullpoints=[
+            PullPoint(pid, from_epoch(c) or now, queued=n) for pid, c, n in snap.pullpoints
+        ],
+    )
+    for rr in snap.registrations:
+        try:
+            reg = Registration(
+                rr.id,
+                Epr.from_xml(rr.publisher) if rr.publisher else None,
+                [(d, t, m) for d, t, m in json.loads(rr.topics)],
+                rr.demand,
+                from_epoch(rr.created) or now,
+                from_epoch(rr.termination),
+                rr.device_id,
+            )
+            publishers.compile_specs(reg)
+            r.registrations.append(reg)
+        except Exception:
+            log.exception("dropping unreadable registration %s", rr.id)
+    unusable: list[str] = []
+    for row in snap.subscriptions:
+        try:
+            r.subscriptions.append(_subscription(row, ts, now))
+        except Exception as e:  # e.g. the topic set was made fixed since
+            log.warning("dropping subscription %s that no longer compiles: %s", row.id, e)
+            unusable.append(row.id)
+    ctx.state.restore(r)
+    by_sub: dict[str, list[tuple[int, str]]] = {}
+    for m in snap.deliveries:
+        by_sub.setdefault(m.owner, []).append((m.seq, ctx.render.stored(m)))
+    for sub in r.subscriptions:
+        for seq, xml in by_sub.get(sub.id, []):
+            ctx.delivery.enqueue(sub.id, seq, xml)
+    if unusable:
+        seqs = [seq for sid in unusable for seq, _x in by_sub.get(sid, [])]
+        await ctx.storage.delete_subscriptions(unusable, seqs)
+
+
+def _subscription(row: SubscriptionRow, ts: topics.TopicSet, now: datetime) -> Subscription:
+    pf = subscriptions.parse_filter(parse_xml(row.filter.encode()) if row.filter else None, ts)
+    return Subscription(
+        id=row.id,
+        consumer=Epr.from_xml(row.consumer),
+        raw=row.raw,
+        created=from_epoch(row.created) or now,
+        termination=from_epoch(row.termination),
+        paused=row.paused,
+        pullpoint=row.pullpoint,
+        filter_xml=row.filter,
+        policy_xml=row.policy,
+        topic_exprs=pf.topic_exprs,
+        content=pf.content,
+        producer=pf.producer,
+        dialect=row.dialect or topics.CONCRETE,
+        soap=row.soap or ns.SOAP12,
+    )
+
+
+async def sweep(ctx: Context) -> None:
+    """End the subscriptions and registrations whose TerminationTime has passed (a paused
+    subscription too)."""
+    subs, regs = ctx.state.expired(ctx.clock())
+    if subs:
+        await manager.end(ctx, subs, Why.EXPIRED)
+    if regs:
+        await registrations.end(ctx, regs, Why.EXPIRED)
+
+
+async def sweeper(ctx: Context) -> None:
+    """Sweep every --sweep-interval seconds until cancelled; a failed sweep is logged and
+    tried again at the next."""
+    while True:
+        await asyncio.sleep(ctx.cfg.sweep_interval)
+        try:
+            await sweep(ctx)
+        except Exception:
+            log.exception("expiry sweep failed; retrying")
+        ctx.counts.sweeps += 1
