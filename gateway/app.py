@@ -38,12 +38,13 @@ from gateway.context import Context, Landing
 from gateway.dedupe import Dedupe
 from gateway.delivery import DeliveryManager
 from gateway.demand import DemandManager
-from gateway.followers import DeliveryQueues, Publishers
+from gateway.followers import DeliveryQueues, Publishers, QuotaAccount
 from gateway.landing_parquet import ParquetLandingWriter  # imports pyarrow only when used
 from gateway.landing_record import RecordBuilder
 from gateway.longpoll import LongPolls
 from gateway.metrics import Metrics
 from gateway.oplog import OperatorLog
+from gateway.quotas import for_config as quotas_for
 from gateway.render import Renderer
 from gateway.state import BrokerState, Observer
 from gateway.storage import Storage
@@ -112,6 +113,8 @@ def build(cfg: Config, clock: Clock = utcnow) -> Gateway:
     # XPath not proven linear is evaluated in a worker process (gateway/topics/xpath_budget.py)
     xpath = XPathBudget(cfg.filter_timeout, cfg.filter_max_memory_mb)
     state = BrokerState(ts, clock, xpath)
+    quotas = quotas_for(cfg)  # the quotas with names
+    quotas.on_refused = lambda kind, scope: metrics.quota_refusals.labels(kind, scope).inc()
     render = Renderer(
         cfg.public_url or f"http://{cfg.host}:{cfg.port}",
         cfg.requires_registration,
@@ -132,6 +135,7 @@ def build(cfg: Config, clock: Clock = utcnow) -> Gateway:
         loop_id=loop_id,
         clock=clock,
         xpath=xpath,
+        quotas=quotas,
     )
     delivery.on_dead = functools.partial(manager.consumer_dead, ctx)
     demand = DemandManager(state, storage, render, policy, cfg)
@@ -140,6 +144,7 @@ def build(cfg: Config, clock: Clock = utcnow) -> Gateway:
         ctx.polls,  # GetMessages long polls woken
         Publishers(records),  # the landing lines' device ids
         OperatorLog(),  # the lifecycle log lines (gateway.oplog)
+        QuotaAccount(quotas),  # what ends gives its quota back
         Publishers(demand),  # demand-based publishing
     ]
     for follower in followers:

@@ -21,6 +21,7 @@ from gateway.landing_parquet import ParquetLandingWriter
 from gateway.landing_record import RecordBuilder
 from gateway.longpoll import LongPolls
 from gateway.metrics import Counts, Metrics
+from gateway.quotas import Quotas
 from gateway.render import Renderer
 from gateway.state import BrokerState
 from gateway.storage import Storage
@@ -68,3 +69,5 @@ class Context:
     clock: Clock
     #: evaluates XPath not proven linear in a worker process, with a deadline
     xpath: XPathBudget
+    #: what each client address holds, against the quotas with names (gateway.quotas)
+    quotas: Quotas

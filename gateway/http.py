@@ -171,6 +171,7 @@ async def _handle(request: web.Request) -> web.StreamResponse:
         status = soap.http_status_for(e.version, e.code)
         return _soap_response(e.version, body, status, fault_action)
     request[OP_KEY] = "unresolved"  # gateway.status.observe: metric label (a bounded set)
+    req.client = request.remote or ""
     try:
         op, resource = dispatch.resolve(ctx.state, ctx.clock(), request.path, req)
         request[OP_KEY] = op.name

@@ -26,6 +26,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gateway.quotas import KINDS as QUOTA_KINDS
+from gateway.quotas import SCOPES as QUOTA_SCOPES
+
 #: outcomes of `wsn_deliveries_total` (messages, not requests)
 DELIVERY_OUTCOMES = ("ok", "retried", "failed", "dropped")
 #: reasons of `wsn_requests_rejected_total`: refused before the operation was known, by the
@@ -119,6 +122,16 @@ class Metrics:
         )
         #: operation -> request durations not yet in request_latency (observe_request)
         self._request_pending: dict[str, list[float]] = {}
+        self.quota_refusals = Counter(
+            "wsn_quota_refusals",
+            "Requests refused at a quota (gateway.quotas), by quota (subscriptions, pull "
+            "points, topics) and scope (client: the client address's own bound; total)",
+            ["quota", "scope"],
+            registry=r,
+        )
+        for q in QUOTA_KINDS:
+            for scope in QUOTA_SCOPES:
+                self.quota_refusals.labels(q, scope)
         self.commit_seconds = Histogram(
             "wsn_sqlite_commit_seconds",
             "Duration of one SQLite transaction (BEGIN IMMEDIATE .. COMMIT)",

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
-from gateway import filters, landing, loops, publishers, topics
+from gateway import filters, landing, loops, publishers, quotas, topics
 from gateway.context import Context, Reply
 from gateway.metrics import Counts
 from gateway.publishers import Registration
@@ -204,7 +204,7 @@ async def _notify(ctx: Context, req: SoapRequest, reg: Registration | None) -> R
     via = loops.via_of(req.header)
     if not looped(ctx, via):
         key = ctx.dedupe.key_of(req, reg, items[0].producer if items else None)
-        await ctx.dedupe.accept_once(key, lambda: publish(ctx, items, via, key))
+        await ctx.dedupe.accept_once(key, lambda: publish(ctx, items, via, key, req.client))
     return None, []
 
 
@@ -278,11 +278,13 @@ async def publish(
     items: Sequence[Publication],
     via: tuple[str, ...] = (),
     seen: SeenKey | None = None,
+    client: str = "",
 ) -> None:
     """Accept notifications (module docstring): topic growth (WS-Topics 1.3 §9), then the
     plan, then one commit, then the state. Returns once committed (a positive answer to
     Notify means durably accepted). `via`: the brokers they went through (gateway.loops);
-    `seen`: the Notify's seen-set key (gateway.dedupe), committed with it."""
+    `seen`: the Notify's seen-set key (gateway.dedupe), committed with it; `client`: the
+    address it came from, whose --max-client-topics bounds the topics it adds."""
     state = ctx.state
     pubs = admitted(ctx.counts, state.ts, list(items))
     now = ctx.clock()
@@ -297,10 +299,21 @@ async def publish(
         its = landing.items_for(pubs, records, new_msg_id, xmls)  # type: ignore[arg-type]
         lines = await records.lines(now, its)
     named = topics_of(pubs)
+    adds = [t for t in named if t not in state.ts]
+    if adds:  # topic growth bounded per client address and in all (quotas.TOPICS)
+        refused = ctx.quotas.refuse(quotas.TOPICS, client, len(adds))
+        if refused is not None:
+            raise faults.wsnt(
+                "TopicNotSupportedFault",
+                f"the Topic Set may not grow by {len(adds)} more topic(s): {refused}; "
+                "publish on existing topics",
+            )
     try:
-        state.grow_topics(named)
+        grown = state.grow_topics(named)
     except topics.TopicError as e:
         raise faults.from_topic_error(e) from None
+    for t in grown:
+        ctx.quotas.hold(quotas.TOPICS, client, f"{t.namespace} {'/'.join(t.path)}")
     # XPath that is not proven linear (topic expressions, filters): off the event loop
     await state.index.prepare()
     render, ts = ctx.render, state.ts
@@ -327,6 +340,7 @@ async def publish(
         judge=judge,
     )
     p.batch.seen = seen
+    p.batch.pp_max_bytes = ctx.cfg.pullpoint_max_bytes
     for sid, n in p.deliveries_per_sub.items():  # the backlog bound, in the same commit
         p.batch.drop_deliveries.extend(ctx.delivery.overflow(sid, n))
     res = await persist(ctx, p.batch)

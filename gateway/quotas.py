@@ -14,6 +14,9 @@ A caller may rely on:
 * the account is in memory: the broker holds its resources again when it reloads them at
   start (a client's address is part of each resource's stored state).
 
+`for_config(cfg)` builds the gateway's quotas from its flags (docs/gateway.md "Security"
+lists them); `on_refused(kind, scope)` is told of each refusal (gateway.metrics counts them).
+
 A bound of None is no bound. The per-client bound applies to every client address, loopback
 included: give trusted local clients room with the flag.
 """
@@ -26,7 +29,17 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gateway.config import Config
+
 log = logging.getLogger("gateway.quotas")
+
+#: the kinds the gateway bounds (the bytes of pull points are bounded per pull point, by
+#: --pullpoint-max-bytes, in storage: the oldest dropped, as for --pullpoint-max-messages)
+SUBSCRIPTIONS = "subscriptions"
+PULLPOINTS = "pull points"
+TOPICS = "topics"
+KINDS = (SUBSCRIPTIONS, PULLPOINTS, TOPICS)
+SCOPES = ("client", "total")
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,8 @@ class Quotas:
         #: refusals so far by (kind, "client" | "total")
         self.refusals: Counter[tuple[str, str]] = Counter()
         self._logged: dict[tuple[str, str], tuple[float, int]] = {}  # -> (when, since)
+        #: told of each refusal: (kind, "client" | "total")
+        self.on_refused: Callable[[str, str], None] | None = None
 
     # ---- the account ----
     def held(self, kind: str, client: str | None = None) -> int:
@@ -118,6 +133,8 @@ class Quotas:
 
     def _refused(self, kind: str, scope: str, client: str, why: str) -> None:
         self.refusals[(kind, scope)] += 1
+        if self.on_refused is not None:
+            self.on_refused(kind, scope)
         now = self.clock()
         key = (kind, client)
         last = self._logged.get(key)
@@ -133,3 +150,29 @@ class Quotas:
             "refused %s for %s: %s; logged at most every %g s per client%s",
             kind, client, why, self.log_interval, more,
         )  # fmt: skip
+
+
+def for_config(cfg: Config) -> Quotas:
+    """The gateway's quotas, from its flags."""
+    return Quotas(
+        [
+            Quota(
+                SUBSCRIPTIONS,
+                cfg.max_subscriptions,
+                "--max-subscriptions",
+                cfg.max_client_subscriptions,
+                "--max-client-subscriptions",
+            ),
+            Quota(
+                PULLPOINTS,
+                cfg.max_pullpoints,
+                "--max-pullpoints",
+                cfg.max_client_pullpoints,
+                "--max-client-pullpoints",
+            ),
+            Quota(
+                TOPICS, cfg.max_topics, "--max-topics", cfg.max_client_topics, "--max-client-topics"
+            ),
+        ],
+        log_interval=cfg.quota_log_interval,
+    )

@@ -450,8 +450,11 @@ class Storage(DemandTables):
 
         await self._run(fn)
 
-    async def take_pp_messages(self, pp_id: str, limit: int | None) -> list[Pending]:
-        """Remove and return the oldest messages (all when limit is None)."""
+    async def take_pp_messages(
+        self, pp_id: str, limit: int | None, max_bytes: int = 0
+    ) -> list[Pending]:
+        """Remove and return the oldest messages (all when limit is None), and no more
+        than `max_bytes` of text past the first (0: any)."""
 
         def fn(c: sqlite3.Connection) -> list[Pending]:
             q = (
@@ -462,7 +465,13 @@ class Storage(DemandTables):
             if limit is not None:
                 q += " LIMIT ?"
                 args = (pp_id, limit)
-            rows = c.execute(q, args).fetchall()
+            rows: list[Any] = []
+            held = 0
+            for r in c.execute(q, args):  # read one by one: the bytes bound stops early
+                held += len(r[2])
+                if rows and max_bytes and held > max_bytes:
+                    break
+                rows.append(r)
             if rows:
                 c.execute("DELETE FROM pp_messages WHERE pp_id=? AND seq<=?", (pp_id, rows[-1][0]))
             return [Pending(r[0], pp_id, r[1], r[2], r[3] == AFTER_SUBREF) for r in rows]

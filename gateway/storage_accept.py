@@ -25,6 +25,7 @@ class AcceptBatch:
     #: (pp_id, the subscription it was rendered for or None, index in `renderings`)
     pp_messages: list[tuple[str, str | None, int]] = field(default_factory=list)
     pp_limit: int = 0  # keep at most this many per pull point touched (drop oldest)
+    pp_max_bytes: int = 0  # and at most this many bytes of messages (drop oldest), 0: any
     landing: list[tuple[str, str]] = field(default_factory=list)  # (msg_id, json line)
     # the same records for the Parquet landing writer (gateway.landing_parquet)
     landing_parquet: list[tuple[str, str]] = field(default_factory=list)
@@ -111,7 +112,32 @@ def accept_rest(c: sqlite3.Connection, b: AcceptBatch) -> AcceptResult:
                     cur = c.execute("DELETE FROM pp_messages WHERE pp_id=? AND seq<?", (pp, row[0]))
                     if cur.rowcount:
                         dropped[pp] = cur.rowcount
+        if b.pp_max_bytes > 0:
+            for pp in {p for p, _s, _i in b.pp_messages}:
+                n = _drop_over_bytes(c, pp, b.pp_max_bytes)
+                if n:
+                    dropped[pp] = dropped.get(pp, 0) + n
     return AcceptResult(seqs, dropped)
+
+
+def _drop_over_bytes(c: sqlite3.Connection, pp: str, max_bytes: int) -> int:
+    """Drop the oldest messages of `pp` until the rest hold at most `max_bytes` bytes of
+    text (the newest is always kept); -> how many were dropped."""
+    # the newest message past the bound, counting from the newest (a window over the pull
+    # point's own rows: its index is (pp_id, seq))
+    row = c.execute(
+        "SELECT seq FROM (SELECT m.seq AS seq, SUM(length(CAST(r.xml AS BLOB)))"
+        " OVER (ORDER BY m.seq DESC) AS held FROM pp_messages m"
+        " JOIN renderings r ON r.id = m.ref WHERE m.pp_id=?)"
+        " WHERE held > ? ORDER BY seq DESC LIMIT 1",
+        (pp, max_bytes),
+    ).fetchone()
+    if row is None:
+        return 0
+    newest = c.execute("SELECT MAX(seq) FROM pp_messages WHERE pp_id=?", (pp,)).fetchone()[0]
+    cut = min(row[0], newest - 1)
+    cur = c.execute("DELETE FROM pp_messages WHERE pp_id=? AND seq<=?", (pp, cut))
+    return cur.rowcount
 
 
 class Accept:

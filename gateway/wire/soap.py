@@ -41,6 +41,8 @@ class SoapRequest:
     body: Element
     payload: Element  # first element child of Body: dispatch key
     wsa: Addressing
+    #: the client's address (the transport sets it; "" when unknown): for its quotas
+    client: str = ""
 
 
 def parse_request(data: bytes, version_hint: str = ns.SOAP11) -> SoapRequest:
