@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ from gateway.state import BrokerState, Observer
 from gateway.storage import Storage
 from gateway.topics.xpath_budget import XPathBudget
 from gateway.wire.xmlutil import Clock, utcnow
+
+log = logging.getLogger("gateway.app")
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,18 @@ def create_app(gw: Gateway) -> web.Application:
         # fails, and updates the queues and landing writers, before they stop
         await ctx.dedupe.settle()
 
+    async def answer_long_polls(_app: web.Application) -> None:
+        # on_shutdown runs once the listeners are closed and before aiohttp waits for the
+        # handlers still running: a long poll is answered now (with what its pull point
+        # holds), not when its edge:Wait ends
+        n = ctx.polls.total()
+        ctx.polls.wake_all()
+        if n:
+            log.info("stopping: %d long poll(s) answered at once", n)
+        if running := len(ctx.dedupe.running()):  # why the stop may take a moment
+            log.info("stopping: waiting for %d accepted Notify to commit", running)
+
+    app.on_shutdown.append(answer_long_polls)
     app.cleanup_ctx.extend([storage, delivery, landing_writers, state, demand_publishing, dedupe])
     return app
 

@@ -18,6 +18,11 @@ class LongPolls:
     def __init__(self) -> None:
         self._arrived: dict[str, asyncio.Event] = {}
         self._waiting: Counter[str] = Counter()
+        self.closed = False  # the broker stops: nobody waits any more
+
+    def total(self) -> int:
+        """How many clients wait now, on all pull points."""
+        return sum(self._waiting.values())
 
     def waiting(self, pullpoint_id: str) -> int:
         """How many clients wait on the pull point now (gateway.status)."""
@@ -26,6 +31,8 @@ class LongPolls:
     async def wait(self, pullpoint_id: str, timeout: float) -> None:
         """Wait up to `timeout` seconds for a message to arrive in the pull point (or for
         it to go, or the broker to stop)."""
+        if self.closed:
+            return
         ev = self._arrived.get(pullpoint_id)
         if ev is None:
             ev = self._arrived[pullpoint_id] = asyncio.Event()
@@ -48,7 +55,8 @@ class LongPolls:
             ev.set()
 
     def wake_all(self) -> None:
-        """Every waiter returns now (the broker stops)."""
+        """Every waiter returns now, and later ones at once (the broker stops)."""
+        self.closed = True
         for ev in self._arrived.values():
             ev.set()
 
