@@ -39,7 +39,7 @@ from gateway.context import Context, Landing
 from gateway.dedupe import Dedupe
 from gateway.delivery import DeliveryManager
 from gateway.demand import DemandManager
-from gateway.followers import DeliveryQueues, Publishers, QuotaAccount
+from gateway.followers import DeliveryQueues, Publishers, PullCounts, QuotaAccount
 from gateway.landing_parquet import ParquetLandingWriter  # imports pyarrow only when used
 from gateway.landing_record import RecordBuilder
 from gateway.longpoll import LongPolls
@@ -148,6 +148,7 @@ def build(cfg: Config, clock: Clock = utcnow) -> Gateway:
         Publishers(records),  # the landing lines' device ids
         OperatorLog(),  # the lifecycle log lines (gateway.oplog)
         QuotaAccount(quotas),  # what ends gives its quota back
+        PullCounts(metrics.counts),  # a pull-point subscription's deliveries, forgotten
         Publishers(demand),  # demand-based publishing
     ]
     for follower in followers:

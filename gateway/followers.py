@@ -8,6 +8,7 @@ from gateway import lifecycle as lc
 from gateway import quotas
 from gateway.delivery import DeliveryManager, Target
 from gateway.lifecycle import Phase
+from gateway.metrics import Counts
 from gateway.publishers import PublisherObserver
 from gateway.quotas import Quotas
 from gateway.state import (
@@ -78,3 +79,20 @@ class QuotaAccount:
             self.quotas.release(kind, key)
         elif event.step is lc.RESTORE_SUBSCRIPTION or event.step is lc.RESTORE_PULLPOINT:
             self.quotas.hold(kind, "", key)
+
+
+class PullCounts:
+    """Forgets what a subscription delivered into its pull point (Counts.into_pullpoints,
+    for gateway.status) when it ends."""
+
+    def __init__(self, counts: Counts) -> None:
+        self.counts = counts
+
+    def __call__(self, event: Event) -> None:
+        if (
+            isinstance(event, SubscriptionChanged)
+            and event.subscription.pullpoint
+            and event.step.target is Phase.ENDED
+        ):
+            self.counts.into_pullpoints.pop(event.subscription.id, None)
+            self.counts.into_pullpoints_last.pop(event.subscription.id, None)

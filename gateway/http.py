@@ -22,7 +22,7 @@ import time
 
 from aiohttp import web
 
-from gateway import dispatch, http_limits, loops, status
+from gateway import dispatch, http_limits, longpoll, loops, status
 from gateway.config import Config
 from gateway.context import Context
 from gateway.demand import DemandManager
@@ -132,10 +132,12 @@ async def handle(request: web.Request) -> web.StreamResponse:
     """A SOAP POST, timed for /metrics (status.observe): called here, not as a middleware,
     whose chain aiohttp would run for every request, the operator GETs included."""
     t0 = time.perf_counter()
+    longpoll.WAITED.set(0.0)  # one connection's requests may share a task
     try:
         return await _handle(request)
     finally:
-        status.observe(request, time.perf_counter() - t0)
+        # a GetMessages long poll's wait is not latency (longpoll.WAITED: this task's)
+        status.observe(request, time.perf_counter() - t0 - longpoll.WAITED.get())
 
 
 async def _handle(request: web.Request) -> web.StreamResponse:

@@ -8,10 +8,16 @@ point (`MessagesArrived`) or its destruction wakes its waiters.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import time
 from collections import Counter
 
 from gateway import lifecycle
 from gateway.state import Event, MessagesArrived, PullPointChanged
+
+#: seconds the current request spent waiting in `LongPolls.wait` (a request is one task:
+#: gateway.http reads it to keep long-poll waits out of the request latency it reports)
+WAITED: contextvars.ContextVar[float] = contextvars.ContextVar("wsn_waited", default=0.0)
 
 
 class LongPolls:
@@ -38,11 +44,13 @@ class LongPolls:
             ev = self._arrived[pullpoint_id] = asyncio.Event()
         ev.clear()
         self._waiting[pullpoint_id] += 1
+        t0 = time.monotonic()
         try:
             await asyncio.wait_for(ev.wait(), timeout)
         except TimeoutError:
             pass
         finally:
+            WAITED.set(WAITED.get() + time.monotonic() - t0)
             self._waiting[pullpoint_id] -= 1
             if self._waiting[pullpoint_id] <= 0:
                 del self._waiting[pullpoint_id]

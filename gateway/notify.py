@@ -22,6 +22,7 @@ import contextlib
 import itertools
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -467,8 +468,13 @@ def apply(ctx: Context, p: Plan, res: AcceptResult, via: tuple[str, ...] = ()) -
     subs = [sid for sid, _r in batch.deliveries]
     ctx.delivery.enqueue_many(zip(subs, res.delivery_seqs, p.delivery_xmls, strict=True), via)
     into: dict[str, int] = {}
-    for pid, _s, _r in batch.pp_messages:
-        into[pid] = into.get(pid, 0) + 1
+    if batch.pp_messages:
+        counted, at = ctx.counts.into_pullpoints, time.time()
+        for pid, sid, _r in batch.pp_messages:
+            into[pid] = into.get(pid, 0) + 1
+            if sid is not None:  # a pull-point subscription's deliveries (gateway.status)
+                counted[sid] += 1
+                ctx.counts.into_pullpoints_last[sid] = at
     ctx.state.notifications_accepted(p.current, into, res.pp_dropped)
     if ctx.landing.jsonl is not None:
         ctx.landing.jsonl.kick()
