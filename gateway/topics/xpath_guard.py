@@ -4,10 +4,11 @@ others are not.
 The broker evaluates MessageContent and ProducerProperties filters (WS-BaseNotification 1.3
 §4.2) on every notification and XPath TopicExpressions (WS-Topics 1.3 §8.4) on the Topic
 Set, for anyone allowed to Subscribe, with libxml2, which cannot be interrupted once it
-starts. Every valid expression is accepted (§4.1: a listed dialect promises that); this
-module only decides *where* one is evaluated: `analyze(text).linear` ones on the event loop,
-every other one in a worker process with a time limit (gateway/xpath_budget.py), so one
-subscriber's expression can stall nothing but its own evaluation.
+starts. Every valid expression is accepted (WS-BaseNotification 1.3 §4.1: a listed dialect
+promises that); this module only decides *where* one is evaluated: `analyze(text).linear`
+ones on the event loop, every other one in a worker process with a time limit
+(gateway/topics/xpath_budget.py), so one subscriber's expression can stall nothing but its
+own evaluation.
 
 The proof follows libxml2's evaluation (measured with documents of n and 4n nodes): a step
 over the child, attribute or self axis appends its results without looking for duplicates
