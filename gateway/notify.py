@@ -128,7 +128,7 @@ def parse_notify(ctx: Context, req: SoapRequest, reg: Registration | None) -> li
                 )
         if r is not None:
             if topic is not None:
-                topic = publishers.map_device_topic(topic, r.device_id)
+                topic = publishers.map_device_topic(topic, r.device_id, r.device_ns)
             if not r.allows(topic, ctx.state.ts):
                 raise faults.wsnt(
                     "TopicNotSupportedFault",

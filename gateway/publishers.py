@@ -14,6 +14,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -44,6 +45,11 @@ class Registration:
     #: reloaded from storage at start (observers are told of it again; gateway.oplog logs
     #: it as registration_restored, not as a new registration); not stored
     restored: bool = False
+
+    @cached_property
+    def device_ns(self) -> str:
+        """The namespace of the device's own topics (device_namespace)."""
+        return device_namespace(self.publisher)
 
     def topics_json(self) -> str:
         return json.dumps(self.topic_specs)
@@ -104,10 +110,25 @@ def device_id_for(publisher: Epr | None) -> str | None:
     return as_topic_name(f"{parts.hostname}-{port or (443 if parts.scheme == 'https' else 80)}")
 
 
-def map_device_topic(topic: topics.ConcreteTopic, device_id: str | None) -> topics.ConcreteTopic:
-    """design.md: dt:<t> (urn:wsn-edge:device-topics) becomes dev:<device_id>/<t>
+def device_namespace(publisher: Epr | None) -> str:
+    """design.md: a device's own topic namespace, edge:TopicNamespace in the PublisherReference's
+    wsa:Metadata (a device with a topics file in a namespace of its own), else
+    urn:wsn-edge:device-topics."""
+    if publisher is not None and publisher.metadata is not None:
+        for el in publisher.metadata.iter(ns.q(ns.EDGE, "TopicNamespace")):
+            v = text_of(el)
+            if v and v != ns.DEVICES_NS:
+                return v
+    return ns.DEVICE_TOPICS_NS
+
+
+def map_device_topic(
+    topic: topics.ConcreteTopic, device_id: str | None, device_ns: str = ns.DEVICE_TOPICS_NS
+) -> topics.ConcreteTopic:
+    """design.md: a topic of the device's namespace (dt:<t>, urn:wsn-edge:device-topics unless
+    the device names its own: Registration.device_ns) becomes dev:<device_id>/<t>
     (urn:wsn-edge:devices)."""
-    if device_id and topic.namespace == ns.DEVICE_TOPICS_NS:
+    if device_id and topic.namespace == device_ns:
         return topics.ConcreteTopic(ns.DEVICES_NS, (device_id, *topic.path))
     return topic
 
@@ -120,7 +141,7 @@ def compile_specs(reg: Registration) -> None:
         e = topics.compile_expression(dialect, text, {k or None: v for k, v in nsmap.items()})
         one = e.single_topic()
         if one is not None:
-            mapped = map_device_topic(one, reg.device_id)
+            mapped = map_device_topic(one, reg.device_id, reg.device_ns)
             reg.named_topics.add(mapped)
             if mapped != one:
                 continue  # device topics are known by their mapped name only

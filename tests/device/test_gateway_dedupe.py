@@ -85,7 +85,7 @@ class LossyProxy:
         try:
             first = True
             while data := await ur.read(65536):
-                if first and b"<wsnt:Notify>" in head:
+                if first and b"<wsnt:Notify " in head:
                     self.notifies += 1
                     if self.drop > 0 and self.skip > 0:
                         self.skip -= 1

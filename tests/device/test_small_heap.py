@@ -107,3 +107,35 @@ async def test_hostile_input_in_64k_does_not_kill_the_device(
         st = await cl.status()
         assert st["subscriptions"] == 1
     assert "Traceback" not in dev.output()
+
+
+async def test_distinct_characters_do_not_pile_up_in_64k(
+    start_frozen_device: Callable[..., DeviceProcess], consumers: Consumers
+) -> None:
+    """MicroPython interns every one-character string that indexing or iterating a str makes,
+    and every chr() (qstrs are never freed): a parser that walks names character by character
+    keeps each distinct character of every name it ever saw. An attacker's requests with
+    thousands of distinct characters in names and character references must leave the heap
+    as it was, and the device serving."""
+    dev = start_frozen_device("64K")
+    c = await consumers()
+    async with aiohttp.ClientSession() as s:
+        cl = Client(dev, s)
+        before = (await cl.status())["mem_alloc"]
+        cp = 0x4E00  # CJK ideographs: 3 bytes each in UTF-8, all name characters
+        for _ in range(4):
+            name = "".join(chr(cp + i) for i in range(2500))  # one element, 7.5 KB
+            refs = "".join(f"&#x{cp + 2500 + i:x};" for i in range(700))  # 700 references
+            cp += 3200
+            for body in (f"<{name}/>", f"<r>{refs}</r>"):
+                st, _ = await cl.soap(body.encode())
+                assert st in (400, 503), st  # not SOAP, or no room: never a crash
+        await cl.subscribe(c.url, raw=True)
+        await cl.sample("temperature")
+        await c.next(10)
+        after = (await cl.status())["mem_alloc"]
+    # one subscription and its first push: well under 2 KB; 11,000 interned characters would
+    # be over 100 KB
+    print(f"64K heap in use before the attack {before} B, after it and a subscription {after} B")
+    assert after - before < 2000, (before, after)
+    assert "Traceback" not in dev.output()

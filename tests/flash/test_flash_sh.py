@@ -25,6 +25,8 @@ from pathlib import Path
 import pytest
 from flash_report import flash_summaries
 
+from tests.device.packages import mpy_cross_args
+
 ROOT = Path(__file__).resolve().parents[2]
 FLASH = ROOT / "flash.sh"
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -62,12 +64,38 @@ def commands(out: str) -> list[list[str]]:
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"device_id": "test-01", "gateway": "http://127.0.0.1:9/wsn/broker"}))
+    cfg.write_text(
+        json.dumps(
+            {"device_id": "test-01", "http_port": 8081, "gateway": "http://127.0.0.1:9/wsn/broker"}
+        )
+    )
     return cfg
 
 
-def device_modules() -> list[Path]:
-    return sorted((ROOT / "device" / "wsn").rglob("*.py"))
+def package_modules(*packages: str) -> list[Path]:
+    """The modules of the default package (device/package.json) and of the optional packages
+    named (their directories under device/), in install order."""
+    out = []
+    for pj in [ROOT / "device" / "package.json"] + [
+        ROOT / "device" / p / "package.json" for p in packages
+    ]:
+        for _, src in json.loads(pj.read_text())["urls"]:
+            f = (pj.parent / src).resolve()
+            if f.suffix == ".py" and f.name != "main.py":
+                out.append(f)
+    return out
+
+
+def session(cmds: list[list[str]]) -> list[list[str]]:
+    """The one mpremote session that installs: its commands, split at `+`."""
+    (c,) = [c for c in cmds if c[0] == "mpremote" and "mip" in c]
+    steps: list[list[str]] = [[]]
+    for a in c[3:]:
+        if a == "+":
+            steps.append([])
+        else:
+            steps[-1].append(a)
+    return steps
 
 
 def only_tools(tmp_path: Path, *names: str) -> str:
@@ -104,6 +132,10 @@ def test_help_explains_every_target_and_option() -> None:
         "--no-build",
         "--timeout",
         "--dry-run",
+        "--with",
+        "--topics",
+        "--monitor",
+        "config.schema.json",
         "0x1000",
         "RPI-RP2",
         "MICROPYPATH=.frozen:device",
@@ -124,6 +156,8 @@ def test_help_explains_every_target_and_option() -> None:
         "--heap",
         "--micropython",
         "--timeout",
+        "--with",
+        "--topics",
     }
     for opt in parsed:
         assert opt in r.stdout, f"{opt} is parsed but not in --help"
@@ -143,6 +177,8 @@ def test_help_explains_every_target_and_option() -> None:
         (("rp2", "--chip", "esp32s3"), 2, "--chip does not apply to target rp2"),
         (("esp32", "--heap", "64K"), 2, "--heap does not apply to target esp32"),
         (("qemu", "--heap", "32K", "--dry-run"), 2, "--heap is 64K"),
+        (("unix", "--monitor"), 2, "--monitor does not apply to target unix"),
+        (("unix", "--with", "admin"), 2, "--with does not apply to target unix"),
     ],
 )
 def test_usage_errors(args: tuple[str, ...], code: int, message: str) -> None:
@@ -160,35 +196,32 @@ def test_esp32_dry_run_sequence(config: Path) -> None:
     assert r.returncode == 0, r.stderr
     cmds = commands(r.stdout)
     stage = str(STAGE / "esp32")
-    assert cmds[0] == ["rm", "-rf", stage] and cmds[1] == ["mkdir", "-p", stage]
     # Ask the board which .mpy version it loads before compiling for it.
-    assert cmds[2][:4] == ["mpremote", "connect", "/dev/ttyUSB0", "exec"]
-    assert "_mpy" in cmds[2][4]
+    assert cmds[0][:4] == ["mpremote", "connect", "/dev/ttyUSB0", "exec"]
+    assert "_mpy" in cmds[0][4]
+    assert cmds[1] == ["rm", "-rf", stage] and cmds[2] == ["mkdir", "-p", stage]
+    assert cmds[3][1:] == [str(ROOT / "tools/micropython/stage_packages.py"), stage, "--mpy"]
     compiled = [c for c in cmds if c[0] == "mpy-cross"]
-    mods = device_modules()
+    mods = package_modules()  # the config needs no optional package
     assert len(compiled) == len(mods) and mods
     for c, src in zip(compiled, mods, strict=True):
         rel = src.relative_to(ROOT / "device").as_posix()
+        # compiled as the tests and the benches compile them
         assert c == [
             "mpy-cross",
             "-march=xtensawin",
-            "-s",
-            rel,
+            *mpy_cross_args(rel),
             "-o",
-            f"{stage}/{rel[:-3]}.mpy",
+            f"{stage}/device/{rel[:-3]}.mpy",
             str(src),
         ]
-    tail = cmds[2 + len(compiled) + 1 :]
-    mp = ["mpremote", "connect", "/dev/ttyUSB0"]
-    assert [c[:3] for c in tail if c[0] == "mpremote"] == [mp] * len(
-        [c for c in tail if c[0] == "mpremote"]
-    )
-    board_steps = [c[3:] for c in tail if c[0] == "mpremote"]
-    assert board_steps[0][0] == "exec" and 'rm("wsn")' in board_steps[0][1]
-    assert ["cp", "-r", f"{stage}/wsn", ":wsn"] in board_steps
-    assert ["cp", str(config), ":config.json"] in board_steps
-    assert ["cp", str(ROOT / "device" / "main.py"), ":main.py"] in board_steps
-    assert board_steps[-1] == ["reset"]
+    # one mpremote session installs: clean, mip install of the staged packages, config, reset
+    assert len([c for c in cmds if c[0] == "mpremote"]) == 2
+    steps = session(cmds)
+    assert steps[0][0] == "exec" and 'rm("wsn")' in steps[0][1]
+    assert steps[1] == ["mip", "install", "--target", ".", f"{stage}/device/package.json"]
+    assert steps[2] == ["cp", str(config), ":config.json"]
+    assert steps[-1] == ["reset"]
     assert not any(c[0] == "esptool" for c in cmds), "no firmware asked for"
 
 
@@ -268,11 +301,15 @@ def test_acceptance_dry_runs_as_written() -> None:
     """The issue's literal commands print the full sequences."""
     r = flash("esp32", "--dry-run", "--port", "/dev/ttyUSB0")
     assert r.returncode == 0, r.stderr
-    steps = [c[3:] for c in commands(r.stdout) if c[:3] == ["mpremote", "connect", "/dev/ttyUSB0"]]
+    cmds = commands(r.stdout)
+    assert all(c[:3] == ["mpremote", "connect", "/dev/ttyUSB0"] for c in cmds if c[0] == "mpremote")
+    steps = session(cmds)
     assert ["cp", "CONFIG.json", ":config.json"] in steps and steps[-1] == ["reset"]
     r = flash("rp2", "--dry-run")
     assert r.returncode == 0, r.stderr
-    steps = [c[3:] for c in commands(r.stdout) if c[:3] == ["mpremote", "connect", "auto"]]
+    cmds = commands(r.stdout)
+    assert all(c[:3] == ["mpremote", "connect", "auto"] for c in cmds if c[0] == "mpremote")
+    steps = session(cmds)
     assert ["cp", "CONFIG.json", ":config.json"] in steps and steps[-1] == ["reset"]
 
 
@@ -297,7 +334,7 @@ def test_dry_run_without_any_tool_prints_everything(
     if target in ("esp32", "rp2"):
         names = [c[0] for c in cmds]
         assert "esptool" in names if fw else True
-        assert names.count("mpy-cross") == len(device_modules())
+        assert names.count("mpy-cross") == len(package_modules())
         assert cmds[-1][-1] == "reset"
     elif target == "unix":
         assert cmds[-1][-2:] == ["device/main.py", str(config)]
@@ -375,7 +412,11 @@ def test_no_compile_copies_sources(config: Path) -> None:
     assert r.returncode == 0, r.stderr
     cmds = commands(r.stdout)
     assert not any(c[0] == "mpy-cross" for c in cmds)
-    assert ["cp", "-r", str(ROOT / "device" / "wsn"), str(STAGE / "esp32" / "wsn")] in cmds
+    stage = STAGE / "esp32"
+    for src in package_modules():
+        rel = src.relative_to(ROOT)
+        assert ["cp", str(src), f"{stage}/{rel}"] in cmds
+    assert "--mpy" not in cmds[3]
 
 
 def _run_printed_compile(out: str) -> Path:
@@ -400,11 +441,12 @@ def test_compiled_mpy_files_import_on_micropython(config: Path, target: str) -> 
     r = flash(target, "--dry-run", *port, "--config", str(config))
     assert r.returncode == 0, r.stderr
     stage = _run_printed_compile(r.stdout)
+    tree = stage / "device"
     try:
-        assert not list(stage.rglob("*.py"))
+        assert not list((tree / "wsn").rglob("*.py"))
         core = sorted(
-            ".".join(p.relative_to(stage).with_suffix("").parts).removesuffix(".__init__")
-            for p in (stage / "wsn" / "core").rglob("*.mpy")
+            ".".join(p.relative_to(tree).with_suffix("").parts).removesuffix(".__init__")
+            for p in (tree / "wsn" / "core").rglob("*.mpy")
         )
         assert core
         script = f"for m in {core!r}:\n    __import__(m)\nprint('imported', len({core!r}))"
@@ -419,7 +461,7 @@ def test_compiled_mpy_files_import_on_micropython(config: Path, target: str) -> 
                 capture_output=True,
                 text=True,
                 timeout=60,
-                env=dict(os.environ, MICROPYPATH=f".frozen:{stage}"),
+                env=dict(os.environ, MICROPYPATH=f".frozen:{tree}"),
             )
             assert p.returncode == 0 and f"imported {len(core)}" in p.stdout, (
                 f"{mp}: {p.stdout}{p.stderr}"
@@ -437,7 +479,7 @@ def test_rp2_dry_run_sequence(config: Path) -> None:
     cmds = commands(r.stdout)
     assert all(c[:3] == ["mpremote", "connect", "auto"] for c in cmds if c[0] == "mpremote")
     assert all("-march=armv6m" in c for c in cmds if c[0] == "mpy-cross")
-    steps = [c[3:] for c in cmds if c[0] == "mpremote"]
+    steps = session(cmds)
     assert ["cp", str(config), ":config.json"] in steps and steps[-1] == ["reset"]
     assert not any(c[0] in ("cp", "esptool") and c[1].endswith(".uf2") for c in cmds)
 
@@ -723,11 +765,28 @@ def _board_micropython() -> Path:
     return mp if mp.exists() else VENV_BIN / "micropython"
 
 
+def _mpremote_log(tmp_path: Path) -> tuple[Path, Path]:
+    """An MPREMOTE that logs each invocation's arguments (one line each, newlines in them as
+    spaces) and runs the real
+    mpremote, except `repl` (the board stand-in has no interactive REPL): -> (tool, log)."""
+    log = tmp_path / "mpremote.log"
+    tool = _make_exe(
+        tmp_path / "mpremote-logged",
+        "#!/bin/sh\n"
+        f'printf "%s" "$*" | tr "\\n" " " >> "{log}"; echo >> "{log}"\n'
+        'case " $* " in *" repl "*) exit 0 ;; esac\n'
+        f'exec "{VENV_BIN / "mpremote"}" "$@"\n',
+    )
+    return tool, log
+
+
 @pytest.mark.parametrize("target", ["esp32", "rp2"])
 def test_deploy_over_serial_then_the_deployed_tree_boots(tmp_path: Path, target: str) -> None:
-    """flash.sh (no --dry-run) against a pty speaking MicroPython's raw REPL: the board's
-    flash ends up with wsn/**.mpy only (stale files gone), /config.json, /main.py,
-    /topics.xml, and was reset; then that tree boots the device, which answers HTTP."""
+    """flash.sh (no --dry-run) against a pty speaking MicroPython's raw REPL: in one mpremote
+    session (after the .mpy version probe) the board gets the packages the config needs as
+    .mpy (mip, from the staged package.json files; stale files gone), /config.json, /main.py,
+    /topics.xml, and is reset; with --monitor flash.sh then follows its console. That tree
+    boots the device, which answers HTTP."""
     from fake_board import FakeBoard
 
     flash_root = tmp_path / "board-flash"
@@ -742,11 +801,22 @@ def test_deploy_over_serial_then_the_deployed_tree_boots(tmp_path: Path, target:
         advertise_host="127.0.0.1",
         gateway="http://127.0.0.1:9/wsn/broker",
         sensors=[{"topic": "heartbeat", "kind": "heartbeat", "period_s": 60}],
+        secret="a-long-enough-secret",
     )
     cfg_file = tmp_path / "dev.json"
     cfg_file.write_text(json.dumps(cfg))
+    tool, log = _mpremote_log(tmp_path)
     with FakeBoard(flash_root, _board_micropython()) as board:
-        r = flash(target, "--port", board.port, "--config", str(cfg_file), timeout=300)
+        r = flash(
+            target,
+            "--port",
+            board.port,
+            "--config",
+            str(cfg_file),
+            "--monitor",
+            env={"MPREMOTE": str(tool)},
+            timeout=300,
+        )
         deadline = time.monotonic() + 10  # `mpremote reset` does not wait for the board
         while board.resets == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -754,21 +824,22 @@ def test_deploy_over_serial_then_the_deployed_tree_boots(tmp_path: Path, target:
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-5000:]
     assert resets == 1, out[-3000:]
+    # the version probe, one session, then the console
+    calls = log.read_text().splitlines()
+    assert len(calls) == 3, calls
+    assert " mip install " in calls[1] and calls[1].endswith(" + reset")
+    assert calls[2] == f"connect {board.port} repl"
     deployed = sorted(
         p.relative_to(flash_root).as_posix()
         for p in flash_root.rglob("*")
         if p.is_file() and p.name != ".fake-board-resets"
     )
+    # the config has a secret (wsn/admin) and Wi-Fi (wsn/wifi)
     want_mpy = sorted(
-        f"{p.relative_to(ROOT / 'device').as_posix()[:-3]}.mpy" for p in device_modules()
+        f"{p.relative_to(ROOT / 'device').as_posix()[:-3]}.mpy"
+        for p in package_modules("wsn/admin", "wsn/wifi")
     )
-    extras = [
-        "config.json",
-        "keep.txt",
-        "main.py",
-        *sorted(p.name for p in (ROOT / "device").glob("*.xml")),
-    ]
-    assert deployed == sorted(want_mpy + extras)
+    assert deployed == sorted([*want_mpy, "config.json", "keep.txt", "main.py", "topics.xml"])
     assert json.loads((flash_root / "config.json").read_text()) == cfg
     assert (flash_root / "main.py").read_bytes() == (ROOT / "device" / "main.py").read_bytes()
     for mpy in want_mpy:
@@ -786,6 +857,8 @@ def test_deploy_over_serial_then_the_deployed_tree_boots(tmp_path: Path, target:
     try:
         _wait_for_line(proc, f"http://127.0.0.1:{port}/wsn/producer")
         assert 200 <= _http_status(f"http://127.0.0.1:{port}/wsn/producer") < 600
+        # the management page is there (wsn/admin), behind the secret
+        assert _http_status(f"http://127.0.0.1:{port}/status") == 401
     finally:
         proc.kill()
         proc.wait()
@@ -820,3 +893,89 @@ def test_mpy_version_mismatch_stops_before_copying(tmp_path: Path, config: Path)
     assert "the board loads .mpy v6 but" in r.stderr and "emits v5" in r.stderr, r.stderr
     assert not any(c[0] == str(old) for c in commands(r.stdout))
     assert not list(flash_root.iterdir()), "nothing may be copied"
+
+
+# --- the config, checked before anything is flashed -------------------------------------------
+
+
+def _config(tmp_path: Path, **over: object) -> Path:
+    cfg = {"device_id": "test-01", "http_port": 8081, **over}
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps(cfg))
+    return f
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        ({"sensors": [{"topic": "lux"}]}, "sensors[0].topic: 'lux' is not a topic of"),
+        ({"http_port": "8081"}, 'http_port: "8081" is not integer'),
+        ({"http_port": 70000}, "http_port: 70000 is above 65535"),
+        ({"sample_perod_s": 5}, "sample_perod_s: not a setting the device reads (did you mean"),
+        ({"sensors": [{"topic": "light", "kind": "adc"}]}, "an adc sensor needs its pin"),
+        ({"mode": "sleepy"}, "sleepy mode sends its readings to a gateway"),
+        ({"limits": {"queue_len": 0}}, "limits.queue_len: 0 is below 1"),
+        ({"gateway": "https://gw/wsn/broker"}, "gateway: 'https://gw/wsn/broker' does not match"),
+    ],
+)
+@pytest.mark.parametrize("target", ["esp32", "unix"])
+def test_a_config_the_device_would_refuse_stops_flash_sh(
+    tmp_path: Path, over: dict[str, object], message: str, target: str
+) -> None:
+    port = ["--port", "/dev/ttyUSB0"] if target == "esp32" else []
+    r = flash(target, "--dry-run", *port, "--config", str(_config(tmp_path, **over)))
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert "config.schema.json" in r.stderr
+    assert not commands(r.stdout)
+
+
+def test_the_example_config_passes_with_warnings() -> None:
+    r = flash(
+        "esp32", "--dry-run", "--port", "/dev/ttyUSB0", "--config", "device/config.example.json"
+    )
+    assert r.returncode == 0, r.stderr
+    assert "warning: secret: still the example's 'change-me'" in r.stderr
+    assert "warning: wifi.password: still the example's 'my-password'" in r.stderr
+    # what it needs: board sensors, Wi-Fi, the secret's pages
+    steps = session(commands(r.stdout))
+    assert [a.rsplit("/device/", 1)[1] for a in steps[1][4:]] == [
+        "package.json",
+        "wsn/admin/package.json",
+        "wsn/sensors/package.json",
+        "wsn/wifi/package.json",
+    ]
+
+
+def test_own_topics_file_is_checked_against_and_copied(tmp_path: Path) -> None:
+    topics = tmp_path / "acme.xml"
+    topics.write_text(
+        '<wstop:TopicNamespace xmlns:wstop="http://docs.oasis-open.org/wsn/t-1" '
+        'targetNamespace="urn:acme:t"><wstop:Topic name="flow"/></wstop:TopicNamespace>'
+    )
+    cfg = _config(tmp_path, sensors=[{"topic": "flow"}])
+    args = ("esp32", "--dry-run", "--port", "/dev/ttyUSB0", "--config", str(cfg))
+    r = flash(*args)
+    assert r.returncode == 2 and "'flow' is not a topic of urn:wsn-edge:device-topics" in r.stderr
+    r = flash(*args, "--topics", str(topics))
+    assert r.returncode == 0, r.stderr
+    assert ["cp", str(topics), ":topics.xml"] in session(commands(r.stdout))
+
+
+def test_with_all_installs_every_package(config: Path) -> None:
+    r = flash("rp2", "--dry-run", "--config", str(config), "--with", "all", "--with", "current")
+    assert r.returncode == 0, r.stderr
+    cmds = commands(r.stdout)
+    every = sorted(p for p in (ROOT / "device" / "wsn").rglob("*.py"))
+    assert sorted(Path(c[-1]) for c in cmds if c[0] == "mpy-cross") == every
+    jsons = session(cmds)[1][4:]
+    assert len(jsons) == len(list((ROOT / "device").rglob("package.json")))
+    r = flash("rp2", "--dry-run", "--config", str(config), "--with", "nope")
+    assert r.returncode == 2 and "no package 'nope'" in r.stderr
+
+
+def test_monitor_follows_the_console_after_the_reset(config: Path) -> None:
+    r = flash("esp32", "--dry-run", "--port", "/dev/ttyUSB0", "--config", str(config), "--monitor")
+    assert r.returncode == 0, r.stderr
+    cmds = commands(r.stdout)
+    assert session(cmds)[-1] == ["reset"]
+    assert cmds[-1] == ["mpremote", "connect", "/dev/ttyUSB0", "repl"]

@@ -1,80 +1,71 @@
-# The device's topic namespace (WS-Topics 1.3 §6) and the Simple TopicExpression dialect
-# (WS-Topics 1.3 §8.1): a TopicExpression is the QName of a root topic.
-#
-# The device publishes only root topics of one namespace (design.md: urn:wsn-edge:device-
-# topics), so a topic is identified by its index in TopicSet.names; a set of topics is an
-# int bit mask (at most 30 topics keep it a small int on 32-bit boards).
+# The device's topic namespace document (WS-Topics 1.3 §6) and the Simple TopicExpression
+# dialect (WS-Topics 1.3 §8.1): a TopicExpression is the QName of a root topic. Loaded for a
+# request (and at boot for the document) and dropped when the device is idle again; the topic
+# set itself is wsn.core.producer.TopicSet.
 from micropython import const
 
-from wsn.core import ns
+from wsn.core import soap as S
 from wsn.core import xml as X
-from wsn.core.soap import Fault
+from wsn.core.request import Fault
 
-# namespaces and actions only this module uses: const(), no global in wsn.core.ns
+# namespaces and actions only this module uses: const(), no global in wsn.core.soap
 _WSTOP = const("http://docs.oasis-open.org/wsn/t-1")
 
 
 class TopicSet:
-    def __init__(self, namespace, names):
-        if len(names) > 30:
-            raise ValueError("at most 30 topics")
-        self.ns = namespace
-        self.names = list(names)
-        self.all = (1 << len(self.names)) - 1
+    # The device's topics (made by topic_set): root topics of one namespace (WS-Topics 1.3 §6),
+    # ns, names; a topic is identified by its index (a set of topics is an int bit mask, `all`
+    # the whole set: at most 30 keep it a small int on 32-bit boards). Documents write them as
+    # dt:<name>, dt declared by `decl` on the element that holds them, whatever the namespace
+    # is. (No method: the class of the device's one instance stays in the heap, this module
+    # does not.)
+    pass
 
-    def index(self, name):
-        return self.names.index(name) if name in self.names else -1
 
-    def qname(self, i):
-        # as written in documents the device produces (dt: is declared on every Envelope)
-        return "dt:" + self.names[i] if self.ns == ns.DT else self.names[i]
+def topic_set(ns, names):
+    # -> the TopicSet of the root topics names in namespace ns
+    if len(names) > 30:
+        raise ValueError("at most 30 topics")
+    ts = TopicSet()
+    ts.ns = ns
+    ts.names = list(names)
+    ts.all = (1 << len(names)) - 1
+    ts.decl = ' xmlns:dt="%s"' % S.escape(ns)
+    return ts
 
-    def resolve_simple(self, el, dialect=False):
-        # Resolve the Simple TopicExpression held by element el, using the namespace
-        # declarations in scope at el. -> topic index. Faults: with dialect, el's Dialect
-        # attribute must be Simple (else TopicExpressionDialectUnknownFault);
-        # InvalidTopicExpressionFault (not a QName, undeclared prefix) and
-        # TopicNotSupportedFault (another namespace, or not one of our root topics).
-        # An unprefixed name is in no namespace, whatever default namespace is in scope:
-        # WS-Topics 1.3 §10, the ad-hoc Topic Namespace "is accessed by using
-        # TopicExpressions which are unqualified". So `temperature` is one of our topics only
-        # if our topic namespace is the ad-hoc one ("").
-        if dialect:
-            d = (el.get("Dialect") or "").strip()
-            if d != ns.SIMPLE:
-                raise Fault("TopicExpressionDialectUnknownFault", "dialect %s: use %s" % (d, ns.SIMPLE))
-        expr = el.text.strip()
-        p, _, local = expr.rpartition(":")
-        F = "InvalidTopicExpressionFault"
-        if not expr:
-            raise Fault(F, "empty TopicExpression")
-        if not X.is_name(local) or (p and not X.is_name(p)):
-            raise Fault(F, "%s: Simple names a root topic" % expr)
-        uri = el.scope.get(p) if p else ""
-        if uri is None:
-            raise Fault(F, "prefix %s undeclared" % p)
-        if uri != self.ns:
-            raise Fault("TopicNotSupportedFault", "namespace '%s': prefix it to %s" % (uri, self.ns))
-        i = self.index(local)
-        if i < 0:
-            raise Fault("TopicNotSupportedFault", "no topic %s; topics: %s" % (
-                local, " ".join(self.names)))
-        return i
 
-    def mask_names(self, mask):
-        return [n for i, n in enumerate(self.names) if mask >> i & 1]
-
-    def topic_set_xml(self):
-        # WS-Topics 1.3 §7: a TopicSet lists topics as elements in their namespace
-        return "<wstop:TopicSet>%s</wstop:TopicSet>" % "".join(
-            ['<dt:%s wstop:topic="true"/>' % n for n in self.names])
+def resolve(topics, el, dialect):
+    # Resolve the Simple TopicExpression held by element el against the TopicSet topics, using
+    # the namespace declarations in scope at el. -> topic index. Faults: with dialect, el's
+    # Dialect attribute must be Simple (else TopicExpressionDialectUnknownFault);
+    # InvalidTopicExpressionFault (not a QName, undeclared prefix) and TopicNotSupportedFault
+    # (another namespace, or not one of our root topics). An unprefixed name is in no
+    # namespace, whatever default namespace is in scope: WS-Topics 1.3 §10, the ad-hoc Topic
+    # Namespace "is accessed by using TopicExpressions which are unqualified". So `temperature`
+    # is one of our topics only if our topic namespace is the ad-hoc one ("").
+    if dialect:
+        d = (el.get("Dialect") or "").strip()
+        if d != S.SIMPLE:
+            raise Fault("TopicExpressionDialectUnknownFault", "dialect %s: use %s" % (d, S.SIMPLE))
+    expr = el.text.strip()
+    p, _, local = expr.rpartition(":")
+    F = "InvalidTopicExpressionFault"
+    if not X.is_name(local) or (p and not X.is_name(p)):
+        raise Fault(F, "'%s': Simple names a root topic" % expr)
+    uri = el.scope.get(p) if p else ""
+    if uri is None:
+        raise Fault(F, "prefix %s undeclared" % p)
+    if uri != topics.ns or local not in topics.names:
+        raise Fault("TopicNotSupportedFault", "{%s}%s: the topics are %s in %s" % (
+            uri, local, " ".join(topics.names), topics.ns))
+    return topics.names.index(local)
 
 
 def load_namespace(buf):
     # Parse a wstop:TopicNamespace document (WS-Topics 1.3 §6.1) of root topics ->
     # (targetNamespace, [names]). Child topics are refused: the Simple dialect cannot reach
     # them (§8.1: simple namespaces SHOULD be used).
-    root = X.parse(buf, 8, 512)
+    root = X.parse(buf, 8, 512, 16)
     if root.ns != _WSTOP or root.name != "TopicNamespace":
         raise ValueError("not a wstop:TopicNamespace")
     tns = root.get("targetNamespace")

@@ -1,8 +1,9 @@
-# A small, bounded, namespace-aware XML reader and the escaping helpers of the writer.
+# A small, bounded, namespace-aware XML reader, and xsd:dateTime / xsd:duration from text.
+# Loaded for a request (or the registration) and dropped when the device is idle again
+# (wsn.device); writing XML is wsn.core.soap.
 #
-# Reading is two layers: tokens() (a streaming tokenizer over a bytes buffer: one event at a
-# time, no lookahead beyond the current markup) and parse() (builds a small tree of Element
-# from the events, resolving namespaces). What a caller may rely on:
+# parse() builds a small tree of Element in one pass over a bytes buffer, resolving
+# namespaces. What a caller may rely on:
 # - UTF-8 input; a BOM and the XML declaration are skipped; comments and processing
 #   instructions are ignored; CDATA is text.
 # - No DTD: a DOCTYPE is rejected, so no entity can be declared or expanded and nothing is
@@ -14,30 +15,47 @@
 #   verbatim (outer_xml) with the namespace declarations it inherits.
 from micropython import const
 
-START = const(1)
-END = const(2)
-TEXT = const(3)
+from wsn.core.soap import DECLS, escape
 
 _WS = const(" \t\r\n")
 # the predefined entities (XML 1.0 §4.6), name then value: a constant, no dict on the heap
 _ENT = const(("lt", "<", "gt", ">", "amp", "&", "quot", '"', "apos", "'"))
-# markup skipped or read as text: (opening, closing) of a PI / the XML declaration, a comment,
-# CDATA (the only one that is text)
-_SKIP = const(((b"<?", b"?>"), (b"<!--", b"-->"), (b"<![CDATA[", b"]]>")))
 
 
 class XMLError(ValueError):
     pass
 
 
+# MicroPython interns every one-character str that indexing or iterating a str makes, and
+# every chr(), and never frees a name: walking a request's names character by character would
+# keep each distinct character an attacker sends (tests/device/test_small_heap.py). What comes
+# from the network is read by slices, str methods or its UTF-8 bytes (ints), never by index.
+_NOT_NAME = const(b" \t\r\n<>&\"'=/;!?()[]{}*|,+@$%^`~\\")
+
+
 def is_name(s):
     # XML 1.0 NameChar, restricted to what matters here: no markup, quotes or spaces.
-    if not s or s[0] in "-.0123456789":
+    b = s.encode()
+    if not b or b[0] in b"-.0123456789":
         return False
-    for c in s:
-        if c in " \t\r\n<>&\"'=/;!?()[]{}*|,+@$%^`~\\":
+    for c in b:
+        if c in _NOT_NAME:
             return False
     return True
+
+
+def _char(n):
+    # the character of a character reference (chr() would intern it): its UTF-8 bytes decoded.
+    # ValueError unless it is a Char (XML 1.0 §2.2, §4.1 "Legal Character").
+    if not (n in (9, 10, 13) or 32 <= n < 0xD800 or 0xE000 <= n < 0xFFFE or 0xFFFF < n < 0x110000):
+        raise ValueError
+    k = (n > 127) + (n > 0x7FF) + (n > 0xFFFF)  # continuation bytes
+    b = bytearray(k + 1)
+    for i in range(k, 0, -1):
+        b[i] = 0x80 | n & 63
+        n >>= 6
+    b[0] = n | (0, 0xC0, 0xE0, 0xF0)[k]
+    return _dec(b)
 
 
 def unescape(s):
@@ -54,7 +72,7 @@ def unescape(s):
         n = p[:k]
         if n[:1] == "#":
             try:
-                out.append(chr(int(n[2:], 16) if n[1:2] == "x" else int(n[1:])))
+                out.append(_char(int(n[2:], 16) if n[1:2] == "x" else int(n[1:])))
             except (ValueError, OverflowError):
                 raise XMLError("bad character reference %s" % n)
         elif n in _ENT and not _ENT.index(n) & 1:
@@ -65,102 +83,11 @@ def unescape(s):
     return "".join(out)
 
 
-def _dec(b):
+def _dec(s):
     try:
-        return str(b, "utf-8")
+        return str(s, "utf-8")
     except UnicodeError:
-        raise XMLError("not UTF-8")
-
-
-def tokens(b, max_attrs):
-    # The events of buffer b, one at a time:
-    #   (START, qname, attrs: list of (qname, value) or None, empty, offset of '<', offset after '>')
-    #   (END, qname, offset of '<', offset after '>')
-    #   (TEXT, text: decoded, entities resolved; CDATA verbatim)
-    n = len(b)
-    i = 3 if b[:3] == b"\xef\xbb\xbf" else 0
-    while i < n:
-        if b[i] != 60:  # text up to the next '<'
-            j = b.find(b"<", i)
-            if j < 0:
-                j = n
-            t = _dec(b[i:j])
-            if "]]>" in t:
-                raise XMLError("']]>' in text")
-            yield TEXT, unescape(t)
-            i = j
-            continue
-        for o, e in _SKIP:
-            if b[i:i + len(o)] == o:
-                j = b.find(e, i + len(o))
-                if j < 0:
-                    raise XMLError("truncated at byte %d" % i)
-                if e == b"]]>":  # CDATA
-                    yield TEXT, _dec(b[i + 9:j])
-                i = j + len(e)
-                break
-        else:
-            if b[i + 1:i + 2] == b"!":
-                raise XMLError("DOCTYPE not allowed" if b[i + 2:i + 9] in (b"DOCTYPE", b"doctype")
-                               else "bad '<!' at byte %d" % i)
-            # the tag ends at the first '>' outside quotes
-            j = i + 1
-            q = 0
-            while True:
-                if j >= n:
-                    raise XMLError("truncated at byte %d" % i)
-                c = b[j]
-                if q:
-                    if c == q:
-                        q = 0
-                elif c == 34 or c == 39:
-                    q = c
-                elif c == 62:
-                    break
-                j += 1
-            s = _dec(b[i + 1:j])
-            j += 1
-            if s[:1] == "/":
-                yield END, s[1:].strip(), i, j
-                i = j
-                continue
-            empty = s[-1:] == "/"
-            if empty:
-                s = s[:-1]
-            name = s
-            for c in _WS:
-                name = name.partition(c)[0]
-            s = s[len(name):]
-            attrs = None
-            while True:
-                # ws attr ws? = ws? "value"
-                s = s.lstrip(_WS)
-                if not s:
-                    break
-                e = s.find("=")
-                an = s[:e].rstrip(_WS) if e >= 0 else s
-                if e < 0 or not is_name(an):
-                    raise XMLError("bad attribute %s in <%s" % (an, name))
-                s = s[e + 1:].lstrip(_WS)
-                q = s[:1]
-                if not q or q not in "\"'":
-                    raise XMLError("unquoted attribute %s in <%s" % (an, name))
-                e = s.find(q, 1)
-                v = s[1:e]
-                s = s[e + 1:]
-                if "<" in v or s[:1] not in _WS:
-                    raise XMLError("bad attribute %s in <%s" % (an, name))
-                if attrs is None:
-                    attrs = []
-                elif len(attrs) >= max_attrs:
-                    raise XMLError("too many attributes in <%s" % name)
-                # attribute-value normalisation (XML 1.0 §3.3.3) for literal whitespace
-                v = v.replace("\r\n", " ")
-                for c in "\r\n\t":
-                    v = v.replace(c, " ")
-                attrs.append((an, unescape(v)))
-            yield START, name, attrs, empty, i, j
-            i = j
+        raise XMLError("text not in UTF-8")
 
 
 class Element:
@@ -194,22 +121,18 @@ class Element:
     def value(self):
         return self.text.strip()
 
-    def resolve(self, qname):
+    def resolve(self, name):
         # A QName in content (e.g. a TopicExpression): (namespace, local); the prefix must be
         # in scope here. An unprefixed name takes the default namespace, or '' if none.
-        uri, local, _ = _split(qname, self.scope, False, False)
-        return uri, local
+        return _split(name, self.scope, False)[:2]
 
 
-_BASE_SCOPE = {"xml": "http://www.w3.org/XML/1998/namespace"}
-
-
-def _split(qname, scope, attr, check):
-    # -> (namespace, local, prefix) of a QName in scope; unprefixed attributes are in no
+def _split(name, scope, attr):
+    # -> (namespace, local, prefix) of the QName name in scope; unprefixed attributes are in no
     # namespace, unprefixed elements in the default one
-    p, _, local = qname.rpartition(":")
-    if check and (not is_name(local) or (p and not is_name(p))):
-        raise XMLError("bad name %s" % qname)
+    p, _, local = name.rpartition(":")
+    if not is_name(local) or (p and not is_name(p)):
+        raise XMLError("bad name %s" % name)
     if not p:
         return ("" if attr else scope.get("", "")), local, ""
     uri = scope.get(p)
@@ -218,68 +141,148 @@ def _split(qname, scope, attr, check):
     return uri, local, p
 
 
-def parse(buf, max_depth=16, max_elements=256, max_attrs=16):
-    # Parse a whole document (bytes) into its root Element. Raises XMLError with a reason a
-    # human can act on for anything malformed, truncated or over the limits.
+def parse(buf, depth=16, count=256, attrs=16):
+    # Parse a whole document (bytes) into its root Element, in one pass over the buffer (one
+    # piece of markup at a time, no lookahead beyond it), at most depth deep, count elements
+    # and attrs attributes per element. Raises XMLError with a reason a human can act on for
+    # anything malformed, truncated or over the limits.
     if not isinstance(buf, (bytes, bytearray)):
         buf = bytes(buf)
+    n = len(buf)
+    i = 3 if buf[:3] == b"\xef\xbb\xbf" else 0
     stack = []
     root = None
-    count = 0
-    for t in tokens(buf, max_attrs):
+    n_el = 0
+    while i < n:
         top = stack[-1] if stack else None
-        ev = t[0]
-        if ev == TEXT:
+        if buf[i] != 60:  # text up to the next '<'
+            j = buf.find(b"<", i)
+            if j < 0:
+                j = n
+            t = _dec(buf[i:j])
+            if "]]>" in t:
+                raise XMLError("']]>' in text")
             if top:
-                top.text += t[1]
-            elif t[1].strip():
+                top.text += unescape(t)
+            elif t.strip():
                 raise XMLError("text outside the root")
-        elif ev == END:
-            if not stack:
-                raise XMLError("unexpected end tag </%s>" % t[1])
-            want = (top.prefix + ":" + top.name) if top.prefix else top.name
-            if t[1] != want:
-                raise XMLError("end tag </%s> does not match <%s>" % (t[1], want))
-            stack.pop().end = t[3]
-        else:
-            if root is not None and not stack:
-                raise XMLError("content after the root")
-            count += 1
-            if count > max_elements:
-                raise XMLError("more than %d elements" % max_elements)
-            if len(stack) >= max_depth:
-                raise XMLError("nesting deeper than %d" % max_depth)
-            scope = top.scope if top else _BASE_SCOPE
-            decl = attrs = None
-            for an, v in t[2] or ():
-                if an == "xmlns" or an[:6] == "xmlns:":
-                    if decl is None:
-                        decl = []
-                        scope = dict(scope)
-                    p = an[6:]
-                    if p and not v:
-                        raise XMLError("empty namespace for prefix %s" % p)
-                    scope[p] = v
-                    decl.append(p)
-            for an, v in t[2] or ():
-                if an != "xmlns" and an[:6] != "xmlns:":
-                    uri, local, _ = _split(an, scope, True, True)
-                    key = "{%s}%s" % (uri, local) if uri else local
-                    if attrs is None:
-                        attrs = {}
-                    elif key in attrs:
-                        raise XMLError("duplicate attribute %s" % an)
-                    attrs[key] = v
-            uri, local, p = _split(t[1], scope, False, True)
-            el = Element(uri, local, p, attrs, scope, decl, t[4])
+            i = j
+            continue
+        c = buf[i + 1:i + 2]
+        if c == b"?" or buf[i:i + 4] == b"<!--":  # a PI / the XML declaration, a comment
+            e = b"?>" if c == b"?" else b"-->"
+            j = buf.find(e, i + 2)
+            if j < 0:
+                raise XMLError("truncated at byte %d" % i)
+            i = j + len(e)
+            continue
+        if buf[i:i + 9] == b"<![CDATA[":  # text, verbatim
+            j = buf.find(b"]]>", i)
+            if j < 0:
+                raise XMLError("truncated at byte %d" % i)
             if top:
-                top.children.append(el)
+                top.text += _dec(buf[i + 9:j])
+            i = j + 3
+            continue
+        if c == b"!":
+            raise XMLError("DOCTYPE not allowed" if buf[i + 2:i + 9] in (b"DOCTYPE", b"doctype")
+                           else "bad '<!' at byte %d" % i)
+        # the tag ends at the first '>' outside quotes
+        j = i + 1
+        q = 0
+        while True:
+            if j >= n:
+                raise XMLError("truncated at byte %d" % i)
+            c = buf[j]
+            if q:
+                if c == q:
+                    q = 0
+            elif c == 34 or c == 39:
+                q = c
+            elif c == 62:
+                break
+            j += 1
+        s = _dec(buf[i + 1:j])
+        j += 1
+        if s[:1] == "/":
+            name = s[1:].strip()
+            if not top:
+                raise XMLError("unexpected end tag </%s>" % name)
+            want = (top.prefix + ":" + top.name) if top.prefix else top.name
+            if name != want:
+                raise XMLError("end tag </%s> does not match <%s>" % (name, want))
+            stack.pop().end = j
+            i = j
+            continue
+        if root is not None and not stack:
+            raise XMLError("content after the root")
+        n_el += 1
+        if n_el > count:
+            raise XMLError("more than %d elements" % count)
+        if len(stack) >= depth:
+            raise XMLError("nesting deeper than %d" % depth)
+        empty = s[-1:] == "/"
+        if empty:
+            s = s[:-1]
+        # the name ends at the first white space (split(): no character of _WS made one by one)
+        name = s.split(None, 1)[0] if s and s[:1] not in _WS else ""
+        s = s[len(name):]
+        scope = top.scope if top else {"xml": "http://www.w3.org/XML/1998/namespace"}
+        decl = None
+        pairs = []
+        while True:
+            # ws attr ws? = ws? "value"
+            s = s.lstrip(_WS)
+            if not s:
+                break
+            e = s.find("=")
+            an = s[:e].rstrip(_WS) if e >= 0 else s
+            if e < 0 or not is_name(an):
+                raise XMLError("bad attribute %s in <%s" % (an, name))
+            s = s[e + 1:].lstrip(_WS)
+            q = s[:1]
+            if not q or q not in "\"'":
+                raise XMLError("unquoted attribute %s in <%s" % (an, name))
+            e = s.find(q, 1)
+            v = s[1:e]
+            s = s[e + 1:]
+            if "<" in v or s[:1] not in _WS:
+                raise XMLError("bad attribute %s in <%s" % (an, name))
+            if len(pairs) + len(decl or ()) >= attrs:
+                raise XMLError("more than %d attributes in <%s" % (attrs, name))
+            # attribute-value normalisation (XML 1.0 §3.3.3) for literal whitespace
+            v = unescape(v.replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
+                         .replace("\t", " "))
+            if an == "xmlns" or an[:6] == "xmlns:":
+                if decl is None:
+                    decl = []
+                    scope = dict(scope)
+                if an[6:] and not v:
+                    raise XMLError("empty namespace for prefix %s" % an[6:])
+                scope[an[6:]] = v
+                decl.append(an[6:])
             else:
-                root = el
-            if t[3]:
-                el.end = t[5]
-            else:
-                stack.append(el)
+                pairs.append((an, v))
+        a = None
+        for an, v in pairs:
+            uri, local, _ = _split(an, scope, True)
+            key = "{%s}%s" % (uri, local) if uri else local
+            if a is None:
+                a = {}
+            elif key in a:
+                raise XMLError("duplicate attribute %s" % an)
+            a[key] = v
+        uri, local, p = _split(name, scope, False)
+        el = Element(uri, local, p, a, scope, decl, i)
+        if top:
+            top.children.append(el)
+        else:
+            root = el
+        if empty:
+            el.end = j
+        else:
+            stack.append(el)
+        i = j
     if stack:
         raise XMLError("truncated: <%s> not closed" % stack[-1].name)
     if root is None:
@@ -289,54 +292,33 @@ def parse(buf, max_depth=16, max_elements=256, max_attrs=16):
 
 def outer_xml(el, buf):
     # The element's markup copied from buf, with declarations added for the namespace
-    # bindings it inherits (so QNames in its content still resolve when it is moved).
+    # bindings it inherits (so QNames in its content still resolve when it is moved), except
+    # those every envelope of the device declares alike (soap.DECLS): it is copied into one.
     src = _dec(buf[el.start:el.end])
-    extra = []
+    extra = ""
     own = el.decl or ()
     for p in el.scope:
         if p != "xml" and p not in own:
-            extra.append(' xmlns%s%s="%s"' % (":" if p else "", p, escape(el.scope[p])))
-    if not extra:
-        return src
+            d = ' xmlns%s%s="%s"' % (":" if p else "", p, escape(el.scope[p]))
+            if d not in DECLS:
+                extra += d
     k = 1 + len(el.prefix) + (1 if el.prefix else 0) + len(el.name)
-    return src[:k] + "".join(extra) + src[k:]
-
-
-def escape(s):
-    # for text and attribute values alike (a '"' in text may be written as &quot; too)
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
-
+    return src[:k] + extra + src[k:]
 
 
 # ---------------------------------------------------------------- XML Schema datatypes
-# xsd:dateTime and xsd:duration from and to integer seconds.
+# xsd:dateTime and xsd:duration to integer seconds (wsn.core.soap writes xsd:dateTime).
 #
 # The core's clock is an int: seconds since 2000-01-01T00:00:00Z (MicroPython's embedded
 # epoch). It stays a small int on 32-bit boards (31-bit small ints) until 2034, where Unix
 # time (~1.76e9) would not; the I/O layer converts (wsn.device.now). No floats anywhere: boards
 # have single precision. Calendar arithmetic is proleptic Gregorian (H. Hinnant's
 # days_from_civil / civil_from_days), valid for any year the callers meet.
-UNIX_2000 = const(946684800)  # Unix time of 2000-01-01T00:00:00Z
 _DAYS = const(730425)  # days from 0000-03-01 to 2000-01-01
 
 
 # a value that is no xsd:dateTime or xsd:duration
 TimeError = XMLError
-
-
-def format_datetime(t):
-    # 2026-11-21T05:00:00Z from integer seconds since 2000
-    z = t // 86400 + _DAYS
-    s = t % 86400
-    era = z // 146097
-    doe = z - era * 146097
-    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    m = mp + 3 if mp < 10 else mp - 9
-    return "%04d-%02d-%02dT%02d:%02d:%02dZ" % (
-        yoe + era * 400 + (m <= 2), m, doy - (153 * mp + 2) // 5 + 1, s // 3600, s // 60 % 60,
-        s % 60)
 
 
 def _int(s):
@@ -349,7 +331,7 @@ def parse_datetime(s):
     # xsd:dateTime -> int seconds since 2000 (fractions truncated). No zone = UTC
     # (WS-BaseNotification 1.3 §4.2: "MUST be interpreted as universal time").
     s = s.strip()
-    if len(s) < 19 or s[4] + s[7] + s[10] + s[13] + s[16] != "--T::":
+    if len(s) < 19 or s[4:5] + s[7:8] + s[10:11] + s[13:14] + s[16:17] != "--T::":
         raise TimeError("bad xsd:dateTime %s" % s)
     y = _int(s[:4])
     v = []
@@ -360,18 +342,16 @@ def parse_datetime(s):
         raise TimeError("bad xsd:dateTime %s" % s)
     rest = s[19:]
     if rest[:1] == ".":
-        k = 1
-        while rest[k:k + 1].isdigit():
-            k += 1
-        if k == 1:
+        k = rest[1:].lstrip("0123456789")
+        if len(k) == len(rest) - 1:
             raise TimeError("bad xsd:dateTime %s" % s)
-        rest = rest[k:]
+        rest = k
     off = 0
     if rest not in ("Z", ""):
-        if len(rest) != 6 or rest[0] not in "+-" or rest[3] != ":":
+        if len(rest) != 6 or rest[:1] not in ("+", "-") or rest[3:4] != ":":
             raise TimeError("bad xsd:dateTime %s" % s)
         off = _int(rest[1:3]) * 3600 + _int(rest[4:6]) * 60
-        if rest[0] == "+":
+        if rest[:1] != "-":
             off = -off
     # days from civil (Hinnant), March-based years
     y -= m <= 2
@@ -385,36 +365,38 @@ def parse_datetime(s):
 def parse_duration(s):
     # xsd:duration -> int seconds (a fraction of a second rounds up, so a short positive
     # duration is never 0). Years count 365 days and months 30: a subscription's lifetime
-    # needs no calendar.
+    # needs no calendar. Read on its UTF-8 bytes (is_name says why).
     s = s.strip()
     neg = s[:1] == "-"
     if neg:
         s = s[1:]
     bad = TimeError("bad xsd:duration %s" % s)
-    if s[:1] != "P" or len(s) < 2 or s[-1] == "T":
+    b = s.encode()
+    if b[:1] != b"P" or len(b) < 2 or b[-1:] == b"T":
         raise bad
     total = 0
-    num = ""
     t = 0  # 4 once in the time part: the index of its units below
-    for c in s[1:]:
-        if c.isdigit() or c == ".":
-            num += c
+    j = 1  # where the number being read starts
+    for i in range(1, len(b)):
+        c = b[i:i + 1]
+        if c in b"0123456789.":
             continue
-        if c == "T":
+        num = b[j:i]
+        j = i + 1
+        if c == b"T":
             if t or num:
                 raise bad
             t = 4
             continue
-        k = ("HMS" if t else "YMWD").find(c)
+        k = (b"HMS" if t else b"YMWD").find(c)
         if not num or k < 0:
             raise bad
-        w, dot, f = num.partition(".")
-        if dot and (c != "S" or not (w + f).isdigit() or "." in f):
+        w, dot, f = num.partition(b".")
+        if dot and (c != b"S" or not (w + f).isdigit() or b"." in f):
             raise bad
-        total += (int(w or "0") + (1 if f.strip("0") else 0)) * \
+        total += (int(w or b"0") + (1 if f.strip(b"0") else 0)) * \
             (31536000, 2592000, 604800, 86400, 3600, 60, 1)[k + t]
-        num = ""
-    if num:
+    if j < len(b):
         raise bad
     return -total if neg else total
 
@@ -423,6 +405,6 @@ def parse_time(text, now):
     # The [xsd:dateTime | xsd:duration] of InitialTerminationTime / TerminationTime
     # (WS-BaseNotification 1.3 §4.2, §6.1.1) -> absolute int seconds.
     text = text.strip()
-    if text[:1] == "P" or text[:2] == "-P":
+    if text.lstrip("-")[:1] == "P":
         return now + parse_duration(text)
     return parse_datetime(text)

@@ -4,6 +4,7 @@
 import gc
 
 from test_support import NOW, WSNT, body_of, call, env, make_producer, subscribe
+from wsn.core import ops
 
 PAYLOAD = (
     '<rd:Reading xmlns:rd="urn:wsn-edge:reading" device="dev-1"><rd:value>%d</rd:value>'
@@ -28,17 +29,17 @@ def test_eight_subscriptions_and_a_32_slot_pullpoint():
             kick, gw = p.publish(0, PAYLOAD % i, NOW + i)
             assert len(kick) == 7
             for s in kick:
-                url, body, ctype = p.render(s.queue.peek())
+                url, body, ctype = p.render(s.queue.peek(), False)
                 assert url.startswith("http://127.0.0.1:9/c")
                 s.queue.pop()
-        pp = p.get(path.rpartition("/")[2], "p")
-        assert len(pp.ring) == 32 and pp.ring.dropped == 8 * (rnd + 1)
+        pp = p.pps[0]
+        assert len(pp) == 32 and pp.dropped == 8 * (rnd + 1)
         got = 0
         req = env("<wsnt:GetMessages><wsnt:MaximumNumber>8</wsnt:MaximumNumber></wsnt:GetMessages>")
         while True:
             # the answer comes in pieces (one per message), never joined: a 64 KiB heap need
             # not find one large block for it
-            r = p.handle("POST", path, req, NOW, "application/soap+xml")
+            r = ops.handle(p, "POST", path, req, NOW, "application/soap+xml")
             assert r.status == 200 and isinstance(r.body, list)
             n = 0
             for chunk in r.body:

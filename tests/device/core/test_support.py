@@ -1,10 +1,9 @@
 # ruff: noqa: UP031 - MicroPython-compatible test code (%-formatting runs on every port)
 # Shared helpers for the core tests (a test_* module so the QEMU build freezes it with them).
 # MicroPython-compatible; no files, no time, no sockets.
-from wsn.core import ns
+from wsn.core import ops, soap
 from wsn.core import xml as X
-from wsn.core.producer import Producer
-from wsn.core.topics import TopicSet, load_namespace
+from wsn.core.topics import load_namespace, topic_set
 
 TOPICS_XML = b"""<?xml version="1.0" encoding="UTF-8"?>
 <wstop:TopicNamespace name="DeviceTopics" targetNamespace="urn:wsn-edge:device-topics"
@@ -48,11 +47,11 @@ def rand(n):
 
 def topicset():
     tns, names = load_namespace(TOPICS_XML)
-    return TopicSet(tns, names)
+    return topic_set(tns, names)
 
 
 def make_producer(**limits):
-    return Producer("dev-1", topicset(), BASE, rand, limits)
+    return ops.new_producer("dev-1", topicset(), BASE, rand, limits)
 
 
 def env(body, version=12, action=None, headers=""):
@@ -97,6 +96,13 @@ def subscribe_xml(
     )
 
 
+def req(buf):
+    # parse_request with the device's default limits
+    from wsn.core.request import parse_request
+
+    return parse_request(buf, 16, 128)
+
+
 def data(r):
     # a Response's whole body as one bytes object (the device writes a list of chunks as is)
     return r.body if isinstance(r.body, bytes) else b"".join(r.body)
@@ -106,7 +112,9 @@ def call(p, path, body, now=NOW, version=12):
     # -> (status, response root Element or None, raw response)
     if isinstance(body, str):
         body = env(body, version)
-    r = p.handle("POST", path, body, now, "application/soap+xml" if version == 12 else "text/xml")
+    r = ops.handle(
+        p, "POST", path, body, now, "application/soap+xml" if version == 12 else "text/xml"
+    )
     raw = data(r)
     root = X.parse(raw) if raw and r.ctype.find("xml") >= 0 else None
     return r.status, root, r
@@ -154,4 +162,4 @@ def test_support_rand_is_deterministic_and_varied():
     a = rand(8)
     b = rand(8)
     assert len(a) == 8 and a != b
-    assert ns.SIMPLE == SIMPLE
+    assert soap.SIMPLE == SIMPLE

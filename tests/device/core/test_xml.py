@@ -1,5 +1,6 @@
 # ruff: noqa: UP031, E501 - MicroPython-compatible test code (%-formatting runs on every port)
 from wsn.core import xml as X
+from wsn.core.soap import escape
 
 
 def _err(buf, word):
@@ -33,6 +34,20 @@ def test_entities_and_char_refs():
     r = X.parse(b'<r a="&lt;&quot;&#65;">&amp;&gt;&#x42;&apos;</r>')
     assert r.get("a") == '<"A'
     assert r.text == "&>B'"
+    # every UTF-8 length (the characters are made from their UTF-8 bytes, not by chr())
+    r = X.parse(b"<r>&#xe9;&#x4E00;&#x1F600;&#127;</r>")
+    assert r.text == "\u00e9\u4e00\U0001f600\x7f", r.text
+    for ref in (b"&#x110000;", b"&#-1;", b"&#xD800;", b"&#x;", b"&#0;", b"&#xFFFE;"):
+        _err(b"<r>" + ref + b"</r>", "bad character reference")
+
+
+def test_names_of_any_script():
+    # names are checked on their UTF-8 bytes: any character but the excluded ASCII ones
+    r = X.parse("<\u540d\u524d a\u00e9='1'><b\u00e9/></\u540d\u524d>".encode())
+    assert r.name == "\u540d\u524d" and r.get("a\u00e9") == "1"
+    assert r.children[0].name == "b\u00e9"
+    assert X.is_name("x") and X.is_name("\u00e9") and not X.is_name("") and not X.is_name("1a")
+    assert not X.is_name("a b") and not X.is_name("a<") and not X.is_name("-a")
 
 
 def test_doctype_rejected_no_entity_expansion():
@@ -57,19 +72,19 @@ def test_malformed_inputs():
 def test_limits_depth_elements_attributes():
     deep = b"<a>" * 20 + b"</a>" * 20
     try:
-        X.parse(deep, max_depth=16)
+        X.parse(deep, depth=16)
         raise AssertionError("depth")
     except X.XMLError as e:
         assert "deeper" in str(e)
     many = b"<r>" + b"<e/>" * 100 + b"</r>"
     try:
-        X.parse(many, max_elements=64)
+        X.parse(many, count=64)
         raise AssertionError("count")
     except X.XMLError as e:
         assert "elements" in str(e)
     attrs = ("<r " + " ".join(['a%d="1"' % i for i in range(20)]) + "/>").encode()
     try:
-        X.parse(attrs, max_attrs=16)
+        X.parse(attrs, attrs=16)
         raise AssertionError("attrs")
     except X.XMLError as e:
         assert "attributes" in str(e)
@@ -85,13 +100,8 @@ def test_outer_xml_carries_inherited_namespaces():
     assert again.resolve(again.value()) == ("urn:p", "v")
 
 
-def test_tokenizer_streams_events():
-    evs = [t[0] for t in X.tokens(b"<a x='1'><b/>hi</a>", 16)]
-    assert evs == [X.START, X.START, X.TEXT, X.END]
-
-
 def test_escape():
-    assert X.escape("a<b&c>") == "a&lt;b&amp;c&gt;"
-    assert X.escape('"x"') == "&quot;x&quot;"
-    r = X.parse(('<r a="%s">%s</r>' % (X.escape('<&">'), X.escape("<&>"))).encode())
+    assert escape("a<b&c>") == "a&lt;b&amp;c&gt;"
+    assert escape('"x"') == "&quot;x&quot;"
+    r = X.parse(('<r a="%s">%s</r>' % (escape('<&">'), escape("<&>"))).encode())
     assert r.get("a") == '<&">' and r.text == "<&>"
