@@ -133,6 +133,9 @@ class Storage(DemandTables):
         self.seen_keep = seen_keep
         self.seen_max_age = seen_max_age
         self._lock = threading.Lock()
+        #: pull point -> an upper bound of the bytes of its messages (storage_accept; used
+        #: and changed on the writer thread only)
+        self._pp_held: dict[str, int] = {}
         #: cumulative seconds spent inside SQLite (for benchmarks)
         self.busy_seconds = 0.0
         self.transactions = 0
@@ -375,6 +378,7 @@ class Storage(DemandTables):
     # ---- Notify ----
     async def accept(self, b: AcceptBatch) -> AcceptResult:
         """Commit one accepted Notify (see _grouped: returns once it is committed)."""
+        b.pp_held = self._pp_held  # the pull points' bytes bound (storage_accept)
         return await self._grouped(Accept(b))
 
     async def _grouped(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -445,6 +449,7 @@ class Storage(DemandTables):
         def fn(c: sqlite3.Connection) -> None:
             c.execute("DELETE FROM pullpoints WHERE id=?", (pp_id,))
             c.execute("DELETE FROM pp_messages WHERE pp_id=?", (pp_id,))
+            self._pp_held.pop(pp_id, None)
             for i in sub_ids:  # they fed the pull point: no rows in deliveries
                 c.execute("DELETE FROM subscriptions WHERE id=?", (i,))
 
