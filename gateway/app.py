@@ -13,9 +13,11 @@ construction:
                                                                        subscriptions stored
     6. dedupe                  (nothing)                           ... the accepts of cancelled
                                                                        handlers commit or fail
+    7. ONVIF cameras           each camera's cycle starts          ... stopped, each camera
+       (--onvif-camera)        (gateway.cameras)                       unsubscribed
 
 `start(cfg)` binds the socket first (the port fixes the EPR addresses; it listens, so a
-client that connects early waits in the backlog), runs the six steps, then serves; the
+client that connects early waits in the backlog), runs the steps, then serves; the
 `Running` it returns stops the server, then the steps in reverse. The one entry for
 `wsn-gateway` (gateway.cli), the tests and embedding.
 """
@@ -32,7 +34,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from gateway import http, http_limits, landing, loops, manager, topics, upkeep
+from gateway import cameras, http, http_limits, landing, loops, manager, status, topics, upkeep
 from gateway.config import Config
 from gateway.consumer_policy import ConsumerAddress, ConsumerPolicy
 from gateway.context import Context, Landing
@@ -44,6 +46,7 @@ from gateway.landing_parquet import ParquetLandingWriter  # imports pyarrow only
 from gateway.landing_record import RecordBuilder
 from gateway.longpoll import LongPolls
 from gateway.metrics import Metrics
+from gateway.onvif import CameraConfig, Cameras, webhook
 from gateway.oplog import OperatorLog
 from gateway.quotas import for_config as quotas_for
 from gateway.render import Renderer
@@ -61,6 +64,8 @@ class Gateway:
 
     ctx: Context
     demand: DemandManager
+    #: the ONVIF cameras to subscribe to (--onvif-camera, --onvif-config)
+    cameras: list[CameraConfig] = field(default_factory=list)
 
 
 def build(cfg: Config, clock: Clock = utcnow) -> Gateway:
@@ -71,6 +76,7 @@ def build(cfg: Config, clock: Clock = utcnow) -> Gateway:
     for an unreadable one) and the state, whose followers are added here in the order they
     hear each event."""
     policy = ConsumerPolicy.from_texts(cfg.consumer_allow, cfg.allow_loopback)
+    cams = cameras.configured(cfg)  # a ValueError names the camera and the field
     loop_id = loops.new_loop_id()  # per process
     storage = Storage(
         cfg.data_dir / "broker.sqlite3",
@@ -153,7 +159,7 @@ def build(cfg: Config, clock: Clock = utcnow) -> Gateway:
     ]
     for follower in followers:
         state.observe(follower)
-    return Gateway(ctx, demand)
+    return Gateway(ctx, demand, cams)
 
 
 def listening(ctx: Context, host: str, port: int) -> None:
@@ -171,13 +177,27 @@ def listening(ctx: Context, host: str, port: int) -> None:
 
 
 def create_app(gw: Gateway) -> web.Application:
-    """The aiohttp application: gateway.http's routes and the six lifecycle steps of the
+    """The aiohttp application: gateway.http's routes and the lifecycle steps of the
     module docstring as its cleanup_ctx."""
     ctx, demand = gw.ctx, gw.demand
     # aiohttp enforces client_max_size while reading; our own check (with the clearer
     # message) runs first for declared lengths (gateway.http)
     app = web.Application(client_max_size=ctx.cfg.max_request_bytes)
     http.setup(app, ctx, demand)
+    # the cameras' sources are made once the broker's address is fixed (their Notify
+    # endpoint is under it); the endpoint and the status find them here
+    running_cams = app[CAMERAS_KEY] = Cameras([])
+    collector = cameras.CameraCollector()
+    if gw.cameras:
+        app.add_routes(
+            webhook.routes(
+                lambda cid: app[CAMERAS_KEY].get(cid),
+                ctx.cfg.max_request_bytes,
+                cameras.WEBHOOK_PATH,
+            )
+        )
+        ctx.metrics.registry.register(collector)
+    app[status.STATUS_KEY].cameras = lambda: app[CAMERAS_KEY].statuses()
 
     async def storage(_app: web.Application) -> AsyncIterator[None]:
         ctx.storage.open()
@@ -237,8 +257,25 @@ def create_app(gw: Gateway) -> web.Application:
             log.info("stopping: waiting for %d accepted Notify to commit", running)
 
     app.on_shutdown.append(answer_long_polls)
-    app.cleanup_ctx.extend([storage, delivery, landing_writers, state, demand_publishing, dedupe])
+
+    async def onvif_cameras(_app: web.Application) -> AsyncIterator[None]:
+        if not gw.cameras:
+            yield
+            return
+        cams = cameras.sources(ctx, gw.cameras)
+        running_cams.by_id.update(cams.by_id)
+        collector.statuses = cams.statuses()
+        cams.start()
+        yield
+        await cams.stop()
+
+    app.cleanup_ctx.extend(
+        [storage, delivery, landing_writers, state, demand_publishing, dedupe, onvif_cameras]
+    )
     return app
+
+
+CAMERAS_KEY = web.AppKey("cameras", Cameras)
 
 
 @dataclass

@@ -291,6 +291,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="this gateway's name in every landing line and its status (default: host name)",
     )
+    cam = p.add_argument_group('ONVIF cameras (docs/gateway.md "Cameras"; needs the onvif extra)')
+    cam.add_argument(
+        "--onvif-camera",
+        action="append",
+        default=[],
+        metavar="ID=URL",
+        help="subscribe to this camera's events and publish them (repeatable), e.g. "
+        "front=http://admin:secret@192.168.1.20",
+    )
+    cam.add_argument(
+        "--onvif-config",
+        type=Path,
+        metavar="FILE",
+        help='a JSON file of cameras: {"cameras": [{"id", "address", "user", '
+        '"password_file", "mode", "lifetime"}, ...]}',
+    )
     p.add_argument("--sweep-interval", type=_seconds, default=1.0, help=argparse.SUPPRESS)
     p.add_argument(
         "--log-level",
@@ -367,6 +383,8 @@ def config_from_args(ns: argparse.Namespace) -> Config:
         landing_format=ns.landing_format,
         gateway_id=ns.gateway_id or socket.gethostname(),
         sweep_interval=ns.sweep_interval,
+        onvif_cameras=list(ns.onvif_camera),
+        onvif_config=ns.onvif_config,
     )
 
 

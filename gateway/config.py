@@ -92,6 +92,11 @@ class Config:
     #: in its status; --gateway-id, default the host name
     gateway_id: str = field(default_factory=socket.gethostname)
     sweep_interval: float = 1.0
+    # -- ONVIF cameras (gateway.cameras, docs/gateway.md "Cameras") --
+    #: --onvif-camera ID=URL, one per camera
+    onvif_cameras: list[str] = field(default_factory=list)
+    #: --onvif-config: a JSON file of cameras (gateway/onvif/config.py)
+    onvif_config: Path | None = None
 
     @property
     def auth_enabled(self) -> bool:

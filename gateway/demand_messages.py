@@ -71,9 +71,12 @@ def topics_of(reg: Registration) -> list[DemandTopic]:
 
 
 def same_publisher(a: Registration, b: Registration) -> bool:
-    """Same PublisherReference address, or the same device id (design.md: edge:DeviceId,
-    else host-port): a device that rebooted with a new DHCP address is still itself."""
-    if a.device_id is not None and a.device_id == b.device_id:
+    """Same PublisherReference address, or the same declared edge:DeviceId: a device that
+    rebooted with a new DHCP address is still itself. A device id derived from host and
+    port is no identity: two publishers at http://H:P/a and http://H:P/b are two (issue 25
+    defect 2), and a device with a new address has a new derived id anyway."""
+    da = publishers.declared_device_id(a.publisher)
+    if da is not None and da == publishers.declared_device_id(b.publisher):
         return True
     return (
         a.publisher is not None

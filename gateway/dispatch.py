@@ -76,6 +76,7 @@ TABLE: dict[tuple[str, str], Operation] = {
     (PULLPOINT, _q(WSNT, "DestroyPullPoint")):
         Operation("DestroyPullPoint", pullpoints.destroy_pullpoint, True),
     (PULLPOINT, _q(WSNT, "Notify")): Operation("Notify", pullpoints.notify_pullpoint, False),
+    (PULLPOINT, _q(RL, "Destroy")): Operation("Destroy", pullpoints.destroy, True),
     # PublisherRegistrationManager (WS-BrokeredNotification 1.0 §6) and its ConsumerReference
     (REGISTRATION, _q(WSNT, "Notify")): Operation("Notify", notify.notify_registration, False),
     (REGISTRATION, _q(BR, "DestroyRegistration")):

@@ -100,7 +100,7 @@ async def pause(ctx: Context, req: SoapRequest, sub: Subscription) -> Reply:
     if not sub.paused:
         await _set_paused(ctx, sub, True)
         ctx.state.pause_subscription(sub.id)
-    return ns.A_PAUSE_RESP, [
+    return reply_action(req.wsa.action, ns.A_PAUSE_RESP), [
         etree.Element(ns.q(ns.WSNT, "PauseSubscriptionResponse"), nsmap={"wsnt": ns.WSNT})
     ]
 
@@ -110,7 +110,7 @@ async def resume(ctx: Context, req: SoapRequest, sub: Subscription) -> Reply:
     if sub.paused:
         await _set_paused(ctx, sub, False)
         ctx.state.resume_subscription(sub.id)
-    return ns.A_RESUME_RESP, [
+    return reply_action(req.wsa.action, ns.A_RESUME_RESP), [
         etree.Element(ns.q(ns.WSNT, "ResumeSubscriptionResponse"), nsmap={"wsnt": ns.WSNT})
     ]
 

@@ -109,7 +109,7 @@ def parse_notify(ctx: Context, req: SoapRequest, reg: Registration | None) -> li
                 "each wsnt:NotificationMessage needs a wsnt:Message with exactly one element",
                 SENDER,
             )
-        topic = _topic_of(tel) if tel is not None else None
+        topic, used = _read_topic(tel) if tel is not None else (None, None)
         producer: Epr | None = None
         if pel is not None:
             with contextlib.suppress(ValueError):
@@ -118,7 +118,7 @@ def parse_notify(ctx: Context, req: SoapRequest, reg: Registration | None) -> li
         # registration) the one its ProducerReference names
         r = reg
         if r is None and ctx.cfg.requires_registration:
-            r = registration_for(ctx.state, producer)
+            r = registration_for(ctx.state, producer, topic)
             if r is None:
                 raise faults.br(
                     "PublisherRegistrationRejectedFault",
@@ -136,6 +136,8 @@ def parse_notify(ctx: Context, req: SoapRequest, reg: Registration | None) -> li
                 )
             if producer is None:
                 producer = r.publisher
+        if used:  # topics keep their publisher's prefix (gateway/topics/prefixes.py)
+            ctx.render.prefixes.learn(producer.address if producer is not None else None, used)
         # tuple.__new__: one C call (the NamedTuple's own __new__ is a Python function,
         # once per message of a 100-message Notify)
         out.append(_publication(Publication, (topic, producer, kids[0], nm)))
@@ -144,17 +146,22 @@ def parse_notify(ctx: Context, req: SoapRequest, reg: Registration | None) -> li
 
 #: the concrete topics of the wsnt:Topic elements read so far, by what their meaning depends
 #: on (_TopicKey); bounded, cleared when full, small keys only (topics.compile.cacheable)
-_topics_read: dict[_TopicKey, topics.ConcreteTopic] = {}
+_topics_read: dict[_TopicKey, tuple[topics.ConcreteTopic, dict[str, str]]] = {}
 _TOPICS_READ_MAX = 4096
 
 
 def _topic_of(tel: Element) -> topics.ConcreteTopic:
+    """The one concrete topic a Notify's wsnt:Topic names (`_read_topic`)."""
+    return _read_topic(tel)[0]
+
+
+def _read_topic(tel: Element) -> tuple[topics.ConcreteTopic, dict[str, str]]:
     """The one concrete topic a Notify's wsnt:Topic names (WS-BaseNotification 1.3 §3.2),
     else the fault. What a wsnt:Topic means depends only on its dialect, text and in-scope
     namespaces (WS-Topics 1.3 §8): publishers repeat one topic in message after message and
     Notify after Notify, so it is looked up by those (`_topics_read`), not compiled and
     checked again (an element with child nodes is always compiled: its text is more than
-    `.text`; a faulty one is never kept)."""
+    `.text`; a faulty one is never kept). With it, the prefix its text wrote per namespace."""
     key: _TopicKey | None = None
     if len(tel) == 0:
         text = tel.text
@@ -177,15 +184,24 @@ def _topic_of(tel: Element) -> topics.ConcreteTopic:
     if key is not None and cacheable((key[0] or "") + (key[1] or "") + (key[2] or ""), key[3]):
         if len(_topics_read) >= _TOPICS_READ_MAX:
             _topics_read.clear()
-        _topics_read[key] = topic
-    return topic
+        _topics_read[key] = (topic, expr.prefixes_used())
+        return _topics_read[key]
+    return topic, expr.prefixes_used()
 
 
-def registration_for(state: BrokerState, producer: Epr | None) -> Registration | None:
+def registration_for(
+    state: BrokerState, producer: Epr | None, topic: topics.ConcreteTopic | None = None
+) -> Registration | None:
+    """The registration a Notify naming `producer` is attributed to: of that publisher's
+    registrations (it may have several: WS-BrokeredNotification 1.0 §5.4 makes a new one on
+    each RegisterPublisher), the newest that allows `topic`, else its newest."""
     if producer is None:
         return None
-    regs = state.registrations_of(producer.address)
-    return regs[0] if regs else None
+    regs = sorted(state.registrations_of(producer.address), key=lambda r: r.created)
+    for r in reversed(regs):
+        if r.allows(publishers.map_device_topic(topic, r.device_id) if topic else None, state.ts):
+            return r
+    return regs[-1] if regs else None
 
 
 async def notify_broker(ctx: Context, req: SoapRequest, _broker: None) -> Reply:
@@ -205,7 +221,7 @@ async def _notify(ctx: Context, req: SoapRequest, reg: Registration | None) -> R
     via = loops.via_of(req.header)
     if not looped(ctx, via):
         key = ctx.dedupe.key_of(req, reg, items[0].producer if items else None)
-        await ctx.dedupe.accept_once(key, lambda: publish(ctx, items, via, key, req.client))
+        await ctx.dedupe.accept_once(key, lambda: publish(ctx, items, via, key, client=req.client))
     return None, []
 
 
@@ -279,15 +295,25 @@ async def publish(
     items: Sequence[Publication],
     via: tuple[str, ...] = (),
     seen: SeenKey | None = None,
+    also: Sequence[topics.ConcreteTopic | None] | None = None,
     client: str = "",
 ) -> None:
     """Accept notifications (module docstring): topic growth (WS-Topics 1.3 §9), then the
     plan, then one commit, then the state. Returns once committed (a positive answer to
     Notify means durably accepted). `via`: the brokers they went through (gateway.loops);
-    `seen`: the Notify's seen-set key (gateway.dedupe), committed with it; `client`: the
-    address it came from, whose --max-client-topics bounds the topics it adds."""
+    `seen`: the Notify's seen-set key (gateway.dedupe), committed with it; `also`: per
+    item, a second name of its topic (a camera event's `dev:<camera>/...`,
+    gateway.cameras): grown too, and its subscribers get the item once, under its topic;
+    `client`: the address it came from, whose --max-client-topics bounds the topics it
+    adds."""
     state = ctx.state
-    pubs = admitted(ctx.counts, state.ts, list(items))
+    if also is not None:  # admitted() may drop items: keep each second name with its item
+        pairs = [(it, a) for it, a in zip(items, also, strict=True)]
+        kept = {id(it) for it in admitted(ctx.counts, state.ts, [it for it, _ in pairs])}
+        pubs = [it for it, _ in pairs if id(it) in kept]
+        also = [a for it, a in pairs if id(it) in kept]
+    else:
+        pubs = admitted(ctx.counts, state.ts, list(items))
     now = ctx.clock()
     # each payload serialized once: stored, delivered and landed from the same text
     xmls = serialize_all([it[2] for it in pubs])  # only the namespaces each uses
@@ -300,6 +326,8 @@ async def publish(
         its = landing.items_for(pubs, records, new_msg_id, xmls)  # type: ignore[arg-type]
         lines = await records.lines(now, its)
     named = topics_of(pubs)
+    if also is not None:
+        named += [t for t in dict.fromkeys(also) if t is not None and t not in named]
     adds = [t for t in named if t not in state.ts]
     if adds:  # topic growth bounded per client address and in all (quotas.TOPICS)
         refused = ctx.quotas.refuse(quotas.TOPICS, client, len(adds))
@@ -319,8 +347,8 @@ async def publish(
     await state.index.prepare()
     render, ts = ctx.render, state.ts
     judge = await filters.prejudge(
-        [it[0] for it in pubs],
-        lambda t: state.wanting(t, now),
+        [_key(it[0], also[i] if also is not None else None) for i, it in enumerate(pubs)],
+        lambda key: _subscribers(state, key, now),
         xmls,
         ctx.xpath,
         lambda: (render.producer_document(ts), ts.state),
@@ -339,6 +367,7 @@ async def publish(
         peer=ctx.delivery.peer,
         payload_xmls=xmls,
         judge=judge,
+        also=also,
     )
     p.batch.seen = seen
     p.batch.pp_max_bytes = ctx.cfg.pullpoint_max_bytes
@@ -346,6 +375,28 @@ async def publish(
         p.batch.drop_deliveries.extend(ctx.delivery.overflow(sid, n))
     res = await persist(ctx, p.batch)
     apply(ctx, p, res, via)
+
+
+class _Both(NamedTuple):
+    """A topic and its second name (`publish`'s `also`): whose subscribers are asked."""
+
+    topic: topics.ConcreteTopic | None
+    second: topics.ConcreteTopic
+
+
+def _key(topic: topics.ConcreteTopic | None, second: topics.ConcreteTopic | None) -> object:
+    return topic if second is None else _Both(topic, second)
+
+
+def _subscribers(state: BrokerState, key: object, now: datetime) -> list[Subscription]:
+    """Who wants an item under `key` (`_key`): the topic's subscribers, and its second
+    name's, once each, in id order as state.wanting gives them."""
+    if not isinstance(key, _Both):
+        return state.wanting(key, now)  # type: ignore[arg-type]
+    subs = state.wanting(key.topic, now)
+    if extra := state.wanting(key.second, now):
+        subs = sorted({s.id: s for s in (*subs, *extra)}.values(), key=lambda s: s.id)
+    return subs
 
 
 def topics_of(items: Sequence[Publication]) -> list[topics.ConcreteTopic]:
@@ -376,6 +427,7 @@ def plan(
     peer: Callable[[str], str | None] = _nobody,
     payload_xmls: Sequence[str] | None = None,
     judge: filters.Judge | None = None,
+    also: Sequence[topics.ConcreteTopic | None] | None = None,
 ) -> Plan:
     """What to store, land and deliver for `items` (pure: reads the state). Their topics
     are in the Topic Set (`publish` grew it) and recorded as grown with the commit.
@@ -383,7 +435,8 @@ def plan(
     `via`/`peer`: nothing goes back to a broker it came through (gateway.loops; `peer(id)`
     is the broker a subscription's consumer answered as); `payload_xmls`: the payloads
     already serialized, in order; `named`: `topics_of(items)` when the caller has it;
-    `pp_limit`: the pull-point bound."""
+    `pp_limit`: the pull-point bound; `also`: per item, a second name of its topic
+    (`publish`): its subscribers get the item too, once, and it is a current message there."""
     p = Plan(AcceptBatch(pp_limit=pp_limit), accepted=len(items))
     batch, current = p.batch, p.current
     ts = state.ts
@@ -396,7 +449,7 @@ def plan(
     if judge is None:  # every filter judged here (prejudge has those that are not linear)
         judge = filters.Judge(list(payload_xmls), None)
     # who wants a topic depends on the topic and `now` only: asked once per topic
-    wanting: dict[topics.ConcreteTopic | None, list[Subscription]] = judge.wanting
+    wanting: dict[object, list[Subscription]] = judge.wanting
     for i, (topic, producer, _payload, _nm) in enumerate(items):
         payload_xml = payload_xmls[i]
         msg_id = landed[i][0] if landed is not None else new_msg_id()
@@ -408,6 +461,9 @@ def plan(
             if ts.has_aliases:
                 for t in topics.resolve_topic(topic, ts):
                     current[t] = payload_xml
+        second = also[i] if also is not None else None
+        if second is not None:
+            current[second] = payload_xml
         if landed is not None:
             line = landed[i][1]
             if jsonl:
@@ -418,9 +474,10 @@ def plan(
         # wrapped message after its SubscriptionReference depends only on the subscriber's
         # dialect, a raw message is the payload; each subscriber's row references it
         rendered: dict[str | None, tuple[str, int]] = {}  # dialect (None: raw) -> text, ref
-        subs = wanting.get(topic)
+        key = _key(topic, second)
+        subs = wanting.get(key)
         if subs is None:
-            subs = wanting[topic] = state.wanting(topic, now)
+            subs = wanting[key] = _subscribers(state, key, now)
         for sub in subs:
             if via and peer(sub.id) in via:  # never back where it came from
                 continue

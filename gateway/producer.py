@@ -18,6 +18,7 @@ from gateway.resource import RES_PATH, epoch, new_id
 from gateway.state import BrokerState
 from gateway.storage import StorageError, SubscriptionRow
 from gateway.subscriptions import Subscription
+from gateway.topics.prefixes import choose as choose_prefixes
 from gateway.wire import faults, ns
 from gateway.wire.faults import RECEIVER
 from gateway.wire.soap import SoapRequest
@@ -95,9 +96,7 @@ async def subscribe(ctx: Context, req: SoapRequest, _broker: None) -> Reply:
         topic_exprs=parsed.filter.topic_exprs,
         content=parsed.filter.content,
         producer=parsed.filter.producer,
-        dialect=parsed.filter.topic_exprs[0].dialect
-        if parsed.filter.topic_exprs
-        else topics.CONCRETE,
+        dialect=parsed.filter.dialect or topics.CONCRETE,
         soap=req.version,
     )
     ctx.quotas.hold(quotas.SUBSCRIPTIONS, req.client, sub.id)  # given back when it ends
@@ -154,8 +153,10 @@ async def get_current_message(ctx: Context, req: SoapRequest, _broker: None) -> 
         raise faults.from_topic_error(e) from None
     xml = ctx.state.current.get(one)
     if xml is None:
+        # the topic as the requester wrote its prefixes (gateway/topics/prefixes.py)
+        text = topics.topic_text(one, choose_prefixes(one, None, expr.prefixes_used()))
         raise faults.wsnt(
-            "NoCurrentMessageOnTopicFault", f"no message has been published on {one} yet"
+            "NoCurrentMessageOnTopicFault", f"no message has been published on {text} yet"
         )
     resp = etree.Element(ns.q(ns.WSNT, "GetCurrentMessageResponse"), nsmap={"wsnt": ns.WSNT})
     resp.append(parse_xml(xml.encode()))

@@ -90,16 +90,25 @@ def as_topic_name(raw: str) -> str:
     return cleaned if _NCNAME.match(cleaned) else "_" + cleaned
 
 
+def declared_device_id(publisher: Epr | None) -> str | None:
+    """The edge:DeviceId in the PublisherReference's wsa:Metadata (as a topic name), if
+    any: the one device id that names a device wherever it is reachable."""
+    if publisher is not None and publisher.metadata is not None:
+        for el in publisher.metadata.iter(ns.q(ns.EDGE, "DeviceId")):
+            v = text_of(el)
+            if v:
+                return as_topic_name(v)
+    return None
+
+
 def device_id_for(publisher: Epr | None) -> str | None:
     """design.md: edge:DeviceId in the PublisherReference's wsa:Metadata, else host-port
     (both made NCNames by as_topic_name)."""
     if publisher is None:
         return None
-    if publisher.metadata is not None:
-        for el in publisher.metadata.iter(ns.q(ns.EDGE, "DeviceId")):
-            v = text_of(el)
-            if v:
-                return as_topic_name(v)
+    declared = declared_device_id(publisher)
+    if declared is not None:
+        return declared
     try:
         parts = urlsplit(publisher.address)
         port = parts.port

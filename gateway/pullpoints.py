@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from lxml import etree
 
-from gateway import notify, quotas
+from gateway import notify, quotas, wsrf
 from gateway.context import Context, Reply
 from gateway.resource import new_id
 from gateway.state import PullPoint
@@ -108,6 +108,20 @@ async def get_messages(ctx: Context, req: SoapRequest, pp: PullPoint) -> Reply:
 async def destroy_pullpoint(ctx: Context, req: SoapRequest, pp: PullPoint) -> Reply:
     """DestroyPullPoint (§5.1.4). Subscriptions whose consumer is this pull point are
     destroyed with it (they could never deliver again)."""
+    await _destroy(ctx, pp)
+    return ns.A_DESTROY_PP_RESP, [
+        etree.Element(ns.q(ns.WSNT, "DestroyPullPointResponse"), nsmap={"wsnt": ns.WSNT})
+    ]
+
+
+async def destroy(ctx: Context, req: SoapRequest, pp: PullPoint) -> Reply:
+    """wsrf-rl:Destroy of a pull point: its EPR presents it as a WS-Resource (§5.1, issue
+    25 defect 3), so WS-ResourceLifetime 1.2 §4.1 immediate termination is DestroyPullPoint's
+    work, answered as WS-ResourceLifetime's."""
+    return await wsrf.destroyed(lambda: _destroy(ctx, pp))
+
+
+async def _destroy(ctx: Context, pp: PullPoint) -> None:
     try:
         await ctx.storage.delete_pullpoint(pp.id, ctx.state.feeding(pp.id))
     except StorageError as e:
@@ -115,9 +129,6 @@ async def destroy_pullpoint(ctx: Context, req: SoapRequest, pp: PullPoint) -> Re
             "UnableToDestroyPullPointFault", f"could not destroy: {e}", RECEIVER
         ) from None
     ctx.state.destroy_pullpoint(pp.id)
-    return ns.A_DESTROY_PP_RESP, [
-        etree.Element(ns.q(ns.WSNT, "DestroyPullPointResponse"), nsmap={"wsnt": ns.WSNT})
-    ]
 
 
 async def notify_pullpoint(ctx: Context, req: SoapRequest, pp: PullPoint) -> Reply:

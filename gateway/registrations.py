@@ -75,12 +75,14 @@ async def register_publisher(ctx: Context, req: SoapRequest, _broker: None) -> R
         state.grow_topics(sorted(reg.named_topics, key=str))
     except topics.TopicError as e:
         raise faults.from_topic_error(e) from None
-    # A publisher registering again (a device after a reboot) replaces its previous
-    # registration, so stale ones do not pile up until they expire and the demand
-    # logic follows the new one (design.md, demand-based publishing step 2).
-    replaces = (
-        [o.id for o in state.registrations_of(reg.publisher.address)] if reg.publisher else []
-    )
+    # A publisher registering again (a device after a reboot) gets a new resource and its
+    # earlier registration stays one: "A new resource is created regardless of whether the
+    # same Publisher has previously registered" (WS-BrokeredNotification 1.0 §5.4; issue
+    # 25 defect 1). The stale one does no harm: demand-based publishing follows the newest
+    # registration of a publisher and unsubscribes the earlier one's subscriptions at the
+    # device (gateway.demand, so the device never pushes twice), and the earlier one ends
+    # at its termination time unless its publisher renews or destroys it.
+    replaces: list[str] = []
     try:
         await ctx.storage.add_registration(
             RegistrationRow(

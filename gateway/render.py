@@ -47,6 +47,8 @@ class Renderer:
         self._live = live
         self._subref: dict[str, str] = {}
         self._producer_doc: tuple[int, Element] | None = None
+        #: the prefix each publisher wrote per namespace, reused when rendering its topics
+        self.prefixes = topics.PrefixBook()
 
     # ------------------------------------------------------------------ addresses
     @property
@@ -74,7 +76,9 @@ class Renderer:
         the subscriber's dialect, ProducerReference, Message, and the end tag."""
         nm = etree.Element(ns.q(ns.WSNT, "NotificationMessage"), nsmap=_NM_NSMAP)
         if topic is not None:
-            dialect, text, nsmap = topics.render_topic(topic, dialect)
+            # topics keep their publisher's prefix (gateway/topics/prefixes.py, issue 25)
+            prefixes = self.prefixes.choose(topic, producer.address if producer else None)
+            dialect, text, nsmap = topics.render_topic(topic, dialect, prefixes)
             t = etree.SubElement(
                 nm, ns.q(ns.WSNT, "Topic"), nsmap={k: v for k, v in nsmap.items() if k} or None
             )

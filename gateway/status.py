@@ -38,6 +38,7 @@ from gateway import topics
 from gateway.context import Context
 from gateway.demand import DemandManager
 from gateway.metrics import StateCollector, StateSample
+from gateway.onvif.model import CameraStatus
 from gateway.oplog import RefusalLog
 from gateway.publishers import Registration
 from gateway.storage import StorageError
@@ -156,6 +157,8 @@ class StatusView:
         self.refusals = refusals or RefusalLog()
         self.started = time.time()
         self.version = _version()
+        #: the ONVIF cameras' statuses (gateway.app sets it; gateway.cameras)
+        self.cameras: Callable[[], list[CameraStatus]] = list
         self._sample = StateSample()
         ctx.metrics.registry.register(StateCollector(lambda: self._sample))
         self.errors = RecentErrors()
@@ -242,6 +245,7 @@ class StatusView:
             ],
             "subscriptions": subs,
             "pullpoints": pps,
+            "cameras": [c.as_dict() for c in self.cameras()],
             "landing": landing,
             "recent_errors": list(reversed(self.errors.lines)),  # newest first
         }
@@ -281,6 +285,7 @@ class StatusView:
         }
 
     def _registration(self, r: Registration) -> dict[str, Any]:
+        address = r.publisher.address if r.publisher else None
         managed = self.demand.status() if self.demand is not None else []
         remote = [e for e in managed if e["registration"] == r.id]
         if not r.demand:
@@ -296,6 +301,13 @@ class StatusView:
             "device_id": r.device_id,
             "producer": r.publisher.address if r.publisher else None,
             "topics": [str(t) for t in sorted(r.named_topics, key=str)]
+            or [text for _d, text, _n in r.topic_specs],
+            # the same as text with the prefix the publisher wrote (else the conventional
+            # one: dev: for the device hierarchy; gateway/topics/prefixes.py)
+            "topic_texts": [
+                topics.topic_text(t, self.ctx.render.prefixes.choose(t, address))
+                for t in sorted(r.named_topics, key=str)
+            ]
             or [text for _d, text, _n in r.topic_specs],
             "demand": r.demand,
             "state": state,

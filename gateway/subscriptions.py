@@ -54,6 +54,9 @@ class ParsedFilter:
     topic_exprs: list[topics.TopicExpression] = field(default_factory=list)
     content: list[XPathFilter] = field(default_factory=list)
     producer: list[XPathFilter] = field(default_factory=list)
+    #: the first TopicExpression's dialect URI as the subscriber wrote it: the Topic of
+    #: each notification it gets is in this spelling (WS-BaseNotification 1.3 §3.1)
+    dialect: str | None = None
 
 
 def parse_filter(filter_el: Element | None, ts: topics.TopicSet) -> ParsedFilter:
@@ -70,6 +73,8 @@ def parse_filter(filter_el: Element | None, ts: topics.TopicSet) -> ParsedFilter
                 expr.validate(ts)
             except topics.TopicError as e:
                 raise faults.from_topic_error(e) from None
+            if not pf.topic_exprs:
+                pf.dialect = (f.get("Dialect") or f.get("dialect") or "").strip()
             pf.topic_exprs.append(expr)
         elif f.tag == ns.q(ns.WSNT, "MessageContent"):
             pf.content.append(compile_message_content(f))

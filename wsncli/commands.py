@@ -265,7 +265,8 @@ def render_ls(s: dict[str, Any]) -> list[str]:
     for r in s.get("registrations", []):
         out.append(
             f"  {r.get('device_id') or r['id']}  {r.get('state')}  {r.get('producer') or '-'}  "
-            f"topics={','.join(r.get('topics', []))}  last_seen={r.get('last_seen') or 'never'}"
+            f"topics={','.join(r.get('topic_texts') or r.get('topics', []))}  "
+            f"last_seen={r.get('last_seen') or 'never'}"
         )
     out.append(f"subscriptions ({len(s.get('subscriptions', []))})")
     for x in s.get("subscriptions", []):
@@ -279,6 +280,17 @@ def render_ls(s: dict[str, Any]) -> list[str]:
     out.append(f"pullpoints ({len(s.get('pullpoints', []))})")
     for p in s.get("pullpoints", []):
         out.append(f"  {p['id']}  depth={p.get('depth')} dropped={p.get('dropped')}")
+    cams = s.get("cameras") or []
+    if cams:  # ONVIF cameras (gateway --onvif-camera)
+        out.append(f"cameras ({len(cams)})")
+    for c in cams:
+        err = f"  last_error={c.get('last_error')!r}" if c.get("last_error") else ""
+        out.append(
+            f"  {c['id']}  {'connected' if c.get('connected') else c.get('state')}  "
+            f"{c.get('address')}  expires={c.get('expires') or '-'}  "
+            f"last_event={c.get('last_event') or 'never'}  events={c.get('events')}  "
+            f"errors={c.get('errors')}{err}"
+        )
     land = s.get("landing", {})
     if land.get("enabled"):
         out.append(

@@ -7,7 +7,12 @@ The names below are the contract the broker codes against
 
 from .admission import inadmissible, unjudgeable
 from .aliases import require_single_topic, resolve_expression, resolve_topic
-from .compile import compile_expression, parse_topic_expression_element, render_topic
+from .compile import (
+    compile_expression,
+    parse_topic_expression_element,
+    render_topic,
+    topic_text,
+)
 from .dialects import (
     ACCEPTED_DIALECTS,
     CONCRETE,
@@ -16,6 +21,7 @@ from .dialects import (
     SIMPLE,
     XPATH,
     canonical_dialect,
+    concrete_of,
 )
 from .errors import (
     InvalidTopicExpression,
@@ -32,6 +38,7 @@ from .index import SubscriptionIndex
 from .model import AD_HOC, WSTOP, ConcreteTopic, MessagePattern, Topic, TopicNamespace
 from .namespace import hardened_parser, load_topic_namespace
 from .path import PathExpression
+from .prefixes import CONVENTIONAL, ONVIF_TOPICS, PrefixBook
 from .topicset import TopicSet
 from .xpath import XPathExpression
 
@@ -39,8 +46,10 @@ __all__ = [
     "ACCEPTED_DIALECTS",
     "AD_HOC",
     "CONCRETE",
+    "CONVENTIONAL",
     "DIALECTS",
     "FULL",
+    "ONVIF_TOPICS",
     "SIMPLE",
     "WSTOP",
     "XPATH",
@@ -50,6 +59,7 @@ __all__ = [
     "MessagePattern",
     "MultipleTopicsSpecified",
     "PathExpression",
+    "PrefixBook",
     "SubscriptionIndex",
     "Topic",
     "TopicError",
@@ -63,6 +73,7 @@ __all__ = [
     "XPathExpression",
     "canonical_dialect",
     "compile_expression",
+    "concrete_of",
     "hardened_parser",
     "inadmissible",
     "load_topic_namespace",
@@ -71,5 +82,6 @@ __all__ = [
     "require_single_topic",
     "resolve_expression",
     "resolve_topic",
+    "topic_text",
     "unjudgeable",
 ]

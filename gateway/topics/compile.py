@@ -11,7 +11,8 @@ A caller may rely on:
   the 2004 drafts as well) and the text of the element, and resolves prefixes
   through the element's in-scope namespace declarations (WS-Topics 1.3 §8);
 * :func:`render_topic` renders a topic in the subscriber's dialect
-  (WS-BaseNotification 1.3 §3.1; see its docstring).
+  (WS-BaseNotification 1.3 §3.1; see its docstring) with the prefixes of
+  gateway.topics.prefixes.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from functools import lru_cache
 
 from lxml import etree
 
-from .dialects import CONCRETE, SIMPLE, XPATH, canonical_dialect
+from .dialects import CONCRETE, SIMPLE, XPATH, canonical_dialect, concrete_of
 from .errors import InvalidTopicExpression
 from .expression import TopicExpression, clean_nsmap
 from .model import ConcreteTopic, split_step
 from .path import PathExpression
+from .prefixes import choose as choose_prefixes
 from .xpath import XPathExpression
 
 #: longest expression text accepted (hostile sizes; the XPath dialect is
@@ -117,44 +119,55 @@ def _compile_element(
     return compile_expression(dialect, text, dict(ns_items))
 
 
-def render_topic(topic: ConcreteTopic, dialect: str) -> tuple[str, str, dict[str, str]]:
+def render_topic(
+    topic: ConcreteTopic, dialect: str, prefixes: Mapping[str, str] | None = None
+) -> tuple[str, str, dict[str, str]]:
     """``(dialect_uri, text, {prefix: namespace})`` to put in the wsnt:Topic of
     a Notify sent to a subscriber whose subscription used ``dialect``.
 
     WS-BaseNotification 1.3 §3.1: wsnt:Topic/@Dialect "MUST be the same dialect
     used by the Subscriber when it created the Subscription". So the answer is
-    ``dialect`` (its WS-Topics 1.3 URI) with the topic's concrete path as text:
-    a Concrete path is valid Full (§8.3), and as an XPath (§8.4) it is a
-    relative location path (``tns:t1/t2``) that selects exactly this topic's
-    element from the TopicSet element, the context node. The one exception is
-    Simple for a topic that is not a root topic, which Simple cannot express
-    (§8.1); a Simple subscription never selects one, and if it did the topic
-    goes out as Concrete. An expression without a dialect (no TopicExpression
-    in the subscription) gets Concrete. Prefixes are ``tns``, ``tns1``, ... in
-    order along the path, and the caller declares them on the wsnt:Topic
-    element so the text resolves with the declarations in scope; ad-hoc roots
-    (§10) are unprefixed.
+    ``dialect`` itself, spelled as the subscriber spelled it (a 2004 URI stays
+    the 2004 URI, surrounding white space dropped), with the topic's concrete
+    path as text: a Concrete path is valid Full (WS-Topics 1.3 §8.3), and as an
+    XPath (WS-Topics 1.3 §8.4) it
+    is a relative location path (``tns:t1/t2``) that selects exactly this
+    topic's element from the TopicSet element, the context node. The one
+    exception is Simple for a topic that is not a root topic, which Simple
+    cannot express (WS-Topics 1.3 §8.1); a Simple subscription never selects one, and if it
+    did the topic goes out as Concrete (in the Simple URI's family,
+    :func:`concrete_of`). An expression without a dialect (no TopicExpression
+    in the subscription) gets Concrete.
+
+    ``prefixes`` (namespace URI -> prefix, e.g. :meth:`PrefixBook.choose`) name
+    the prefix of each namespace on the path; a namespace it lacks, or whose
+    prefix is unusable or taken, gets one by :func:`prefixes.choose`'s later
+    rules (conventional, then ``tns``, ``tns1``, ...). The caller declares the
+    returned prefixes on the wsnt:Topic element so the text resolves with the
+    declarations in scope; ad-hoc roots (WS-Topics 1.3 §10) are unprefixed.
     """
     canon = canonical_dialect(dialect)
     if not topic.path:
         raise InvalidTopicExpression("an empty topic path cannot be rendered")
-    prefixes: dict[str, str] = {}
+    chosen = choose_prefixes(topic, prefixes)
 
     def qname(ns: str, local: str) -> str:
-        if not ns:
-            return local
-        for p, u in prefixes.items():
-            if u == ns:
-                return f"{p}:{local}"
-        p = "tns" if not prefixes else f"tns{len(prefixes)}"
-        prefixes[p] = ns
-        return f"{p}:{local}"
+        return f"{chosen[ns]}:{local}" if ns else local
 
     parts = [qname(topic.namespace, topic.path[0])]
     for step in topic.path[1:]:
         sns, local = split_step(step)
         parts.append(local if sns is None else qname(sns, local))
     text = "/".join(parts)
+    declared = {p: ns for ns, p in chosen.items()}
     if canon == SIMPLE and not topic.is_root:
-        return CONCRETE, text, prefixes
-    return canon, text, prefixes
+        return concrete_of(dialect), text, declared
+    return dialect.strip(), text, declared
+
+
+def topic_text(topic: ConcreteTopic, prefixes: Mapping[str, str] | None = None) -> str:
+    """`topic` as a Concrete path with the prefixes :func:`render_topic` would choose
+    (``tns1:RuleEngine/CellMotionDetector/Motion``): for people (status pages, the CLI)."""
+    if not topic.path:
+        return ""
+    return render_topic(topic, CONCRETE, prefixes)[1]

@@ -4,6 +4,8 @@ A caller may rely on: :func:`canonical_dialect` maps every accepted URI onto
 one of :data:`SIMPLE`, :data:`CONCRETE`, :data:`FULL`, :data:`XPATH` and
 raises :class:`TopicExpressionDialectUnknown` for anything else. Comparison is
 exact except for surrounding whitespace (URIs are case-sensitive).
+:func:`concrete_of` is the Concrete dialect spelled as another accepted URI
+spells its family (for a topic a Simple subscriber's dialect cannot express).
 """
 
 from __future__ import annotations
@@ -38,6 +40,16 @@ for _base in ("http://docs.oasis-open.org/wsn/2004/06/TopicExpression/",):
     _ALIASES[_base + "Simple"] = SIMPLE
     _ALIASES[_base + "Concrete"] = CONCRETE
     _ALIASES[_base + "Full"] = FULL
+#: each accepted URI -> the Concrete dialect as its own family spells it (2004 IBM,
+#: 2004 OASIS draft, 1.3)
+_CONCRETE_OF: dict[str, str] = {}
+for _uri, _canon in _ALIASES.items():
+    if _uri.endswith("/simple") or _uri.endswith("/concreteTopicPath"):
+        _CONCRETE_OF[_uri] = _uri.rsplit("/", 1)[0] + "/concreteTopicPath"
+    elif _uri.startswith("http://docs.oasis-open.org/wsn/2004/06/"):
+        _CONCRETE_OF[_uri] = _uri.rsplit("/", 1)[0] + "/Concrete"
+    else:
+        _CONCRETE_OF[_uri] = CONCRETE
 
 #: every dialect URI accepted, old and new
 ACCEPTED_DIALECTS: frozenset[str] = frozenset(_ALIASES)
@@ -54,3 +66,11 @@ def canonical_dialect(uri: str) -> str:
             f"topic expression dialect {uri!r} is not supported; use one of " + ", ".join(DIALECTS)
         )
     return canon
+
+
+def concrete_of(uri: str) -> str:
+    """The Concrete dialect in the spelling of the family of accepted URI ``uri``
+    (``.../WS-Topics/TopicExpression/simple`` -> ``.../concreteTopicPath``); raises
+    :class:`TopicExpressionDialectUnknown` like :func:`canonical_dialect`."""
+    canonical_dialect(uri)
+    return _CONCRETE_OF[uri.strip()]

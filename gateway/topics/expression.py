@@ -79,6 +79,19 @@ class TopicExpression:
         """The one topic a wildcard-free, union-free path names, else None."""
         return None
 
+    def prefixes_used(self) -> dict[str, str]:
+        """Namespace URI -> the prefix the text wrote it with (the first one, if it
+        used several): what a rendering for this expression's author may reuse
+        (gateway.topics.prefixes). Prefixes bound to no URI are not in it."""
+        from .xpath import prefixes_used
+
+        out: dict[str, str] = {}
+        for p in sorted(prefixes_used(self.text)):
+            uri = self.nsmap.get(p)
+            if uri:
+                out.setdefault(uri, p)
+        return out
+
     def parts(self) -> list[TopicExpression]:
         """The components of a ``|`` union (2004 §8 rule 4), else ``[self]``."""
         return [self]

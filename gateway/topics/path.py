@@ -100,6 +100,8 @@ class _Parser:
         self.branches: list[Branch] = []
         self.explicit: list[ConcreteTopic] = []
         self.uses_prefixed_descendant = False
+        #: namespace -> the first prefix the text used for it (topics keep their prefix)
+        self.prefix_of: dict[str, str] = {}
 
     def error(self, part: str, offset: int, message: str) -> InvalidTopicExpression:
         where = f" at offset {offset}" if offset >= 0 else ""
@@ -161,6 +163,8 @@ class _Parser:
             prefix = m.group()
             i = m.end() + 1
         ns = resolve_prefix(prefix, self.nsmap, self.text) if prefix is not None else ""
+        if prefix is not None:
+            self.prefix_of.setdefault(ns, prefix)
         descendant = part.startswith("//", i)
         if descendant:
             if not self.full:
@@ -234,6 +238,8 @@ class _Parser:
             else:
                 p, loc, end = self.qname(part, i, "a topic name, '*' or '.'")
                 sns = resolve_prefix(p, self.nsmap, self.text) if p is not None else ""
+                if p is not None:
+                    self.prefix_of.setdefault(sns, p)
                 step = (ONE, sns, loc)
                 if explicit:
                     lit.append(make_step(None if p is None else sns, loc))
@@ -283,7 +289,14 @@ class PathExpression(TopicExpression):
     ``concrete`` holds, per branch, the topic it names literally (or None).
     """
 
-    __slots__ = ("_explicit", "_single", "branches", "concrete", "prefixed_descendant")
+    __slots__ = (
+        "_explicit",
+        "_prefix_of",
+        "_single",
+        "branches",
+        "concrete",
+        "prefixed_descendant",
+    )
 
     def __init__(self, dialect: str, text: str, nsmap: dict[str, str]) -> None:
         super().__init__(dialect, text, nsmap)
@@ -294,10 +307,14 @@ class PathExpression(TopicExpression):
         self.concrete: tuple[ConcreteTopic | None, ...] = tuple(_concrete(b) for b in self.branches)
         self._explicit = parser.explicit
         self.prefixed_descendant = parser.uses_prefixed_descendant
+        self._prefix_of = parser.prefix_of
         self._single: ConcreteTopic | None = self.concrete[0] if len(self.branches) == 1 else None
 
     def single_topic(self) -> ConcreteTopic | None:
         return self._single
+
+    def prefixes_used(self) -> dict[str, str]:
+        return dict(self._prefix_of)
 
     @property
     def has_wildcards(self) -> bool:

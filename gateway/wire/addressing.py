@@ -164,10 +164,16 @@ def reply_action(request_action: str | None, reply: str) -> str:
     SubscriptionManager and PausableSubscriptionManager (Renew, Unsubscribe): a request that
     used the PausableSubscriptionManager input action gets that portType's output action
     (WS-Addressing 1.0 Metadata §4.4.4), any other request the SubscriptionManager one.
+    And the reverse for PauseSubscription and ResumeSubscription, which bw-2.wsdl has only
+    in PausableSubscriptionManager while the normative text of WS-BaseNotification 1.3
+    §6.2.1 and §6.2.2 gives `.../SubscriptionManager/PauseSubscriptionRequest` (its §1.2:
+    the text takes precedence): a request in that form is answered in that form.
     """
-    pausable = bool(request_action) and str(request_action).strip().startswith(_PAUSABLE_SM)
-    if pausable and reply.startswith(_BASE_SM):
+    req = str(request_action).strip() if request_action else ""
+    if req.startswith(_PAUSABLE_SM) and reply.startswith(_BASE_SM):
         return _PAUSABLE_SM + reply[len(_BASE_SM) :]
+    if req.startswith(_BASE_SM) and reply.startswith(_PAUSABLE_SM):
+        return _BASE_SM + reply[len(_PAUSABLE_SM) :]
     return reply
 
 

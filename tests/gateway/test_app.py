@@ -3,6 +3,7 @@ cleanup_ctx and stop in reverse, also when starting fails half-way."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ async def test_the_parts_start_in_order_and_stop_in_reverse(
     gw = await app.start(make_config(tmp_path / "d"))
     steps = [f.__name__ for f in gw.runner.app.cleanup_ctx]
     assert steps == ["storage", "delivery", "landing_writers", "state", "demand_publishing",
-                     "dedupe"]  # fmt: skip
+                     "dedupe", "onvif_cameras"]  # fmt: skip
     assert gw.ctx.storage.is_open
     await gw.stop()
     assert stops == ["demand", "landing", "delivery", "storage"]
@@ -67,3 +68,21 @@ async def test_a_failed_start_stops_what_had_started(
         await app.start(make_config(tmp_path / "d"))
     # storage, delivery and the landing writers had started: stopped, in reverse
     assert stops == ["landing", "delivery", "storage"]
+
+
+@pytest.mark.parametrize(
+    "option, why",
+    [
+        ("front", "expected ID=URL"),
+        ("9front=http://10.0.0.5", "an id is 1-64 characters"),
+        ("front=ftp://10.0.0.5", "is not an http(s) URL"),
+    ],
+)
+def test_a_camera_option_that_cannot_work_stops_the_build_with_the_reason(
+    tmp_path: Path, option: str, why: str
+) -> None:
+    """--onvif-camera is checked when the gateway is built, before anything starts."""
+    cfg = make_config(tmp_path / "d")
+    cfg.onvif_cameras = [option]
+    with pytest.raises(ValueError, match=re.escape(why)):
+        app.build(cfg)

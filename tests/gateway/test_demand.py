@@ -203,6 +203,9 @@ async def test_fresh_registration_of_the_same_publisher_replaces_the_old(gw, pro
         assert "Unsubscribe" in producer.ops(sid)
     st = demand(gw).status()
     assert {e["registration"] for e in st} == {reg2.rsplit("/", 1)[1]}
+    # and the earlier registration is still a resource (WS-BrokeredNotification 1.0 §5.4:
+    # a new one is created regardless), only no longer subscribed for: no push twice
+    assert reg1.rsplit("/", 1)[1] in gw.state.registrations
 
 
 async def test_same_device_id_at_a_new_address_replaces_the_old(gw, make_producer):

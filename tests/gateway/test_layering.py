@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     # publishing through notify.publish
     ("roles", {
         "context", "notify", "producer", "manager", "pullpoints", "registrations", "wsrf",
-        "upkeep", "demand", "onvif",
+        "upkeep", "demand", "onvif", "cameras",
     }),
     ("state/store/delivery", {
         "state", "followers", "longpoll", "oplog", "render", "dedupe", "metrics",
@@ -157,6 +157,7 @@ def test_handlers_import_no_broker() -> None:
 THIRD_PARTY_PRIVATE = {
     "_Element",  # lxml's element type, as lxml-stubs names it
     "_upper_bounds", "_buckets", "_sum",  # prometheus-client Histogram (metrics._observe_many)
+    "_value_1",  # zeep's attribute for an element's any-content (onvif/client._granted)
 }  # fmt: skip
 
 

@@ -129,3 +129,32 @@ def test_topics_of_and_admitted_keep_order_and_count() -> None:
     counts = Counts()
     assert notify.admitted(counts, s.ts, items) == items  # no constraints: all admitted
     assert counts.inadmissible == {}
+
+
+def test_a_second_name_adds_its_subscribers_once_under_the_first_name() -> None:
+    """`also` (a camera event's dev:<camera>/... name, gateway.cameras): subscribers of
+    either name, or of both, get the item once, rendered under its own topic; it is the
+    current message under both names."""
+    onvif = {"tns1": "http://www.onvif.org/ver10/topics", "dev": "urn:wsn-edge:devices"}
+    own = topic("tns1:RuleEngine/CellMotionDetector/Motion", onvif)
+    second = topic("dev:front/tns1:RuleEngine/CellMotionDetector/Motion", onvif)
+    s, _rec, clock = state()
+    s.grow_topics([own, second])
+    for sid, expr, dialect in [
+        ("a-own", "tns1:RuleEngine/CellMotionDetector/Motion", CONCRETE),
+        ("b-camera", "dev:front//.", FULL),
+        ("c-any-camera", "dev:*//Motion", FULL),
+        ("d-other-camera", "dev:back//.", FULL),
+        ("e-all", None, CONCRETE),  # selects both names
+    ]:
+        s.add_subscription(subscription(expr, dialect, nsmap=onvif, sid=sid))
+    items = [Publication(own, PRODUCER, reading(1))]
+    p = notify.plan(s, renderer(), items, clock(), also=[second])
+    assert [sid for sid, _ref in p.batch.deliveries] == [
+        "a-own",
+        "b-camera",
+        "c-any-camera",
+        "e-all",
+    ]
+    assert all("tns1:RuleEngine/CellMotionDetector/Motion<" in x for x in p.delivery_xmls)
+    assert set(p.current) == {own, second}
