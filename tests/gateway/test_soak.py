@@ -27,7 +27,10 @@ def test_short_soak() -> None:
     assert r["acknowledged"] > 500, summary
     assert r["lost_in_landing_count"] == 0, summary
     assert r["duplicated_lines"] == 0 and r["torn_lines"] == 0, summary
-    assert r["landed_unacknowledged"] == 0, summary
+    # landed but never acknowledged is allowed: a Notify committed just before a kill -9 (or
+    # answered after its client gave up under load) lands though its client never heard;
+    # the promise is about what was acknowledged. Still bounded by the requests in flight.
+    assert r["landed_unacknowledged"] <= 10, summary
     assert r["not_delivered"] == 0, summary
     assert r["tracebacks"] == 0, r["traceback_samples"]
     # latency is measured, not asserted (GUIDE: a test stays deterministic on a busy
