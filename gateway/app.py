@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -40,17 +41,21 @@ from gateway.context import Context, Landing
 from gateway.dedupe import Dedupe
 from gateway.delivery import DeliveryManager
 from gateway.demand import DemandManager
-from gateway.followers import DeliveryQueues, Publishers
+from gateway.followers import DeliveryQueues, Publishers, PullCounts, QuotaAccount
 from gateway.landing_parquet import ParquetLandingWriter  # imports pyarrow only when used
 from gateway.landing_record import RecordBuilder
 from gateway.longpoll import LongPolls
 from gateway.metrics import Metrics
 from gateway.onvif import CameraConfig, Cameras, webhook
 from gateway.oplog import OperatorLog
+from gateway.quotas import for_config as quotas_for
 from gateway.render import Renderer
 from gateway.state import BrokerState, Observer
 from gateway.storage import Storage
+from gateway.topics.xpath_budget import XPathBudget
 from gateway.wire.xmlutil import Clock, utcnow
+
+log = logging.getLogger("gateway.app")
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,8 @@ def build(cfg: Config, clock: Clock = utcnow) -> Gateway:
         batch=cfg.delivery_batch,
         linger_max=cfg.delivery_linger_max,
         max_answer_bytes=cfg.max_consumer_answer_bytes,
+        max_connections=cfg.max_delivery_connections,
+        max_per_consumer=cfg.max_consumer_connections,
         backoff_initial=cfg.backoff_initial,
         backoff_max=cfg.backoff_max,
         dead_after=cfg.consumer_dead_after,
@@ -112,7 +119,11 @@ def build(cfg: Config, clock: Clock = utcnow) -> Gateway:
     ts = topics.TopicSet(fixed=cfg.fixed_topic_set)
     for f in cfg.topic_namespace_files:
         ts.add_namespace(topics.load_topic_namespace(f.read_bytes()))
-    state = BrokerState(ts, clock)
+    # XPath not proven linear is evaluated in a worker process (gateway/topics/xpath_budget.py)
+    xpath = XPathBudget(cfg.filter_timeout, cfg.filter_max_memory_mb)
+    state = BrokerState(ts, clock, xpath)
+    quotas = quotas_for(cfg)  # the quotas with names
+    quotas.on_refused = lambda kind, scope: metrics.quota_refusals.labels(kind, scope).inc()
     render = Renderer(
         cfg.public_url or f"http://{cfg.host}:{cfg.port}",
         cfg.requires_registration,
@@ -132,6 +143,8 @@ def build(cfg: Config, clock: Clock = utcnow) -> Gateway:
         policy=policy,
         loop_id=loop_id,
         clock=clock,
+        xpath=xpath,
+        quotas=quotas,
     )
     delivery.on_dead = functools.partial(manager.consumer_dead, ctx)
     demand = DemandManager(state, storage, render, policy, cfg)
@@ -140,6 +153,8 @@ def build(cfg: Config, clock: Clock = utcnow) -> Gateway:
         ctx.polls,  # GetMessages long polls woken
         Publishers(records),  # the landing lines' device ids
         OperatorLog(),  # the lifecycle log lines (gateway.oplog)
+        QuotaAccount(quotas),  # what ends gives its quota back
+        PullCounts(metrics.counts),  # a pull-point subscription's deliveries, forgotten
         Publishers(demand),  # demand-based publishing
     ]
     for follower in followers:
@@ -187,6 +202,7 @@ def create_app(gw: Gateway) -> web.Application:
     async def storage(_app: web.Application) -> AsyncIterator[None]:
         ctx.storage.open()
         yield
+        await ctx.xpath.close()  # its worker processes (they start when first needed)
         ctx.storage.close()
 
     async def delivery(_app: web.Application) -> AsyncIterator[None]:
@@ -228,6 +244,19 @@ def create_app(gw: Gateway) -> web.Application:
         # an accept whose handler was cancelled (the server's shutdown) still commits or
         # fails, and updates the queues and landing writers, before they stop
         await ctx.dedupe.settle()
+
+    async def answer_long_polls(_app: web.Application) -> None:
+        # on_shutdown runs once the listeners are closed and before aiohttp waits for the
+        # handlers still running: a long poll is answered now (with what its pull point
+        # holds), not when its edge:Wait ends
+        n = ctx.polls.total()
+        ctx.polls.wake_all()
+        if n:
+            log.info("stopping: %d long poll(s) answered at once", n)
+        if running := len(ctx.dedupe.running()):  # why the stop may take a moment
+            log.info("stopping: waiting for %d accepted Notify to commit", running)
+
+    app.on_shutdown.append(answer_long_polls)
 
     async def onvif_cameras(_app: web.Application) -> AsyncIterator[None]:
         if not gw.cameras:

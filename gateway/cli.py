@@ -79,8 +79,64 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g = p.add_argument_group("limits")
     g.add_argument("--max-request-bytes", type=int, default=1024 * 1024)
-    g.add_argument("--max-subscriptions", type=int, default=10_000)
-    g.add_argument("--max-pullpoints", type=int, default=1_000)
+    g.add_argument(
+        "--max-subscriptions", type=int, default=10_000, help="subscriptions in all (10000)"
+    )
+    g.add_argument(
+        "--max-client-subscriptions",
+        type=int,
+        default=1_000,
+        help="subscriptions made from one client address (1000)",
+    )
+    g.add_argument("--max-pullpoints", type=int, default=1_000, help="pull points in all (1000)")
+    g.add_argument(
+        "--max-client-pullpoints",
+        type=int,
+        default=100,
+        help="pull points made from one client address (100)",
+    )
+    g.add_argument(
+        "--pullpoint-max-bytes",
+        type=int,
+        default=16 * 1024 * 1024,
+        help="bytes of messages per pull point; the oldest are dropped beyond (16 MiB)",
+    )
+    g.add_argument(
+        "--max-topics",
+        type=int,
+        default=10_000,
+        help="topics a Notify may add to the Topic Set, in all (10000)",
+    )
+    g.add_argument(
+        "--max-client-topics",
+        type=int,
+        default=1_000,
+        help="topics the Notify of one client address may add (1000)",
+    )
+    g.add_argument(
+        "--max-getmessages",
+        type=int,
+        default=1_000,
+        help="messages one GetMessages answers at most, MaximumNumber or not (1000)",
+    )
+    g.add_argument(
+        "--max-getmessages-bytes",
+        type=int,
+        default=4 * 1024 * 1024,
+        help="bytes one GetMessages answers at most, past its first message (4 MiB)",
+    )
+    g.add_argument(
+        "--pullpoint-idle-expiry",
+        type=_seconds,
+        default=86_400.0,
+        help="a pull point nobody has read for this long is destroyed; 0: never (86400 s)",
+    )
+    g.add_argument(
+        "--quota-log-interval",
+        type=_seconds,
+        default=60.0,
+        help="a refusal at a quota is logged at most once per client and kind per interval",
+    )
     g.add_argument("--max-registrations", type=int, default=10_000)
     g.add_argument(
         "--pullpoint-max-messages",
@@ -134,6 +190,33 @@ def build_parser() -> argparse.ArgumentParser:
         default=64 * 1024,
         help="the most of a consumer's answer body read to a delivery (discarded); beyond "
         "it the connection is closed (default 65536)",
+    )
+    g.add_argument(
+        "--filter-timeout",
+        type=_seconds,
+        default=0.25,
+        help="the longest one evaluation of an XPath filter or topic expression that is not "
+        "proven linear may take (in a worker process); past it: no match (default 0.25 s)",
+    )
+    g.add_argument(
+        "--filter-max-memory",
+        type=int,
+        default=512,
+        metavar="MIB",
+        help="address space of that worker process (default 512 MiB); past it: no match",
+    )
+    g.add_argument(
+        "--max-delivery-connections",
+        type=int,
+        default=256,
+        help="outgoing connections to consumers in all; beyond, a delivery waits for one "
+        "(default 256)",
+    )
+    g.add_argument(
+        "--max-consumer-connections",
+        type=int,
+        default=8,
+        help="outgoing connections to one consumer host:port (default 8)",
     )
     d = p.add_argument_group("delivery")
     d.add_argument("--delivery-timeout", type=_seconds, default=10.0)
@@ -251,6 +334,15 @@ def config_from_args(ns: argparse.Namespace) -> Config:
         max_request_bytes=ns.max_request_bytes,
         max_subscriptions=ns.max_subscriptions,
         max_pullpoints=ns.max_pullpoints,
+        max_client_subscriptions=ns.max_client_subscriptions,
+        max_client_pullpoints=ns.max_client_pullpoints,
+        pullpoint_max_bytes=ns.pullpoint_max_bytes,
+        max_topics=ns.max_topics,
+        max_client_topics=ns.max_client_topics,
+        max_getmessages=ns.max_getmessages,
+        max_getmessages_bytes=ns.max_getmessages_bytes,
+        pullpoint_idle_expiry=ns.pullpoint_idle_expiry,
+        quota_log_interval=ns.quota_log_interval,
         max_registrations=ns.max_registrations,
         pullpoint_max_messages=ns.pullpoint_max_messages,
         max_backlog=ns.max_backlog,
@@ -263,6 +355,10 @@ def config_from_args(ns: argparse.Namespace) -> Config:
         max_connections=ns.max_connections,
         max_client_connections=ns.max_client_connections,
         max_consumer_answer_bytes=ns.max_consumer_answer_bytes,
+        filter_timeout=ns.filter_timeout,
+        filter_max_memory_mb=ns.filter_max_memory,
+        max_delivery_connections=ns.max_delivery_connections,
+        max_consumer_connections=ns.max_consumer_connections,
         delivery_timeout=ns.delivery_timeout,
         delivery_batch=ns.delivery_batch,
         delivery_linger_max=ns.delivery_linger_max,

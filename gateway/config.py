@@ -24,6 +24,21 @@ class Config:
     max_pullpoints: int = 1_000
     max_registrations: int = 10_000
     pullpoint_max_messages: int = 10_000
+    #: quotas with names (gateway/quotas.py): per client address, and the bounds in all
+    max_client_subscriptions: int = 1_000
+    max_client_pullpoints: int = 100
+    #: the bytes of the messages one pull point holds (the oldest dropped beyond)
+    pullpoint_max_bytes: int = 16 * 1024 * 1024
+    #: topics the Topic Set may grow by (WS-Topics 1.3 §9), in all and per client address
+    max_topics: int = 10_000
+    max_client_topics: int = 1_000
+    #: one GetMessages answers at most this many messages and (past its first) bytes
+    max_getmessages: int = 1_000
+    max_getmessages_bytes: int = 4 * 1024 * 1024
+    #: a pull point nobody has read (GetMessages) for this long is destroyed; 0: never
+    pullpoint_idle_expiry: float = 86_400.0
+    #: a quota refusal is logged at most once per client and kind in this many seconds
+    quota_log_interval: float = 60.0
     max_backlog: int = 1_000  # per subscription, drop-oldest beyond
     default_termination: timedelta | None = timedelta(hours=1)
     max_termination: timedelta | None = timedelta(days=1)
@@ -36,6 +51,13 @@ class Config:
     #: the most of a consumer's answer body the delivery reads (and discards); past it the
     #: connection is closed (gateway/delivery_http.py)
     max_consumer_answer_bytes: int = 64 * 1024
+    #: one evaluation of an XPath filter or topic expression not proven linear, in the
+    #: worker process (gateway/topics/xpath_budget.py): seconds, and its memory in MiB
+    filter_timeout: float = 0.25
+    filter_max_memory_mb: int = 512
+    #: outgoing delivery connections, in all and per consumer host (gateway/delivery_http.py)
+    max_delivery_connections: int = 256
+    max_consumer_connections: int = 8
     # -- delivery --
     delivery_timeout: float = 10.0
     delivery_batch: int = 100

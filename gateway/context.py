@@ -21,9 +21,11 @@ from gateway.landing_parquet import ParquetLandingWriter
 from gateway.landing_record import RecordBuilder
 from gateway.longpoll import LongPolls
 from gateway.metrics import Counts, Metrics
+from gateway.quotas import Quotas
 from gateway.render import Renderer
 from gateway.state import BrokerState
 from gateway.storage import Storage
+from gateway.topics.xpath_budget import XPathBudget
 from gateway.wire.xmlutil import Clock, Element
 
 #: what a handler returns: (response action, body children); action None = one-way (202)
@@ -65,3 +67,7 @@ class Context:
     loop_id: str
     #: the broker's time: the state's clock (a field, not a property: read per request)
     clock: Clock
+    #: evaluates XPath not proven linear in a worker process, with a deadline
+    xpath: XPathBudget
+    #: what each client address holds, against the quotas with names (gateway.quotas)
+    quotas: Quotas

@@ -15,7 +15,14 @@ consumer endpoint.
   flight at a time, and while many endpoints are active a not-full batch waits a little
   for more (at most --delivery-linger-max).
 - Failures: timeout, connection error or a non-2xx answer -> retry after a jittered
-  exponential backoff (initial * 2^n, capped, times a random factor in [0.5, 1]).
+  exponential backoff (initial * 2^n, capped, times a random factor in [0.5, 1]). A
+  consumer endpoint that starts failing is one WARNING with the error (`consumer_failing`:
+  connection refused, timeout, HTTP 503...), its recovery another (`consumer_recovered`);
+  at most STATE_LOG_BURST such lines in a row, then one per second with a count of the
+  ones left out. Each subscription keeps its endpoint's last error and the time of its
+  last 2xx (`state`).
+- Bounds: at most --max-delivery-connections outgoing connections in all and
+  --max-consumer-connections per consumer host (gateway/delivery_http.py).
 - Isolation: each endpoint has its own asyncio task and HTTP timeout, so a slow or dead
   consumer never delays another.
 - Backlog bound (policy, documented in docs/gateway.md): at most --max-backlog messages
@@ -50,7 +57,13 @@ from lxml import etree
 from gateway import loops, oplog
 from gateway.consumer_policy import ConsumerPolicy
 from gateway.delivery_acks import RowDeletions
-from gateway.delivery_http import MAX_ANSWER_BYTES, NotifySender
+from gateway.delivery_http import (
+    LIMIT_PER_HOST,
+    LIMIT_TOTAL,
+    MAX_ANSWER_BYTES,
+    NotifySender,
+    message_id,
+)
 from gateway.delivery_pacing import Pacer
 from gateway.metrics import Metrics
 from gateway.storage import Storage
@@ -61,6 +74,8 @@ log = logging.getLogger("gateway.delivery")
 
 #: seconds between two "backlog full" lines of one subscription (the later one has the count)
 DROP_LOG_INTERVAL = 60.0
+#: consumer_failing / consumer_recovered lines logged in a row before one per second
+STATE_LOG_BURST = 20
 _seq_of = itemgetter(0)
 
 
@@ -125,6 +140,8 @@ class _Endpoint:
     peer: str | None = None  # the broker id it answered with (gateway/loops.py)
     started: float | None = None  # monotonic time the last request started
     window: int = -1  # the pacing window in which it last started one
+    last_error: str | None = None  # why the last failed request failed
+    last_error_at: float | None = None  # wall-clock epoch seconds of it
 
 
 def _tagged(sub_id: str, items: list[tuple[int, str]]) -> Iterator[tuple[int, str, str]]:
@@ -144,6 +161,8 @@ class DeliveryManager:
         max_backlog: int = 1000,
         linger_max: float = 0.05,
         max_answer_bytes: int = MAX_ANSWER_BYTES,
+        max_connections: int = LIMIT_TOTAL,
+        max_per_consumer: int = LIMIT_PER_HOST,
         on_dead: Callable[[str], Awaitable[None]] | None = None,
         metrics: Metrics | None = None,
         policy: ConsumerPolicy | None = None,
@@ -165,7 +184,10 @@ class DeliveryManager:
         self._via: dict[int, tuple[str, ...]] = {}
         self._queues: dict[str, _Queue] = {}
         self._endpoints: dict[Hashable, _Endpoint] = {}
-        self._sender = NotifySender(self.policy, self.loop_id, timeout, max_answer_bytes)
+        self._sender = NotifySender(
+            self.policy, self.loop_id, timeout, max_answer_bytes, max_connections, max_per_consumer
+        )
+        self._state_log = _StateLog()
         self._closing = False
         self._bg: set[asyncio.Future[None]] = set()  # on_dead calls
         self._rows = RowDeletions(storage)
@@ -263,6 +285,15 @@ class DeliveryManager:
             "failing": q.endpoint.attempts,
             "last_delivery": q.last_delivery,
         }
+
+    def last_error(self, sub_id: str) -> tuple[str, float] | None:
+        """For operators: the error of the last failed request to the consumer endpoint of
+        `sub_id` and when (epoch seconds), None if none failed; with `state`'s
+        last_delivery, the time of its last success."""
+        q = self._queues.get(sub_id)
+        if q is None or q.endpoint.last_error is None or q.endpoint.last_error_at is None:
+            return None
+        return q.endpoint.last_error, q.endpoint.last_error_at
 
     def peer(self, sub_id: str) -> str | None:
         """The broker id the consumer of `sub_id` answered with, if it is a broker."""
@@ -385,16 +416,26 @@ class DeliveryManager:
             for seq, _s, _x in batch:
                 via.extend(self._via.get(seq, ()))
             t = ep.target
+            ids = [message_id(sid, seq) for seq, sid, _x in batch]
             ok, why, peer = await self._sender.send(
-                ep.key, t.consumer, t.soap_version, t.raw, [x for _, _, x in batch], tuple(via)
+                ep.key, t.consumer, t.soap_version, t.raw, [x for _, _, x in batch], tuple(via), ids
             )
             ep.peer = peer or ep.peer
             if ok:
                 self._delivered(ep, batch)
                 continue
             now = time.monotonic()
+            ep.last_error, ep.last_error_at = why, time.time()
             if ep.failing_since is None:
                 ep.failing_since = now
+                self._state_log.line(
+                    "consumer_failing",
+                    "consumer endpoint failing; retrying with backoff",
+                    consumer=ep.target.consumer.address,
+                    error=why,
+                    subscriptions=len(ep.queues),
+                    backlog=sum(len(q.items) for q in ep.queues.values()),
+                )
             ep.attempts += 1
             ep.failures += 1
             if now - ep.failing_since >= self.dead_after:
@@ -444,6 +485,15 @@ class DeliveryManager:
                     waited.append(answered - t0)
         self.metrics.observe_delivery_latencies(waited)
         self.metrics.delivered("ok", len(batch))
+        if ep.failing_since is not None:
+            self._state_log.line(
+                "consumer_recovered",
+                "consumer endpoint answers again",
+                consumer=ep.target.consumer.address,
+                failed_attempts=ep.attempts,
+                failing_for_s=round(answered - ep.failing_since, 1),
+                last_error=ep.last_error,
+            )
         ep.attempts = 0
         ep.failing_since = None
         self._rows.ack([seq for seq, _, _ in batch])
@@ -474,3 +524,38 @@ class DeliveryManager:
                 fut.add_done_callback(self._bg.discard)
         ep.failing_since = None
         ep.attempts = 0
+
+
+class _StateLog:
+    """consumer_failing / consumer_recovered lines (WARNING), STATE_LOG_BURST in a row, then
+    at most one per second; what is left out is summed up in one line a second later
+    (`consumer_lines_left_out`): 1,200 consumers that fail at once are not 1,200 lines."""
+
+    def __init__(self) -> None:
+        self._tokens = float(STATE_LOG_BURST)
+        self._at = time.monotonic()
+        self._left_out: dict[str, int] = {}
+        self._summary: asyncio.TimerHandle | None = None
+
+    def line(self, name: str, message: str, **fields: object) -> None:
+        now = time.monotonic()
+        self._tokens = min(float(STATE_LOG_BURST), self._tokens + (now - self._at))
+        self._at = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            oplog.event(name, message, level=logging.WARNING, **fields)
+            return
+        self._left_out[name] = self._left_out.get(name, 0) + 1
+        if self._summary is None:
+            self._summary = asyncio.get_running_loop().call_later(1.0, self._summarize)
+
+    def _summarize(self) -> None:
+        self._summary = None
+        counts, self._left_out = self._left_out, {}
+        if counts:
+            oplog.event(
+                "consumer_lines_left_out",
+                "more consumer endpoints changed state than are logged one by one (/status)",
+                level=logging.WARNING,
+                **counts,
+            )

@@ -10,6 +10,9 @@
 - `close`: a stopping gateway waits up to ACK_FLUSH_ON_STOP for the deletion of delivered
   rows (else they are sent again after a restart) and cancels the deletions still queued
   (redone after a restart).
+- A deletion that fails for the storage (a full disk) is tried again RETRY_AFTER seconds
+  later, with what came meanwhile; one WARNING when deletions start failing, one when they
+  work again (a traceback only for what is not a storage error: a bug).
 """
 
 from __future__ import annotations
@@ -17,13 +20,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
-from gateway.storage import Storage
+from gateway.storage import Storage, StorageError
 
 log = logging.getLogger("gateway.delivery")
 
 #: seconds a stopping gateway waits for the deletion of acknowledged rows (else: resent)
 ACK_FLUSH_ON_STOP = 5.0
+#: seconds before a failed deletion is tried again
+RETRY_AFTER = 1.0
 
 
 class RowDeletions:
@@ -35,6 +41,7 @@ class RowDeletions:
         # delivered seqs whose rows are not deleted yet, and the task deleting them
         self._acks: list[int] = []
         self._ack_task: asyncio.Future[None] | None = None
+        self._failing_since: float | None = None  # monotonic, while deletions fail
 
     def forget(self, seqs: list[int]) -> None:
         """Delete dropped rows in the background (they must not come back on restart)."""
@@ -43,12 +50,20 @@ class RowDeletions:
         fut.add_done_callback(self._bg.discard)
 
     async def _delete_dropped(self, seqs: list[int]) -> None:
-        try:
-            await self.storage.delete_deliveries(seqs)
-        except Exception:  # logged, not left to "exception was never retrieved"
-            log.exception(
-                "could not delete %d dropped delivery rows (sent after a restart)", len(seqs)
-            )
+        while True:
+            try:
+                await self.storage.delete_deliveries(seqs)
+            except StorageError as e:  # a full disk: again a little later
+                self._failed(e)
+                await asyncio.sleep(RETRY_AFTER)
+                continue
+            except Exception:  # logged, not left to "exception was never retrieved"
+                log.exception(
+                    "could not delete %d dropped delivery rows (sent after a restart)", len(seqs)
+                )
+                return
+            self._worked()
+            return
 
     def ack(self, seqs: list[int]) -> None:
         """Delete delivered rows in the background: what all endpoints acknowledged while
@@ -62,14 +77,42 @@ class RowDeletions:
             seqs, self._acks = self._acks, []
             try:
                 await self.storage.delete_deliveries(seqs)
+            except StorageError as e:  # a full disk: kept, and again a little later
+                self._acks[:0] = seqs
+                self._failed(e)
+                await asyncio.sleep(RETRY_AFTER)
+                continue
             except Exception:  # at-least-once: a row left behind is sent again later
                 log.exception("could not delete delivered rows")
+                continue
+            self._worked()
+
+    def _failed(self, e: StorageError) -> None:
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+            log.warning(
+                "could not delete delivered or dropped outbox rows: %s; trying again every "
+                "%g s (until then a restart would send them again)",
+                e, RETRY_AFTER,
+            )  # fmt: skip
+
+    def _worked(self) -> None:
+        if self._failing_since is not None:
+            log.warning(
+                "outbox rows are deleted again (after %.0f s)",
+                time.monotonic() - self._failing_since,
+            )
+            self._failing_since = None
 
     async def close(self) -> None:
         ack = self._ack_task
         if ack is not None and not ack.done():  # delivered rows: do not send them again
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(asyncio.shield(ack), ACK_FLUSH_ON_STOP)
+            if not ack.done():  # still failing (a full disk): sent again after a restart
+                ack.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await ack
         for f in list(self._bg):  # row deletions still queued are redone after a restart
             f.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

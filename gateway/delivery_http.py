@@ -23,6 +23,16 @@ request bounds deliveries/s (docs/gateway.md "Performance"):
   Accept-Encoding headers, no decompression, and the connection closed instead of reused
   when the answer or an error says so.
 
+Identity (WS-Addressing 1.0 Core §3.2; docs/gateway.md "Delivery policies"): each message
+delivered to a subscription has a message id of its own, a name-based UUID of the
+subscription and the message's durable outbox seq (`message_id`): the same on every
+attempt, after a restart or kill -9 too, so a consumer can drop what it got twice from the
+at-least-once resend. A request's wsa:MessageID is its message's id when it carries one
+message (always, for a raw one), else a UUID of its messages' ids (the same batch sent again
+has the same one; after a restart a batch may hold more or fewer messages). A wrapped
+Notify also lists its messages' ids in order, in `edge:MessageIDs` after its
+NotificationMessages (the schema of wsnt:Notify allows elements of other namespaces there).
+
 The answer's body (`_drain`): a Notify is one-way (WS-BaseNotification 1.3 §3; the WSDL's
 Notify has no output), so nothing in the body is used; it is read only so that the
 connection can carry the next request. A consumer may answer with a body of any length,
@@ -35,10 +45,9 @@ socket past 128 KiB unread), not by what the consumer sends.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import os
-from collections.abc import Hashable
+import uuid
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -55,24 +64,35 @@ log = logging.getLogger("gateway.delivery")
 
 _NOTIFY_START = f'<wsnt:Notify xmlns:wsnt="{ns.WSNT}">'
 _NOTIFY_END = "</wsnt:Notify>"
+_IDS_START = f'<edge:MessageIDs xmlns:edge="{ns.EDGE}">'
+_IDS_END = "</edge:MessageIDs>"
 #: stands for the body while an envelope template is made (a comment: never in a header)
 _BODY_MARK = "<!--wsn-edge body-->"
-_ID_PREFIX = int.from_bytes(os.urandom(8), "big")
-_id_seq = itertools.count()
-#: keep-alive connections per consumer endpoint (host and port): one request is in flight
-#: per endpoint at a time (gateway/delivery.py), more only for endpoints sharing an address
+#: defaults of --max-consumer-connections (per consumer host, port and TLS: one request is
+#: in flight per endpoint at a time, gateway/delivery.py, more only for endpoints sharing an
+#: address) and --max-delivery-connections (all consumers together); a request waiting for a
+#: free connection counts against its --delivery-timeout
 LIMIT_PER_HOST = 8
+LIMIT_TOTAL = 256
 #: default of --max-consumer-answer-bytes: the most of an answer's body read (and discarded)
 MAX_ANSWER_BYTES = 64 * 1024
 
 
-def _message_id() -> bytes:
-    """A fresh wsa:MessageID, urn:uuid form (version 4 and variant bits set): a random
-    per-process half and a counter, unique without a system call per request."""
-    hi = (_ID_PREFIX & ~(0xF << 12)) | (4 << 12)
-    lo = (next(_id_seq) & ((1 << 62) - 1)) | (1 << 63)
-    h = f"{hi:016x}{lo:016x}"
-    return f"urn:uuid:{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}".encode()
+#: the namespace of the name-based UUIDs of delivered messages (RFC 9562 §5.5)
+ID_NAMESPACE = uuid.UUID("6f9c2a4e-3b1d-5e0a-9c7b-2d4e8f1a6b30")
+
+
+def message_id(sub_id: str, seq: int) -> str:
+    """The id of the message with outbox seq `seq` delivered to subscription `sub_id`
+    (module docstring): urn:uuid, stable across attempts and restarts."""
+    return f"urn:uuid:{uuid.uuid5(ID_NAMESPACE, f'{sub_id}/{seq}')}"
+
+
+def request_id(ids: Sequence[str]) -> str:
+    """The wsa:MessageID of a request carrying the messages `ids` (module docstring)."""
+    if len(ids) == 1:
+        return ids[0]
+    return f"urn:uuid:{uuid.uuid5(ID_NAMESPACE, ' '.join(ids))}"
 
 
 @dataclass
@@ -99,8 +119,12 @@ class NotifySender:
         loop_id: str,
         timeout: float,
         max_answer_bytes: int = MAX_ANSWER_BYTES,
+        max_connections: int = LIMIT_TOTAL,
+        max_per_consumer: int = LIMIT_PER_HOST,
     ) -> None:
         self.policy = policy
+        self.max_connections = max_connections
+        self.max_per_consumer = max_per_consumer
         self.loop_id = loop_id
         self._total = timeout
         self._max_answer = max_answer_bytes
@@ -111,8 +135,12 @@ class NotifySender:
 
     async def start(self) -> None:
         # names resolve through the consumer address policy (DNS rebinding)
+        # bounded (issue 22: 1,200 consumers that never answer held an open file each
+        # until the process met its limit); beyond, a request waits for a connection
         self._connector = aiohttp.TCPConnector(
-            limit=0, limit_per_host=LIMIT_PER_HOST, **connector_kwargs(self.policy)
+            limit=self.max_connections,
+            limit_per_host=self.max_per_consumer,
+            **connector_kwargs(self.policy),
         )
 
     async def close(self) -> None:
@@ -168,10 +196,16 @@ class NotifySender:
         return r
 
     def envelope(
-        self, key: Hashable, consumer: Epr, soap_version: str, via: tuple[str, ...], body: str
+        self,
+        key: Hashable,
+        consumer: Epr,
+        soap_version: str,
+        via: tuple[str, ...],
+        body: str,
+        mid: str,
     ) -> bytes:
         """The request: SOAP headers for the endpoint (WS-Addressing 1.0 SOAP binding §2.3:
-        Action, To, a fresh MessageID, reference parameters) and edge:Via, then `body`.
+        Action, To, MessageID `mid`, reference parameters) and edge:Via, then `body`.
         The serialized headers are kept per (endpoint, via): only the MessageID changes."""
         ckey = (key, via)
         parts = self._envelopes.get(ckey)
@@ -185,15 +219,17 @@ class NotifySender:
             # the first wsa:MessageID element is ours (Action and To are text only)
             head, sep, rest = whole.partition(b"<wsa:MessageID>")
             _old_id, sep2, rest = rest.partition(b"</wsa:MessageID>")
-            mid, sep3, tail = rest.rpartition(_BODY_MARK.encode())
+            middle, sep3, tail = rest.rpartition(_BODY_MARK.encode())
             if not (sep and sep2 and sep3):  # not as expected: build every request anew
                 hdrs = request_headers(consumer, ns.A_NOTIFY)
                 hdrs.append(loops.via_header([*via, self.loop_id]))
-                return soap.envelope_with_body(soap_version, hdrs, body)
-            parts = (head + sep, sep2 + mid, tail)
+                whole = soap.envelope_with_body(soap_version, hdrs, body)
+                h, s2, r = whole.partition(b"<wsa:MessageID>")
+                return h + s2 + mid.encode() + r[r.index(b"</wsa:MessageID>") :]
+            parts = (head + sep, sep2 + middle, tail)
             self._envelopes[ckey] = parts
-        head, mid, tail = parts
-        return b"".join((head, _message_id(), mid, body.encode("utf-8"), tail))
+        head, middle, tail = parts
+        return b"".join((head, mid.encode(), middle, body.encode("utf-8"), tail))
 
     async def send(
         self,
@@ -203,24 +239,45 @@ class NotifySender:
         raw: bool,
         xmls: list[str],
         via: tuple[str, ...],
+        ids: Sequence[str],
     ) -> tuple[bool, str, str | None]:
-        """POST one request; (answered 2xx, why not, the broker id it answered with)."""
+        """POST one request of the messages `xmls` whose ids (`message_id`) are `ids`;
+        (answered 2xx, why not, the broker id it answered with)."""
         r = self._route(key, consumer, soap_version)
         if r.refused or r.request is None:
             return False, r.refused, None
         # stored messages are serialized elements: raw, the payload is the body; wrapped,
         # the NotificationMessages go into one wsnt:Notify, spliced as text (no re-parse)
-        body = xmls[0] if raw else _NOTIFY_START + "".join(xmls) + _NOTIFY_END
-        data = self.envelope(key, consumer, soap_version, via, body)
+        if raw:
+            body = xmls[0]
+        else:
+            listed = f"{_IDS_START}{' '.join(ids)}{_IDS_END}"
+            body = "".join((_NOTIFY_START, *xmls, listed, _NOTIFY_END))
+        data = self.envelope(key, consumer, soap_version, via, body, request_id(ids))
         try:
             status, peer = await self._post(r, data, asyncio.get_running_loop().time())
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
-            return False, f"{type(e).__name__}: {e}", None
+            return False, self.describe(e), None
         except HttpProcessingError as e:  # an answer that is not HTTP (the parser's verdict)
-            return False, f"{type(e).__name__}: {' '.join(str(e.message).split())}", None
+            return False, f"not HTTP: {' '.join(str(e.message).split())}", None
         if 200 <= status < 300:
             return True, "", peer
         return False, f"HTTP {status}", peer
+
+    def describe(self, e: BaseException) -> str:
+        """A failed request's error in a few words: refused, a timeout, reset..."""
+        if isinstance(e, TimeoutError):
+            return f"timeout after {self._total:g} s (--delivery-timeout)"
+        if isinstance(e, aiohttp.ClientConnectorError):
+            err = e.os_error
+            if isinstance(err, ConnectionRefusedError):
+                return "connection refused"
+            return f"cannot connect: {err.strerror or err}" if err else "cannot connect"
+        if isinstance(e, aiohttp.ServerDisconnectedError):
+            return "disconnected before answering"
+        if isinstance(e, OSError) and e.strerror:
+            return e.strerror
+        return f"{type(e).__name__}: {e}"
 
     async def _post(self, r: _Route, data: bytes, start: float) -> tuple[int, str | None]:
         """(status, the WSN-Edge-Gateway header) of one request on a kept-alive connection,

@@ -398,10 +398,11 @@ class DemandManager(PublisherClient):
     async def _persist(self, pub: _Pub, t: DemandTopic, r: Remote) -> None:
         try:
             await self.storage.demand_put(self._row(pub, t, r))
-        except StorageError:
+        except StorageError as e:
             # the in-memory state is right; a restart before the next change may
-            # subscribe once more (the old remote subscription then expires on its own)
-            log.exception("could not store the demand-based subscription %s", r.epr.address)
+            # subscribe once more (the old remote subscription then expires on its own).
+            # A full disk is an operator's matter, not a bug: one line, no traceback
+            log.warning("could not store the demand-based subscription %s: %s", r.epr.address, e)
 
     async def _subscribe(self, pub: _Pub, t: DemandTopic) -> Remote:
         # WS-BaseNotification 1.3 §4.2: wrapped (no UseRaw policy), one topic, our lifetime

@@ -5,10 +5,19 @@ and of the landing zone's device ids (gateway.publishers.PublisherObserver)."""
 from __future__ import annotations
 
 from gateway import lifecycle as lc
+from gateway import quotas
 from gateway.delivery import DeliveryManager, Target
 from gateway.lifecycle import Phase
+from gateway.metrics import Counts
 from gateway.publishers import PublisherObserver
-from gateway.state import DemandChanged, Event, RegistrationChanged, SubscriptionChanged
+from gateway.quotas import Quotas
+from gateway.state import (
+    DemandChanged,
+    Event,
+    PullPointChanged,
+    RegistrationChanged,
+    SubscriptionChanged,
+)
 
 
 class DeliveryQueues:
@@ -49,3 +58,41 @@ class Publishers:
 
     def __repr__(self) -> str:
         return f"Publishers({type(self.observer).__name__})"
+
+
+class QuotaAccount:
+    """Gives a subscription's or pull point's quota back when it ends, for any reason
+    (expiry included), and counts those restored at start in the totals (under no client:
+    the client address is not stored). The handlers hold what they create."""
+
+    def __init__(self, quotas: Quotas) -> None:
+        self.quotas = quotas
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, SubscriptionChanged):
+            kind, key = quotas.SUBSCRIPTIONS, event.subscription.id
+        elif isinstance(event, PullPointChanged):
+            kind, key = quotas.PULLPOINTS, event.pullpoint.id
+        else:
+            return
+        if event.step.target is Phase.ENDED:
+            self.quotas.release(kind, key)
+        elif event.step is lc.RESTORE_SUBSCRIPTION or event.step is lc.RESTORE_PULLPOINT:
+            self.quotas.hold(kind, "", key)
+
+
+class PullCounts:
+    """Forgets what a subscription delivered into its pull point (Counts.into_pullpoints,
+    for gateway.status) when it ends."""
+
+    def __init__(self, counts: Counts) -> None:
+        self.counts = counts
+
+    def __call__(self, event: Event) -> None:
+        if (
+            isinstance(event, SubscriptionChanged)
+            and event.subscription.pullpoint
+            and event.step.target is Phase.ENDED
+        ):
+            self.counts.into_pullpoints.pop(event.subscription.id, None)
+            self.counts.into_pullpoints_last.pop(event.subscription.id, None)

@@ -22,7 +22,7 @@ import time
 
 from aiohttp import web
 
-from gateway import dispatch, loops, status
+from gateway import dispatch, http_limits, longpoll, loops, status
 from gateway.config import Config
 from gateway.context import Context
 from gateway.demand import DemandManager
@@ -132,10 +132,12 @@ async def handle(request: web.Request) -> web.StreamResponse:
     """A SOAP POST, timed for /metrics (status.observe): called here, not as a middleware,
     whose chain aiohttp would run for every request, the operator GETs included."""
     t0 = time.perf_counter()
+    longpoll.WAITED.set(0.0)  # one connection's requests may share a task
     try:
         return await _handle(request)
     finally:
-        status.observe(request, time.perf_counter() - t0)
+        # a GetMessages long poll's wait is not latency (longpoll.WAITED: this task's)
+        status.observe(request, time.perf_counter() - t0 - longpoll.WAITED.get())
 
 
 async def _handle(request: web.Request) -> web.StreamResponse:
@@ -171,6 +173,7 @@ async def _handle(request: web.Request) -> web.StreamResponse:
         status = soap.http_status_for(e.version, e.code)
         return _soap_response(e.version, body, status, fault_action)
     request[OP_KEY] = "unresolved"  # gateway.status.observe: metric label (a bounded set)
+    req.client = request.remote or ""
     try:
         op, resource = dispatch.resolve(ctx.state, ctx.clock(), request.path, req)
         request[OP_KEY] = op.name
@@ -222,14 +225,20 @@ def setup(app: web.Application, ctx: Context, demand: DemandManager | None) -> L
     cfg = ctx.cfg
     app[CONTEXT_KEY] = ctx
     limits = app[LIMITS_KEY] = Limits(
-        cfg.request_timeout, cfg.max_connections, cfg.max_client_connections
+        cfg.request_timeout,
+        cfg.max_connections,
+        cfg.max_client_connections,
+        outgoing=cfg.max_delivery_connections,
     )
     # dropped clients (408, 503, gone mid-body) count in wsn_requests_rejected_total too
     limits.drops.on_drop = ctx.metrics.request_rejected
     refusals = app[REFUSALS_KEY] = RefusalLog()
     app.on_response_prepare.append(_identify)
-    app.router.add_post("/wsn/broker", handle)
-    app.router.add_post(r"/wsn/{kind:subscriptions|pullpoints|registrations}/{rid}", handle)
+    expect = http_limits.expect_handler(cfg.max_request_bytes)  # 413 before 100 Continue
+    app.router.add_post("/wsn/broker", handle, expect_handler=expect)
+    app.router.add_post(
+        r"/wsn/{kind:subscriptions|pullpoints|registrations}/{rid}", handle, expect_handler=expect
+    )
     app.router.add_get("/wsn/broker", not_allowed)
     # operator endpoints: GET only, routed apart from the SOAP handler (gateway.status)
     status.setup(app, ctx, demand, lambda h: _authorized(cfg, h), _challenge(cfg), refusals)

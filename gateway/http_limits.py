@@ -16,7 +16,14 @@
   address may hold at most
   `--max-client-connections` (default 128) of them, so one hostile host cannot take all.
 - Each dropped client is one log line (WARNING, at most one per second per reason plus a
-  count), never a traceback.
+  count), never a traceback. A request aiohttp's parser refuses (both Content-Length and
+  Transfer-Encoding, an obs-fold line, too many headers, a bad request line...) is
+  answered 400 by aiohttp and is such a line too (reason "malformed"): the RequestHandler
+  gets a logger (`ServerLog`) that turns its "Error handling request" of an HTTP parse
+  error into one, and passes everything else (a bug) on to `aiohttp.server`.
+- `Expect: 100-continue` with a Content-Length over the limit is answered 413 at once,
+  without the `100 Continue` aiohttp's default expect handler would send first
+  (`expect_handler`; RFC 9110 §10.1.1: a server may answer the final status instead).
 
 aiohttp's knobs (max_line_size, max_field_size, keepalive_timeout, client_max_size) are
 used where they exist; aiohttp has no head timeout or connection cap of its own, hence
@@ -29,30 +36,38 @@ import asyncio
 import logging
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
+
+from aiohttp import hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 log = logging.getLogger("gateway.http")
 
-#: file descriptors kept free for SQLite, landing files and outgoing deliveries
+#: file descriptors kept free for SQLite, landing files, the XPath worker's pipes and the
+#: like; outgoing delivery connections (--max-delivery-connections) are kept free on top
 FD_RESERVE = 128
 
 
-def effective_max_connections(configured: int) -> int:
-    """`configured`, lowered to fit RLIMIT_NOFILE minus FD_RESERVE (at least 16)."""
+def effective_max_connections(configured: int, outgoing: int = 0) -> int:
+    """`configured`, lowered to fit RLIMIT_NOFILE minus FD_RESERVE and the `outgoing`
+    connections the delivery may hold (at least 16)."""
     try:
         soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     except (ValueError, OSError):
         return configured
     if soft == resource.RLIM_INFINITY:
         return configured
-    fit = max(16, int(soft) - FD_RESERVE)
+    fit = max(16, int(soft) - FD_RESERVE - outgoing)
     if configured > fit:
         log.warning(
-            "--max-connections %d lowered to %d to fit the open-file limit (%d)",
+            "--max-connections %d lowered to %d to fit the open-file limit (%d, of which %d "
+            "are kept for outgoing deliveries and %d for files)",
             configured,
             fit,
             soft,
+            outgoing,
+            FD_RESERVE,
         )
         return fit
     return configured
@@ -107,10 +122,14 @@ class Limits:
     """Per-server state: the live connection count and the drop log."""
 
     def __init__(
-        self, request_timeout: float, max_connections: int, max_client_connections: int = 128
+        self,
+        request_timeout: float,
+        max_connections: int,
+        max_client_connections: int = 128,
+        outgoing: int = 0,
     ) -> None:
         self.request_timeout = request_timeout
-        self.max_connections = effective_max_connections(max_connections)
+        self.max_connections = effective_max_connections(max_connections, outgoing)
         self.max_client_connections = max_client_connections
         self.per_client: dict[str, int] = {}  # client address -> open connections
         self.pending: dict[_Guard, None] = {}  # waiting for their first head, oldest first
@@ -312,9 +331,69 @@ class _Guard(asyncio.Protocol):
             self.inner.connection_lost(exc)
 
 
+class ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """The logger aiohttp's RequestHandler writes to (module docstring): an HTTP parse
+    error becomes one rate-limited drop line, anything else goes to `aiohttp.server`."""
+
+    def __init__(self, drops: DropLog) -> None:
+        super().__init__(logging.getLogger("aiohttp.server"), {})
+        self.drops = drops
+
+    def _malformed(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        exc = kwargs.get("exc_info")
+        if not isinstance(exc, HttpProcessingError):
+            return False
+        peer = args[1] if len(args) > 1 else "?"
+        # one line whatever the client sent: whitespace (line breaks) folded, length cut
+        detail = " ".join(str(exc.message).split())[:200] or type(exc).__name__
+        self.drops.drop("malformed", peer, f"malformed HTTP request ({detail}); answered 400")
+        return True
+
+    def exception(self, msg: object, *args: Any, **kwargs: Any) -> None:
+        if not self._malformed((msg, *args), kwargs):
+            super().exception(msg, *args, **kwargs)
+
+    def error(self, msg: object, *args: Any, **kwargs: Any) -> None:
+        if not self._malformed((msg, *args), kwargs):
+            super().error(msg, *args, **kwargs)
+
+    def debug(self, msg: object, *args: Any, **kwargs: Any) -> None:
+        # a bad method on a connection's first request (TLS or other non-HTTP bytes)
+        if not self._malformed((msg, *args), kwargs):
+            super().debug(msg, *args, **kwargs)
+
+
+def expect_handler(max_bytes: int) -> Callable[[web.Request], Awaitable[web.StreamResponse | None]]:
+    """An aiohttp expect handler that answers 413 to a declared body over `max_bytes`
+    instead of `100 Continue` (module docstring); otherwise aiohttp's own behaviour."""
+
+    async def handler(request: web.Request) -> web.StreamResponse | None:
+        expect = request.headers.get(hdrs.EXPECT, "")
+        length = request.content_length
+        if expect.lower() == "100-continue" and length is not None and length > max_bytes:
+            resp = web.Response(
+                status=413,
+                text=f"request body of {length} bytes exceeds the limit of {max_bytes} bytes "
+                "(--max-request-bytes)\n",
+            )
+            resp.force_close()  # the body is not read: the connection cannot go on
+            return resp
+        # as aiohttp's default handler does
+        if request.version == (1, 1):
+            if expect.lower() != "100-continue":
+                raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0  # the answer's own head is still to come
+        return None
+
+    return handler
+
+
 def runner_kwargs(limits: Limits) -> dict[str, Any]:
-    """AppRunner/RequestHandler options: aiohttp's own limits."""
+    """AppRunner/RequestHandler options: aiohttp's own limits, and the log of malformed
+    requests (ServerLog)."""
     return {
+        "logger": ServerLog(limits.drops),
         # closes a connection with no complete request pending (idle keep-alive and a
         # stalled later head); the first head is the _Guard's
         "keepalive_timeout": limits.request_timeout + 1.0,

@@ -16,10 +16,12 @@ import contextlib
 import logging
 import os
 import re
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gateway.storage import Storage
+from gateway.storage import FULL_BELOW, OPEN_RETRY_MAX, Storage, StorageError, free_bytes
 
 log = logging.getLogger("gateway.landing")
 
@@ -48,6 +50,10 @@ class OutboxWriter:
         self._lock = asyncio.Lock()
         self._stopping = False
         self._seq = 0
+        #: the error of the failing write, and since when (time.time()); None when writing
+        self.error: str | None = None
+        self.failing_since: float | None = None
+        self._failures = 0
 
     # ---- hooks ----
     def _due(self) -> bool:
@@ -89,6 +95,8 @@ class OutboxWriter:
             self._task = None
         try:
             await self._final()
+        except (OSError, StorageError) as e:  # what is not written waits in the outbox
+            log.warning("final %s failed: %s; written at the next start", self.what, _describe(e))
         except Exception:
             log.exception("final %s failed", self.what)
 
@@ -104,11 +112,50 @@ class OutboxWriter:
                 continue
             try:
                 await self._work()
-            except Exception:  # keep the writer alive; the records stay in the outbox
-                log.exception("%s failed; will retry", self.what)
+            except Exception as e:  # keep the writer alive; the records stay in the outbox
+                self._failed(e, tick)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), tick)
+            else:
+                self._recovered()
             self._after_work()
+
+    @property
+    def problem(self) -> str | None:
+        """Why the writer cannot write now (for /readyz), None while it can."""
+        if self.error is None:
+            return None
+        return f"{self.what} failing since {_utc(self.failing_since)}: {self.error}"
+
+    def _failed(self, e: Exception, tick: float) -> None:
+        """One WARNING when writing starts failing (a traceback only for what is not an
+        I/O or storage error: a bug), then silence until it recovers."""
+        self._failures += 1
+        if self.error is not None:
+            self.error = _describe(e)
+            return
+        self.error = _describe(e)
+        self.failing_since = time.time()
+        if isinstance(e, OSError | StorageError):
+            log.warning(
+                "%s failed: %s; retrying every %g s, the records wait in the outbox "
+                "(/readyz: not ready)",
+                self.what, self.error, tick,
+            )  # fmt: skip
+        else:
+            log.exception("%s failed; retrying every %g s", self.what, tick)
+
+    def _recovered(self) -> None:
+        if self.error is None:
+            return
+        log.warning(
+            "%s recovered after %d failed attempts over %.0f s (last error: %s)",
+            self.what, self._failures, time.time() - (self.failing_since or time.time()),
+            self.error,
+        )  # fmt: skip
+        self.error = None
+        self.failing_since = None
+        self._failures = 0
 
     # ---- files ----
     def _new_name(self) -> tuple[Path, Path]:
@@ -128,3 +175,38 @@ class OutboxWriter:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+
+def wait_for_room(fn: Callable[[], None], directory: Path, what: str) -> None:
+    """Run `fn` (a recovery at start, idempotent); while it fails for a full disk, wait
+    for room and run it again (1 s, doubling to OPEN_RETRY_MAX, one WARNING): writing
+    anything new before it ran would land its records a second time."""
+    delay = 1.0
+    while True:
+        try:
+            fn()
+        except (OSError, StorageError) as e:
+            free = free_bytes(directory)
+            if free is None or free > FULL_BELOW:
+                raise
+            if delay == 1.0:
+                log.warning(
+                    "%s recovery at start failed: %s with %d bytes free; waiting for room",
+                    what, _describe(e), free,
+                )  # fmt: skip
+            time.sleep(delay)  # at start: nothing is served yet
+            delay = min(OPEN_RETRY_MAX, delay * 2)
+            continue
+        return
+
+
+def _describe(e: Exception) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror + (f": {e.filename}" if e.filename else "")
+    return f"{type(e).__name__}: {e}" if not isinstance(e, StorageError) else str(e)
+
+
+def _utc(t: float | None) -> str:
+    if t is None:
+        return "?"
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gateway.landing_files import OutboxWriter
+from gateway.landing_files import OutboxWriter, wait_for_room
 from gateway.storage import Storage
 
 ROW_GROUP = 5000
@@ -145,7 +145,11 @@ class ParquetLandingWriter(OutboxWriter):
 
     # ---- start / stop ----
     def recover(self) -> None:
-        """Finish or discard what a crash left behind (see the module docstring)."""
+        """Finish or discard what a crash left behind (see the module docstring); on a
+        full disk, once there is room (landing_files.wait_for_room)."""
+        wait_for_room(self._recover, self.dir, self.what)
+
+    def _recover(self) -> None:
         self._scan_seq()
         recorded = set(self.storage.parquet_files_sync())
         for p in sorted(self.dir.glob(".landing-*.parquet.tmp")):
@@ -200,9 +204,10 @@ class ParquetLandingWriter(OutboxWriter):
     async def _publish(self, up_to: int) -> None:
         loop = asyncio.get_running_loop()
         tmp, final = self._new_name()
-        writer = await loop.run_in_executor(None, self._open, tmp)
+        writer = None
         count = 0
         try:
+            writer = await loop.run_in_executor(None, self._open, tmp)
             after = 0
             while True:
                 rows = await self.storage.parquet_pending(after, up_to, ROW_GROUP)
@@ -213,11 +218,16 @@ class ParquetLandingWriter(OutboxWriter):
                 count += len(rows)
             await loop.run_in_executor(None, self._close, writer, tmp)
         except BaseException:
-            with contextlib.suppress(Exception):
-                writer.close()
+            if writer is not None:
+                with contextlib.suppress(Exception):
+                    writer.close()
             tmp.unlink(missing_ok=True)
             raise
-        await self.storage.parquet_file_written(tmp.name, up_to)
+        try:
+            await self.storage.parquet_file_written(tmp.name, up_to)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # not recorded: its rows are still in the outbox
+            raise
         os.replace(tmp, final)
         self._fsync_dir()
         await self.storage.parquet_file_published(tmp.name)

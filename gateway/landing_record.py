@@ -22,11 +22,12 @@ A caller may rely on:
   loop goes on answering other requests meanwhile.
 - **A payload with only the namespace declarations it uses.** lxml serializes a
   sub-element with every declaration in scope (the SOAP envelope's `s`, `wsa`, `wsnt`, ...).
-  `minimal_namespaces()` keeps a declaration only when `prefix:` occurs in the payload
-  (an element or attribute name, or a QName in text or an attribute value, such as a
-  topic expression), and the default namespace only when an unprefixed element uses it;
-  the document's meaning is unchanged. The root's declarations come first, then its
-  other attributes (attribute order carries no meaning in XML).
+  The payload is written by `wire.xmlutil.serialize` (the broker stores and delivers the
+  same text): a declaration is kept only when `prefix:` occurs in the payload (an element
+  or attribute name, or a QName in text or an attribute value, such as a topic
+  expression), and the default namespace only when an unprefixed element uses it; the
+  document's meaning is unchanged. The root's declarations come first, then its other
+  attributes (attribute order carries no meaning in XML).
 - **Identity.** `device_id` (the registered device's id, else null), `gateway_id`
   (`--gateway-id`, default the host name) and `event_time` (the payload's `time`, a leaf
   element or attribute such as the reading's `rd:time`, parsed as ISO 8601, UTC when it
@@ -47,7 +48,9 @@ from lxml import etree
 
 from gateway.publishers import Registration
 from gateway.wire import ns
-from gateway.wire.xmlutil import Element
+from gateway.wire.xmlutil import Element, minimal_namespaces, serialize
+
+__all__ = ["Item", "RecordBuilder", "items_for", "minimal_namespaces", "record"]
 
 #: caps of the `fields` object (see the module docstring)
 MAX_FIELD_NODES = 10_000
@@ -78,8 +81,8 @@ class Item(NamedTuple):
     topic_path: str | None
     payload: Element
     device_id: str | None = None
-    #: `payload` as etree.tostring(encoding="unicode", with_tail=False) writes it, when the
-    #: caller serialized it already (the broker does, for storage and delivery)
+    #: `payload` as wire.xmlutil.serialize writes it, when the caller serialized it already
+    #: (the broker does, for storage and delivery)
     payload_xml: str | None = None
 
 
@@ -192,76 +195,6 @@ def _small_fields(payload: Element) -> dict[str, str]:
     return fields
 
 
-# the start tag's attributes, in order: name="value" (lxml always writes double quotes
-# and escapes '"', '<' and '>' in values, so the first '>' ends the start tag)
-_ATTR = re.compile(r'\s([^\s=]+)="([^"]*)"')
-_UNPREFIXED_TAG = re.compile(r"<[^\s/>:!?]+[\s/>]")
-
-
-#: (`<name`, the declarations as (`p:` for prefix p or "" for the default namespace,
-#: ' xmlns:p="uri"', whether the start tag's name or other attributes use it), the other
-#: attributes' text, "/" or "")
-_Head = tuple[str, tuple[tuple[str, str, bool], ...], str, str]
-_heads: dict[str, _Head] = {}
-_HEADS_MAX = 1024
-
-
-def _split_head(head: str) -> _Head:
-    """`head` (a start tag without its '>') taken apart as _Head says; cached, since the
-    same start tags recur."""
-    got = _heads.get(head)
-    if got is not None:
-        return got
-    name_end = 1
-    while name_end < len(head) and not head[name_end].isspace() and head[name_end] != "/":
-        name_end += 1
-    decls = []
-    others = []
-    for name, value in _ATTR.findall(head, name_end):
-        if name == "xmlns":
-            decls.append(("", f' {name}="{value}"'))
-        elif name.startswith("xmlns:"):
-            decls.append((name[6:] + ":", f' {name}="{value}"'))
-        else:
-            others.append(f' {name}="{value}"')
-    start, other = head[:name_end], "".join(others)
-    got = (
-        start,
-        tuple((n, text, bool(n) and (n in start or n in other)) for n, text in decls),
-        other,
-        "/" if head.endswith("/") else "",
-    )
-    if len(head) <= 4096:  # a hostile start tag is not kept
-        if len(_heads) >= _HEADS_MAX:
-            _heads.clear()
-        _heads[head] = got
-    return got
-
-
-def minimal_namespaces(xml: str) -> str:
-    """`xml` (an element lxml serialized) with the root's namespace declarations that
-    nothing in it uses removed (see the module docstring for what counts as a use)."""
-    end = xml.find(">")
-    if end < 0 or xml.find("xmlns", 0, end) < 0:
-        return xml
-    start, decls, others, slash = _split_head(xml[:end])
-    # everything but the declarations: "p:" anywhere in it may be a use of prefix p (a
-    # false positive only keeps one declaration too many); the start tag's own part is
-    # judged once per distinct start tag (_split_head), the rest here
-    body = xml[end:]
-    kept = [start]
-    for needle, text, in_head in decls:
-        if needle:
-            if in_head or needle in body:
-                kept.append(text)
-        elif _UNPREFIXED_TAG.search(start + others + body) is not None:
-            kept.append(text)
-    kept.append(others)
-    kept.append(slash)
-    kept.append(body)
-    return "".join(kept)
-
-
 # the common form (what the device writes), formatted without a datetime round trip
 _UTC_Z = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?Z")
 
@@ -290,9 +223,7 @@ def _line(item: Item, received_at: str, gateway_id: str | None, inline: bool) ->
     else:
         fields, truncated = _fields(item.payload, inline)
     if payload is None:
-        payload = etree.tostring(item.payload, encoding="unicode", with_tail=False)
-    assert payload is not None
-    payload = minimal_namespaces(payload)
+        payload = serialize(item.payload)
     omitted = 0
     if len(payload) > MAX_PAYLOAD_CHARS:
         omitted = len(payload)

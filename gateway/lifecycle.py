@@ -57,6 +57,7 @@ class Why(Enum):
     CONSUMER_DEAD = "consumer dead"  # failing for --consumer-dead-after
     REGISTERED_AGAIN = "registered again"  # the same publisher registered anew
     EXPIRED = "expired"  # its TerminationTime passed
+    IDLE = "idle"  # a pull point nobody read for --pullpoint-idle-expiry
 
 
 class InvalidTransition(RuntimeError):
@@ -122,7 +123,7 @@ CREATE_PULLPOINT = _step(PP, "create", {NEW}, ACTIVE, "pullpoint_created",
                          "pull point created", moves_demand=False)
 RESTORE_PULLPOINT = _step(PP, "restore", {NEW}, ACTIVE, None, moves_demand=False)
 DESTROY_PULLPOINT = _step(PP, "destroy", {ACTIVE}, ENDED, "pullpoint_destroyed",
-                          "pull point destroyed", {W.DESTROY_PULLPOINT})
+                          "pull point destroyed", {W.DESTROY_PULLPOINT, W.IDLE})
 
 REGISTER = _step(REG, "create", {NEW}, ACTIVE, "registration_created", "publisher registered")
 RESTORE_REGISTRATION = _step(REG, "restore", {NEW}, ACTIVE, "registration_restored",

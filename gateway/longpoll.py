@@ -8,16 +8,27 @@ point (`MessagesArrived`) or its destruction wakes its waiters.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import time
 from collections import Counter
 
 from gateway import lifecycle
 from gateway.state import Event, MessagesArrived, PullPointChanged
+
+#: seconds the current request spent waiting in `LongPolls.wait` (a request is one task:
+#: gateway.http reads it to keep long-poll waits out of the request latency it reports)
+WAITED: contextvars.ContextVar[float] = contextvars.ContextVar("wsn_waited", default=0.0)
 
 
 class LongPolls:
     def __init__(self) -> None:
         self._arrived: dict[str, asyncio.Event] = {}
         self._waiting: Counter[str] = Counter()
+        self.closed = False  # the broker stops: nobody waits any more
+
+    def total(self) -> int:
+        """How many clients wait now, on all pull points."""
+        return sum(self._waiting.values())
 
     def waiting(self, pullpoint_id: str) -> int:
         """How many clients wait on the pull point now (gateway.status)."""
@@ -26,16 +37,20 @@ class LongPolls:
     async def wait(self, pullpoint_id: str, timeout: float) -> None:
         """Wait up to `timeout` seconds for a message to arrive in the pull point (or for
         it to go, or the broker to stop)."""
+        if self.closed:
+            return
         ev = self._arrived.get(pullpoint_id)
         if ev is None:
             ev = self._arrived[pullpoint_id] = asyncio.Event()
         ev.clear()
         self._waiting[pullpoint_id] += 1
+        t0 = time.monotonic()
         try:
             await asyncio.wait_for(ev.wait(), timeout)
         except TimeoutError:
             pass
         finally:
+            WAITED.set(WAITED.get() + time.monotonic() - t0)
             self._waiting[pullpoint_id] -= 1
             if self._waiting[pullpoint_id] <= 0:
                 del self._waiting[pullpoint_id]
@@ -48,7 +63,8 @@ class LongPolls:
             ev.set()
 
     def wake_all(self) -> None:
-        """Every waiter returns now (the broker stops)."""
+        """Every waiter returns now, and later ones at once (the broker stops)."""
+        self.closed = True
         for ev in self._arrived.values():
             ev.set()
 

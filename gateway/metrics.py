@@ -17,14 +17,26 @@ list, with what each counts, is in docs/gateway.md "Metrics".
 
 from __future__ import annotations
 
+import platform
 from bisect import bisect_left
 from collections import Counter as Tally
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from importlib import metadata
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    Info,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from gateway.quotas import KINDS as QUOTA_KINDS
+from gateway.quotas import SCOPES as QUOTA_SCOPES
 
 #: outcomes of `wsn_deliveries_total` (messages, not requests)
 DELIVERY_OUTCOMES = ("ok", "retried", "failed", "dropped")
@@ -42,12 +54,20 @@ REQUEST_REJECT_REASONS = (
     "busy-client",
     "evicted",
     "disconnected",
+    "malformed",  # refused by aiohttp's HTTP parser (400; gateway.http_limits.ServerLog)
 )
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 #: request durations kept before they go into the histogram at once (Metrics.observe_request)
 _REQUEST_BATCH = 256
 _COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("wsn-edge")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 @dataclass
@@ -68,6 +88,10 @@ class Counts:
     sweeps: int = 0
     #: (topic, what) warned about once already (gateway.notify.admitted)
     warned: set[tuple[object, str]] = field(default_factory=set)
+    #: messages committed into a pull point, per subscription feeding it, and when the
+    #: last was (epoch s): a pull-point subscription's deliveries (gateway.status)
+    into_pullpoints: Tally[str] = field(default_factory=Tally)
+    into_pullpoints_last: dict[str, float] = field(default_factory=dict)
 
 
 class Metrics:
@@ -77,6 +101,10 @@ class Metrics:
         self.counts = Counts()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_open_fds, ...
+        Info("wsn_build", "The gateway's version and Python", registry=r).info(
+            {"version": _version(), "python": platform.python_version()}
+        )
         self.rejected = Counter(
             "wsn_notifications_rejected",
             "Notify requests refused with a fault or an HTTP error, by reason (fault name)",
@@ -118,6 +146,16 @@ class Metrics:
         )
         #: operation -> request durations not yet in request_latency (observe_request)
         self._request_pending: dict[str, list[float]] = {}
+        self.quota_refusals = Counter(
+            "wsn_quota_refusals",
+            "Requests refused at a quota (gateway.quotas), by quota (subscriptions, pull "
+            "points, topics) and scope (client: the client address's own bound; total)",
+            ["quota", "scope"],
+            registry=r,
+        )
+        for q in QUOTA_KINDS:
+            for scope in QUOTA_SCOPES:
+                self.quota_refusals.labels(q, scope)
         self.commit_seconds = Histogram(
             "wsn_sqlite_commit_seconds",
             "Duration of one SQLite transaction (BEGIN IMMEDIATE .. COMMIT)",
@@ -189,6 +227,10 @@ class StateSample:
     landing_lag_rows: int = 0
     landing_lag_seconds: float = 0.0
     uptime_seconds: float = 0.0
+    #: free bytes on the data directory's file system
+    data_dir_free_bytes: int = 0
+    #: (device id, epoch s of its registration's last Notify) of registered devices
+    devices_last_seen: list[tuple[str, float]] = field(default_factory=list)
 
 
 class StateCollector(Collector):
@@ -257,6 +299,20 @@ class StateCollector(Collector):
         yield GaugeMetricFamily(
             "wsn_uptime_seconds", "Seconds since the gateway started", value=s.uptime_seconds
         )
+        yield GaugeMetricFamily(
+            "wsn_data_dir_free_bytes",
+            "Free bytes on the file system of --data-dir",
+            value=s.data_dir_free_bytes,
+        )
+        seen = GaugeMetricFamily(
+            "wsn_device_last_seen_timestamp_seconds",
+            "When a registered device last published through its registration (Unix time): "
+            "alert on time() minus it for a silent sensor",
+            labels=["device"],
+        )
+        for device, t in s.devices_last_seen:
+            seen.add_metric([device], t)
+        yield seen
 
 
 def _observe_many(h: Histogram, seconds: list[float]) -> None:

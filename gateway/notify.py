@@ -22,14 +22,13 @@ import contextlib
 import itertools
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
-from lxml import etree
-
-from gateway import filters, landing, loops, publishers, topics
+from gateway import filters, landing, loops, publishers, quotas, topics
 from gateway.context import Context, Reply
 from gateway.metrics import Counts
 from gateway.publishers import Registration
@@ -44,7 +43,7 @@ from gateway.wire import faults, ns
 from gateway.wire.addressing import Epr, parse_epr
 from gateway.wire.faults import RECEIVER, SENDER, WsnFault
 from gateway.wire.soap import SoapRequest
-from gateway.wire.xmlutil import Element, children, elements
+from gateway.wire.xmlutil import Element, children, elements, prefix_bindings, serialize_all
 
 log = logging.getLogger("gateway.notify")
 
@@ -62,9 +61,9 @@ class Publication(NamedTuple):
 
 _publication = tuple.__new__
 
-#: what a wsnt:Topic means depends on: Dialect (1.3 and 2004 spellings), text, in-scope
-#: namespace declarations
-_TopicKey = tuple[str | None, str | None, str | None, tuple[tuple[str | None, str], ...]]
+#: what a wsnt:Topic means depends on: Dialect (1.3 and 2004 spellings), text, the
+#: namespaces of the prefixes the text uses (xmlutil.prefix_bindings)
+_TopicKey = tuple[str | None, str | None, str | None, tuple[tuple[str, str], ...]]
 
 _T_MESSAGE = ns.q(ns.WSNT, "Message")
 _T_TOPIC = ns.q(ns.WSNT, "Topic")
@@ -165,7 +164,8 @@ def _read_topic(tel: Element) -> tuple[topics.ConcreteTopic, dict[str, str]]:
     `.text`; a faulty one is never kept). With it, the prefix its text wrote per namespace."""
     key: _TopicKey | None = None
     if len(tel) == 0:
-        key = (tel.get("Dialect"), tel.get("dialect"), tel.text, tuple(tel.nsmap.items()))
+        text = tel.text
+        key = (tel.get("Dialect"), tel.get("dialect"), text, prefix_bindings(tel, text or ""))
         hit = _topics_read.get(key)
         if hit is not None:
             return hit
@@ -221,7 +221,7 @@ async def _notify(ctx: Context, req: SoapRequest, reg: Registration | None) -> R
     via = loops.via_of(req.header)
     if not looped(ctx, via):
         key = ctx.dedupe.key_of(req, reg, items[0].producer if items else None)
-        await ctx.dedupe.accept_once(key, lambda: publish(ctx, items, via, key))
+        await ctx.dedupe.accept_once(key, lambda: publish(ctx, items, via, key, client=req.client))
     return None, []
 
 
@@ -296,13 +296,16 @@ async def publish(
     via: tuple[str, ...] = (),
     seen: SeenKey | None = None,
     also: Sequence[topics.ConcreteTopic | None] | None = None,
+    client: str = "",
 ) -> None:
     """Accept notifications (module docstring): topic growth (WS-Topics 1.3 §9), then the
     plan, then one commit, then the state. Returns once committed (a positive answer to
     Notify means durably accepted). `via`: the brokers they went through (gateway.loops);
     `seen`: the Notify's seen-set key (gateway.dedupe), committed with it; `also`: per
     item, a second name of its topic (a camera event's `dev:<camera>/...`,
-    gateway.cameras): grown too, and its subscribers get the item once, under its topic."""
+    gateway.cameras): grown too, and its subscribers get the item once, under its topic;
+    `client`: the address it came from, whose --max-client-topics bounds the topics it
+    adds."""
     state = ctx.state
     if also is not None:  # admitted() may drop items: keep each second name with its item
         pairs = [(it, a) for it, a in zip(items, also, strict=True)]
@@ -313,7 +316,7 @@ async def publish(
         pubs = admitted(ctx.counts, state.ts, list(items))
     now = ctx.clock()
     # each payload serialized once: stored, delivered and landed from the same text
-    xmls = [etree.tostring(it[2], encoding="unicode", with_tail=False) for it in pubs]
+    xmls = serialize_all([it[2] for it in pubs])  # only the namespaces each uses
     lines: list[tuple[str, str]] | None = None
     jsonl, parquet = ctx.landing.jsonl is not None, ctx.landing.parquet is not None
     if jsonl or parquet:
@@ -325,10 +328,31 @@ async def publish(
     named = topics_of(pubs)
     if also is not None:
         named += [t for t in dict.fromkeys(also) if t is not None and t not in named]
+    adds = [t for t in named if t not in state.ts]
+    if adds:  # topic growth bounded per client address and in all (quotas.TOPICS)
+        refused = ctx.quotas.refuse(quotas.TOPICS, client, len(adds))
+        if refused is not None:
+            raise faults.wsnt(
+                "TopicNotSupportedFault",
+                f"the Topic Set may not grow by {len(adds)} more topic(s): {refused}; "
+                "publish on existing topics",
+            )
     try:
-        state.grow_topics(named)
+        grown = state.grow_topics(named)
     except topics.TopicError as e:
         raise faults.from_topic_error(e) from None
+    for t in grown:
+        ctx.quotas.hold(quotas.TOPICS, client, f"{t.namespace} {'/'.join(t.path)}")
+    # XPath that is not proven linear (topic expressions, filters): off the event loop
+    await state.index.prepare()
+    render, ts = ctx.render, state.ts
+    judge = await filters.prejudge(
+        [_key(it[0], also[i] if also is not None else None) for i, it in enumerate(pubs)],
+        lambda key: _subscribers(state, key, now),
+        xmls,
+        ctx.xpath,
+        lambda: (render.producer_document(ts), ts.state),
+    )
     p = plan(
         state,
         ctx.render,
@@ -342,13 +366,37 @@ async def publish(
         via=via,
         peer=ctx.delivery.peer,
         payload_xmls=xmls,
+        judge=judge,
         also=also,
     )
     p.batch.seen = seen
+    p.batch.pp_max_bytes = ctx.cfg.pullpoint_max_bytes
     for sid, n in p.deliveries_per_sub.items():  # the backlog bound, in the same commit
         p.batch.drop_deliveries.extend(ctx.delivery.overflow(sid, n))
     res = await persist(ctx, p.batch)
     apply(ctx, p, res, via)
+
+
+class _Both(NamedTuple):
+    """A topic and its second name (`publish`'s `also`): whose subscribers are asked."""
+
+    topic: topics.ConcreteTopic | None
+    second: topics.ConcreteTopic
+
+
+def _key(topic: topics.ConcreteTopic | None, second: topics.ConcreteTopic | None) -> object:
+    return topic if second is None else _Both(topic, second)
+
+
+def _subscribers(state: BrokerState, key: object, now: datetime) -> list[Subscription]:
+    """Who wants an item under `key` (`_key`): the topic's subscribers, and its second
+    name's, once each, in id order as state.wanting gives them."""
+    if not isinstance(key, _Both):
+        return state.wanting(key, now)  # type: ignore[arg-type]
+    subs = state.wanting(key.topic, now)
+    if extra := state.wanting(key.second, now):
+        subs = sorted({s.id: s for s in (*subs, *extra)}.values(), key=lambda s: s.id)
+    return subs
 
 
 def topics_of(items: Sequence[Publication]) -> list[topics.ConcreteTopic]:
@@ -378,6 +426,7 @@ def plan(
     via: tuple[str, ...] = (),
     peer: Callable[[str], str | None] = _nobody,
     payload_xmls: Sequence[str] | None = None,
+    judge: filters.Judge | None = None,
     also: Sequence[topics.ConcreteTopic | None] | None = None,
 ) -> Plan:
     """What to store, land and deliver for `items` (pure: reads the state). Their topics
@@ -395,14 +444,14 @@ def plan(
     # whose commit failed is persisted by the next one
     grown = topics_of(items) if named is None else named
     batch.grown = [(t.namespace, "/".join(t.path)) for t in grown]
+    if payload_xmls is None:
+        payload_xmls = serialize_all([it[2] for it in items])
+    if judge is None:  # every filter judged here (prejudge has those that are not linear)
+        judge = filters.Judge(list(payload_xmls), None)
     # who wants a topic depends on the topic and `now` only: asked once per topic
-    wanting: dict[object, list[Subscription]] = {}
-    for i, (topic, producer, payload, _nm) in enumerate(items):
-        payload_xml = (
-            payload_xmls[i]
-            if payload_xmls is not None
-            else etree.tostring(payload, encoding="unicode", with_tail=False)
-        )
+    wanting: dict[object, list[Subscription]] = judge.wanting
+    for i, (topic, producer, _payload, _nm) in enumerate(items):
+        payload_xml = payload_xmls[i]
         msg_id = landed[i][0] if landed is not None else new_msg_id()
         if topic is not None:
             # a notification on an alias topic is published on the topics it resolves
@@ -421,31 +470,23 @@ def plan(
                 batch.landing.append((msg_id, line))
             if parquet:
                 batch.landing_parquet.append((msg_id, line))
-        doc: Element | None = None
         # stored once per distinct rendering (gateway/storage_schema.py): the part of a
         # wrapped message after its SubscriptionReference depends only on the subscriber's
         # dialect, a raw message is the payload; each subscriber's row references it
         rendered: dict[str | None, tuple[str, int]] = {}  # dialect (None: raw) -> text, ref
-        key: object = topic if second is None else (topic, second)
+        key = _key(topic, second)
         subs = wanting.get(key)
         if subs is None:
-            subs = state.wanting(topic, now)
-            if second is not None and (extra := state.wanting(second, now)):
-                # once each, in id order as state.wanting gives them
-                subs = sorted({s.id: s for s in (*subs, *extra)}.values(), key=lambda s: s.id)
-            wanting[key] = subs
+            subs = wanting[key] = _subscribers(state, key, now)
         for sub in subs:
             if via and peer(sub.id) in via:  # never back where it came from
                 continue
-            if sub.content:
-                if doc is None:
-                    doc = filters.payload_document(payload)
-                if not all(f.evaluate(doc) for f in sub.content):
-                    continue
-            if sub.producer:
-                rp = render.producer_document(ts)
-                if not all(f.evaluate(rp) for f in sub.producer):
-                    continue
+            if sub.content and not judge.matches(i, sub.content):
+                continue
+            if sub.producer and not judge.producer_matches(
+                sub.producer, render.producer_document(ts), ts.state
+            ):
+                continue
             kind = None if sub.raw else sub.dialect
             hit = rendered.get(kind)
             if hit is None:
@@ -484,8 +525,13 @@ def apply(ctx: Context, p: Plan, res: AcceptResult, via: tuple[str, ...] = ()) -
     subs = [sid for sid, _r in batch.deliveries]
     ctx.delivery.enqueue_many(zip(subs, res.delivery_seqs, p.delivery_xmls, strict=True), via)
     into: dict[str, int] = {}
-    for pid, _s, _r in batch.pp_messages:
-        into[pid] = into.get(pid, 0) + 1
+    if batch.pp_messages:
+        counted, at = ctx.counts.into_pullpoints, time.time()
+        for pid, sid, _r in batch.pp_messages:
+            into[pid] = into.get(pid, 0) + 1
+            if sid is not None:  # a pull-point subscription's deliveries (gateway.status)
+                counted[sid] += 1
+                ctx.counts.into_pullpoints_last[sid] = at
     ctx.state.notifications_accepted(p.current, into, res.pp_dropped)
     if ctx.landing.jsonl is not None:
         ctx.landing.jsonl.kick()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from lxml import etree
 
-from gateway import subscriptions, topics, wsrf
+from gateway import quotas, subscriptions, topics, wsrf
 from gateway.consumer_policy import ConsumerAddress, ConsumerPolicy
 from gateway.context import Context, Reply
 from gateway.resource import RES_PATH, epoch, new_id
@@ -66,10 +66,11 @@ async def subscribe(ctx: Context, req: SoapRequest, _broker: None) -> Reply:
     """Subscribe (WS-BaseNotification 1.3 §4.2)."""
     now = ctx.clock()
     cfg, state = ctx.cfg, ctx.state
-    if len(state.subscriptions) >= cfg.max_subscriptions:
+    refused = ctx.quotas.refuse(quotas.SUBSCRIPTIONS, req.client)
+    if refused is not None:  # counted and logged by the quotas
         raise faults.wsnt(
             "SubscribeCreationFailedFault",
-            f"subscription limit reached ({cfg.max_subscriptions}); unsubscribe first",
+            f"subscription limit reached: {refused}; unsubscribe first",
             RECEIVER,
         )
     cons_el = child(req.payload, ns.q(ns.WSNT, "ConsumerReference"))
@@ -98,6 +99,7 @@ async def subscribe(ctx: Context, req: SoapRequest, _broker: None) -> Reply:
         dialect=parsed.filter.dialect or topics.CONCRETE,
         soap=req.version,
     )
+    ctx.quotas.hold(quotas.SUBSCRIPTIONS, req.client, sub.id)  # given back when it ends
     try:
         await ctx.storage.add_subscription(
             SubscriptionRow(
@@ -115,6 +117,7 @@ async def subscribe(ctx: Context, req: SoapRequest, _broker: None) -> Reply:
             )
         )
     except StorageError as e:
+        ctx.quotas.release(quotas.SUBSCRIPTIONS, sub.id)
         raise faults.wsnt(
             "SubscribeCreationFailedFault", f"could not store the subscription: {e}", RECEIVER
         ) from None

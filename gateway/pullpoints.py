@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from lxml import etree
 
-from gateway import notify, wsrf
+from gateway import notify, quotas, wsrf
 from gateway.context import Context, Reply
 from gateway.resource import new_id
 from gateway.state import PullPoint
@@ -25,21 +25,32 @@ from gateway.storage_seen import SeenKey
 from gateway.wire import faults, ns
 from gateway.wire.faults import RECEIVER, SENDER, WsnFault
 from gateway.wire.soap import SoapRequest
-from gateway.wire.xmlutil import Element, child, children, parse_duration, parse_xml, text_of
+from gateway.wire.xmlutil import (
+    Element,
+    child,
+    children,
+    parse_duration,
+    parse_xml,
+    serialize,
+    text_of,
+)
 
 
 async def create_pullpoint(ctx: Context, req: SoapRequest, _broker: None) -> Reply:
     """CreatePullPoint (§5.2)."""
-    if len(ctx.state.pullpoints) >= ctx.cfg.max_pullpoints:
+    refused = ctx.quotas.refuse(quotas.PULLPOINTS, req.client)
+    if refused is not None:  # counted and logged by the quotas
         raise faults.wsnt(
             "UnableToCreatePullPointFault",
-            f"pull point limit reached ({ctx.cfg.max_pullpoints}); destroy unused ones",
+            f"pull point limit reached: {refused}; destroy unused ones",
             RECEIVER,
         )
     pp = PullPoint(new_id(), ctx.clock())
+    ctx.quotas.hold(quotas.PULLPOINTS, req.client, pp.id)  # given back when it ends
     try:
         await ctx.storage.add_pullpoint(pp.id, pp.created.timestamp())
     except StorageError as e:
+        ctx.quotas.release(quotas.PULLPOINTS, pp.id)
         raise faults.wsnt(
             "UnableToCreatePullPointFault", f"could not store the pull point: {e}", RECEIVER
         ) from None
@@ -77,14 +88,17 @@ async def get_messages(ctx: Context, req: SoapRequest, pp: PullPoint) -> Reply:
         if pp.id not in ctx.state.pullpoints:
             raise faults.resource_unknown(f"pull point {pp.id} was destroyed while waiting")
     msgs: list[Pending] = []
+    # bounded, MaximumNumber or not (§5.1.2 lets the pull point answer fewer): the rest stay
+    cap = ctx.cfg.max_getmessages
+    limit = cap if limit is None else min(limit, cap)
     if limit != 0:
         try:
-            msgs = await ctx.storage.take_pp_messages(pp.id, limit)
+            msgs = await ctx.storage.take_pp_messages(pp.id, limit, ctx.cfg.max_getmessages_bytes)
         except StorageError as e:
             raise faults.wsnt(
                 "UnableToGetMessagesFault", f"could not read messages: {e}", RECEIVER
             ) from None
-    ctx.state.messages_taken(pp.id, len(msgs))
+    ctx.state.messages_taken(pp.id, len(msgs), ctx.clock())
     resp = etree.Element(ns.q(ns.WSNT, "GetMessagesResponse"), nsmap={"wsnt": ns.WSNT})
     for m in msgs:
         resp.append(parse_xml(ctx.render.stored(m).encode()))
@@ -133,9 +147,11 @@ async def notify_pullpoint(ctx: Context, req: SoapRequest, pp: PullPoint) -> Rep
 async def _accept(ctx: Context, pp: PullPoint, msgs: list[Element], seen: SeenKey | None) -> None:
     """Commit `msgs` into `pp` (with the seen-set key, in the same transaction), then
     count them in the state."""
-    batch = AcceptBatch(pp_limit=ctx.cfg.pullpoint_max_messages, seen=seen)
+    batch = AcceptBatch(
+        pp_limit=ctx.cfg.pullpoint_max_messages, pp_max_bytes=ctx.cfg.pullpoint_max_bytes, seen=seen
+    )
     for i, nm in enumerate(msgs):  # kept whole, as received
-        batch.renderings.append((WHOLE, etree.tostring(nm, encoding="unicode", with_tail=False)))
+        batch.renderings.append((WHOLE, serialize(nm)))  # only the namespaces it uses
         batch.pp_messages.append((pp.id, None, i))
     res = await notify.persist(ctx, batch)
     ctx.state.notifications_accepted({}, {pp.id: len(msgs)}, res.pp_dropped)

@@ -35,6 +35,7 @@ from gateway import topics
 from gateway.lifecycle import Phase, Step, Why
 from gateway.publishers import Registration
 from gateway.subscriptions import Subscription
+from gateway.topics.xpath_budget import XPathBudget
 from gateway.wire.xmlutil import Clock, utcnow
 
 log = logging.getLogger("gateway.state")
@@ -49,6 +50,12 @@ class PullPoint:
     created: datetime
     queued: int = 0
     dropped: int = 0
+    #: its last GetMessages (None: not read since it was created or restored; an idle
+    #: pull point expires, --pullpoint-idle-expiry)
+    read: datetime | None = None
+
+    def idle_since(self) -> datetime:
+        return self.read if self.read is not None else self.created
 
 
 # ---------------------------------------------------------------------------- events
@@ -113,10 +120,13 @@ class Restored:
 class BrokerState:
     """The state of one broker (module docstring)."""
 
-    def __init__(self, ts: topics.TopicSet, clock: Clock = utcnow) -> None:
+    def __init__(
+        self, ts: topics.TopicSet, clock: Clock = utcnow, xpath: XPathBudget | None = None
+    ) -> None:
         self.ts = ts
         self.clock: Clock = clock
-        self.index: topics.SubscriptionIndex[str] = topics.SubscriptionIndex(ts)
+        # xpath: where XPath topic expressions not proven linear are judged (topics/index.py)
+        self.index: topics.SubscriptionIndex[str] = topics.SubscriptionIndex(ts, xpath)
         self._subs: dict[str, Subscription] = {}
         self._no_topic: set[str] = set()  # subscriptions without a topic filter: every topic
         self._pps: dict[str, PullPoint] = {}
@@ -324,11 +334,17 @@ class BrokerState:
         events.append(PullPointChanged(lc.DESTROY_PULLPOINT, pp, why))
         self._emit(events)
 
-    def messages_taken(self, pullpoint_id: str, n: int) -> None:
-        """GetMessages (§5.1.2) removed `n` messages from the pull point."""
+    def messages_taken(self, pullpoint_id: str, n: int, when: datetime | None = None) -> None:
+        """GetMessages (§5.1.2) removed `n` messages from the pull point (at `when`)."""
         pp = self._pps.get(pullpoint_id)
         if pp is not None:
             pp.queued = max(0, pp.queued - n)
+            if when is not None:
+                pp.read = when
+
+    def idle_pullpoints(self, before: datetime) -> list[str]:
+        """The pull points nobody has read since `before`."""
+        return [p.id for p in self._pps.values() if p.idle_since() < before]
 
     # ------------------------------------------------------------------ notifications
     def grow_topics(self, grown: Sequence[topics.ConcreteTopic]) -> list[topics.ConcreteTopic]:

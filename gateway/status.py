@@ -20,9 +20,12 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import logging
 import os
+import shutil
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
@@ -74,6 +77,68 @@ def _is_loopback(host: str | None) -> bool:
     return False
 
 
+class RecentErrors(logging.Handler):
+    """The last `keep` WARNING and ERROR lines of the gateway's and aiohttp's loggers, for
+    /status (a bounded deque; attached while the application runs)."""
+
+    LOGGERS = ("gateway", "aiohttp")
+
+    def __init__(self, keep: int = 20) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: deque[dict[str, Any]] = deque(maxlen=keep)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):  # a log handler never raises
+            msg = record.getMessage()
+            self.lines.append(
+                {
+                    "time": _iso(record.created),
+                    "level": record.levelname,
+                    "logger": record.name,
+                    "event": getattr(record, "wsn_event", None),
+                    "message": msg if len(msg) <= 300 else msg[:300] + "...",
+                }
+            )
+
+    def attach(self) -> None:
+        for name in self.LOGGERS:
+            logging.getLogger(name).addHandler(self)
+
+    def detach(self) -> None:
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeHandler(self)
+
+
+class Rates:
+    """Per-second rates of counters over about the last minute, from the samples taken at
+    each status or metrics request (since the start until a sample is old enough)."""
+
+    WINDOW = 60.0
+
+    def __init__(self) -> None:
+        self._samples: deque[tuple[float, dict[str, float]]] = deque(maxlen=256)
+
+    def rates(self, now: float, values: dict[str, float]) -> dict[str, float]:
+        self._samples.append((now, values))
+        while len(self._samples) > 2 and now - self._samples[1][0] >= self.WINDOW:
+            self._samples.popleft()
+        t0, v0 = self._samples[0]
+        dt = now - t0
+        out: dict[str, float] = {"window_s": round(dt, 1)}
+        for k, v in values.items():
+            out[f"{k}_per_s"] = round((v - v0.get(k, 0.0)) / dt, 2) if dt > 0 else 0.0
+        return out
+
+
+def _last_seen(regs: Iterable[Registration]) -> list[tuple[str, float]]:
+    """(device id, epoch s) of each registered device's latest Notify, one per device."""
+    out: dict[str, float] = {}
+    for r in regs:
+        if r.device_id and r.last_seen is not None:
+            out[r.device_id] = max(out.get(r.device_id, 0.0), r.last_seen.timestamp())
+    return sorted(out.items())
+
+
 class StatusView:
     """The operator endpoints of one gateway."""
 
@@ -96,6 +161,26 @@ class StatusView:
         self.cameras: Callable[[], list[CameraStatus]] = list
         self._sample = StateSample()
         ctx.metrics.registry.register(StateCollector(lambda: self._sample))
+        self.errors = RecentErrors()
+        self._rates = Rates()
+        self._rates.rates(time.monotonic(), self._counters())  # from the start
+
+    def _counters(self) -> dict[str, float]:
+        m = self.ctx.metrics
+        delivered = sum(
+            s.value
+            for fam in m.deliveries.collect()
+            for s in fam.samples
+            if s.name.endswith("_total") and s.labels.get("outcome") == "ok"
+        )
+        into_pp = sum(self.ctx.counts.into_pullpoints.values())
+        return {"accepted": float(self.ctx.counts.accepted), "delivered": delivered + into_pp}
+
+    def _free_bytes(self) -> int:
+        try:
+            return shutil.disk_usage(self.ctx.cfg.data_dir).free
+        except OSError:
+            return 0
 
     # ------------------------------------------------------------------ access
     def _refuse(self, request: web.Request) -> web.Response | None:
@@ -148,7 +233,10 @@ class StatusView:
                 "uptime_s": round(time.time() - self.started, 1),
                 "now": _iso(now),
                 "storage_bytes": self._storage_bytes(),
+                "free_disk_bytes": self._free_bytes(),
                 "accepted": ctx.counts.accepted,
+                # per second over about the last minute (delivered: push 2xx + pull points)
+                "rates": self._rates.rates(time.monotonic(), self._counters()),
                 "topics": len(list(state.ts.topics())),
             },
             "registrations": [
@@ -159,10 +247,20 @@ class StatusView:
             "pullpoints": pps,
             "cameras": [c.as_dict() for c in self.cameras()],
             "landing": landing,
+            "recent_errors": list(reversed(self.errors.lines)),  # newest first
         }
 
     def _subscription(self, s: Subscription) -> dict[str, Any]:
-        st = self.ctx.delivery.state(s.id) if s.pullpoint is None else {}
+        ctx = self.ctx
+        if s.pullpoint is None:
+            st = ctx.delivery.state(s.id)
+            err = ctx.delivery.last_error(s.id)
+        else:  # into its pull point: counted as committed (gateway.notify.apply)
+            st = {
+                "delivered": ctx.counts.into_pullpoints.get(s.id, 0),
+                "last_delivery": ctx.counts.into_pullpoints_last.get(s.id),
+            }
+            err = None
         expr = s.topic_exprs[0] if s.topic_exprs else None
         return {
             "id": s.id,
@@ -180,6 +278,8 @@ class StatusView:
             "failures": st.get("failures", 0),
             "failing": st.get("failing", 0),
             "last_delivery": _iso(st.get("last_delivery")),
+            "last_error": err[0] if err else None,
+            "last_error_at": _iso(err[1]) if err else None,
             "created": _iso(s.created),
             "expires": _iso(s.termination),
         }
@@ -318,13 +418,16 @@ class StatusView:
             landing_lag_rows=lag_rows,
             landing_lag_seconds=lag_s,
             uptime_seconds=time.time() - self.started,
+            data_dir_free_bytes=self._free_bytes(),
+            devices_last_seen=_last_seen(ctx.state.registrations.values()),
         )
 
     async def healthz(self, request: web.Request) -> web.StreamResponse:
         return web.Response(text="ok\n")
 
     async def readyz(self, request: web.Request) -> web.StreamResponse:
-        """Ready = storage answers a transaction and the landing directory is writable."""
+        """Ready = storage answers a transaction, the landing directory is writable and the
+        landing writers are not failing."""
         problems: list[str] = []
         ctx = self.ctx
         try:
@@ -335,6 +438,9 @@ class StatusView:
             d = ctx.cfg.data_dir / "landing"
             if not (d.is_dir() and os.access(d, os.W_OK | os.X_OK)):
                 problems.append(f"landing: directory {d} is not writable")
+            for w in (ctx.landing.jsonl, ctx.landing.parquet):  # failing now (disk full)
+                if w is not None and w.problem:
+                    problems.append(f"landing: {w.problem}")
         if problems:
             return web.Response(status=503, text="not ready: " + "; ".join(problems) + "\n")
         return web.Response(text="ready\n")
@@ -388,4 +494,14 @@ def setup(
     app.router.add_get("/metrics", view.metrics)
     app.router.add_get("/healthz", view.healthz)
     app.router.add_get("/readyz", view.readyz)
+
+    async def attach(_app: web.Application) -> None:
+        view.errors.attach()
+
+    async def detach(_app: web.Application) -> None:
+        view.errors.detach()
+
+    # signals, not a lifecycle step (gateway.app's cleanup_ctx): nothing depends on it
+    app.on_startup.append(attach)
+    app.on_cleanup.append(detach)
     return view

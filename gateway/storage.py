@@ -8,6 +8,11 @@ Threading: one connection, used only by one dedicated writer thread. Every publi
 coroutine runs one small transaction on that thread, so the event loop never blocks on
 SQLite and writes are serialized without lock contention inside the process.
 
+One gateway per data directory: `open` takes an exclusive lock on `<data-dir>/gateway.lock`
+(fcntl, released by the kernel when the process ends, kill -9 included) and writes its pid
+there; a second gateway on the same directory gets a StorageError naming the holder. (Two
+processes on one directory would each believe they own the landing files and the outbox.)
+
 Durability: journal_mode=WAL with synchronous=FULL (default): a COMMIT returns only after
 the WAL is fsynced, so anything the broker acknowledged survives kill -9 and power loss.
 `synchronous="NORMAL"` is offered as an option: with WAL it survives a process crash
@@ -17,6 +22,9 @@ the WAL is fsynced, so anything the broker acknowledged survives kill -9 and pow
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import logging
+import os
 import sqlite3
 import threading
 import time
@@ -34,6 +42,21 @@ from gateway.storage_schema import AFTER_SUBREF, prepare
 from gateway.storage_seen import SEEN_SCHEMA, SeenKey, is_seen, record_seen
 
 T = TypeVar("T")
+#: the data directory's lock file (module docstring)
+LOCK_NAME = "gateway.lock"
+#: a directory with less free than this is full (for `open`'s wait), and its longest pause
+FULL_BELOW = 1024 * 1024
+OPEN_RETRY_MAX = 30.0
+log = logging.getLogger("gateway.storage")
+
+
+def free_bytes(d: Path) -> int | None:
+    """The bytes free for this process in the file system of `d` (None if unknown)."""
+    try:
+        st = os.statvfs(d)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 class Pending(NamedTuple):
@@ -110,6 +133,9 @@ class Storage(DemandTables):
         self.seen_keep = seen_keep
         self.seen_max_age = seen_max_age
         self._lock = threading.Lock()
+        #: pull point -> an upper bound of the bytes of its messages (storage_accept; used
+        #: and changed on the writer thread only)
+        self._pp_held: dict[str, int] = {}
         #: cumulative seconds spent inside SQLite (for benchmarks)
         self.busy_seconds = 0.0
         self.transactions = 0
@@ -117,11 +143,38 @@ class Storage(DemandTables):
         #: called from the writer thread with each transaction's duration (gateway.metrics)
         self.on_commit: Callable[[float], None] | None = None
         self._pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self._lock_fd: int | None = None  # <data-dir>/gateway.lock, held while open
         self._group_task: asyncio.Future[None] | None = None
 
     # ---- lifecycle ----
     def open(self) -> None:
-        self._executor.submit(self._open).result()
+        """Lock the data directory and open the database. On a full disk (SQLite cannot
+        even recover its WAL after a crash) it waits for room, trying again after 1 s,
+        doubling to OPEN_RETRY_MAX, with one WARNING line; any other failure raises."""
+        self._lock_data_dir()
+        delay = 1.0
+        try:
+            while True:
+                try:
+                    self._executor.submit(self._open).result()
+                    break
+                except sqlite3.OperationalError as e:
+                    free = free_bytes(self.path.parent)
+                    if free is None or free > FULL_BELOW:
+                        raise
+                    if delay == 1.0:
+                        log.warning(
+                            "cannot open %s (%s) with %d bytes free in its directory: waiting "
+                            "for room, trying again every %g s at most",
+                            self.path, e, free, OPEN_RETRY_MAX,
+                        )  # fmt: skip
+                    time.sleep(delay)  # at start: nothing is served yet
+                    delay = min(OPEN_RETRY_MAX, delay * 2)
+            if delay > 1.0:
+                log.warning("opened %s: the disk has room again", self.path)
+        except BaseException:
+            self._unlock_data_dir()
+            raise
         reader = sqlite3.connect(
             str(self.path), isolation_level=None, check_same_thread=False, timeout=0
         )
@@ -137,17 +190,44 @@ class Storage(DemandTables):
         conn = sqlite3.connect(
             str(self.path), isolation_level=None, check_same_thread=False, timeout=0
         )
-        conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={self.synchronous}")
-        conn.execute("PRAGMA foreign_keys=OFF")
         try:
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn.execute("PRAGMA foreign_keys=OFF")
             prepare(conn)  # the schema, migrating an older file (storage_schema)
+            conn.execute(SEEN_SCHEMA)  # versionless: created if missing (storage_seen)
         except BaseException:
             conn.close()
             raise
-        conn.execute(SEEN_SCHEMA)  # versionless: created if missing (storage_seen)
         self._conn = conn
+
+    def _lock_data_dir(self) -> None:
+        """Take the data directory's lock (module docstring), or StorageError naming the
+        process that holds it."""
+        if self._lock_fd is not None:
+            return
+        d = self.path.parent
+        d.mkdir(parents=True, exist_ok=True)
+        lock = d / LOCK_NAME
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise StorageError(
+                f"data directory {d} is in use by another gateway (pid {holder}, {lock}): "
+                "stop it, or give this one another --data-dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _unlock_data_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the lock
+            self._lock_fd = None
 
     def close(self) -> None:
         if self._reader is not None:
@@ -161,6 +241,7 @@ class Storage(DemandTables):
 
         self._executor.submit(_close).result()
         self._executor.shutdown(wait=True)
+        self._unlock_data_dir()
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         loop = asyncio.get_running_loop()
@@ -297,6 +378,7 @@ class Storage(DemandTables):
     # ---- Notify ----
     async def accept(self, b: AcceptBatch) -> AcceptResult:
         """Commit one accepted Notify (see _grouped: returns once it is committed)."""
+        b.pp_held = self._pp_held  # the pull points' bytes bound (storage_accept)
         return await self._grouped(Accept(b))
 
     async def _grouped(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -367,13 +449,17 @@ class Storage(DemandTables):
         def fn(c: sqlite3.Connection) -> None:
             c.execute("DELETE FROM pullpoints WHERE id=?", (pp_id,))
             c.execute("DELETE FROM pp_messages WHERE pp_id=?", (pp_id,))
+            self._pp_held.pop(pp_id, None)
             for i in sub_ids:  # they fed the pull point: no rows in deliveries
                 c.execute("DELETE FROM subscriptions WHERE id=?", (i,))
 
         await self._run(fn)
 
-    async def take_pp_messages(self, pp_id: str, limit: int | None) -> list[Pending]:
-        """Remove and return the oldest messages (all when limit is None)."""
+    async def take_pp_messages(
+        self, pp_id: str, limit: int | None, max_bytes: int = 0
+    ) -> list[Pending]:
+        """Remove and return the oldest messages (all when limit is None), and no more
+        than `max_bytes` of text past the first (0: any)."""
 
         def fn(c: sqlite3.Connection) -> list[Pending]:
             q = (
@@ -384,7 +470,13 @@ class Storage(DemandTables):
             if limit is not None:
                 q += " LIMIT ?"
                 args = (pp_id, limit)
-            rows = c.execute(q, args).fetchall()
+            rows: list[Any] = []
+            held = 0
+            for r in c.execute(q, args):  # read one by one: the bytes bound stops early
+                held += len(r[2])
+                if rows and max_bytes and held > max_bytes:
+                    break
+                rows.append(r)
             if rows:
                 c.execute("DELETE FROM pp_messages WHERE pp_id=? AND seq<=?", (pp_id, rows[-1][0]))
             return [Pending(r[0], pp_id, r[1], r[2], r[3] == AFTER_SUBREF) for r in rows]

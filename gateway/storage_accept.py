@@ -25,6 +25,10 @@ class AcceptBatch:
     #: (pp_id, the subscription it was rendered for or None, index in `renderings`)
     pp_messages: list[tuple[str, str | None, int]] = field(default_factory=list)
     pp_limit: int = 0  # keep at most this many per pull point touched (drop oldest)
+    pp_max_bytes: int = 0  # and at most this many bytes of messages (drop oldest), 0: any
+    #: the storage's upper bound of the bytes each pull point holds (storage.Storage.accept
+    #: sets it): the bound is checked against the rows only when it may be passed
+    pp_held: dict[str, int] | None = None
     landing: list[tuple[str, str]] = field(default_factory=list)  # (msg_id, json line)
     # the same records for the Parquet landing writer (gateway.landing_parquet)
     landing_parquet: list[tuple[str, str]] = field(default_factory=list)
@@ -111,7 +115,62 @@ def accept_rest(c: sqlite3.Connection, b: AcceptBatch) -> AcceptResult:
                     cur = c.execute("DELETE FROM pp_messages WHERE pp_id=? AND seq<?", (pp, row[0]))
                     if cur.rowcount:
                         dropped[pp] = cur.rowcount
+        if b.pp_max_bytes > 0:
+            _bytes_bound(c, b, dropped)
     return AcceptResult(seqs, dropped)
+
+
+def _bytes_bound(c: sqlite3.Connection, b: AcceptBatch, dropped: dict[str, int]) -> None:
+    """--pullpoint-max-bytes for the pull points `b` adds to. `b.pp_held` keeps an upper
+    bound of what each holds (grown by what is added, never lowered by what is taken: a
+    rolled-back transaction leaves it too high, never too low); the rows are read only
+    when the bound may be passed, and then it is set to what they hold."""
+    held = b.pp_held if b.pp_held is not None else {}
+    added: dict[str, int] = {}
+    for pp, _s, i in b.pp_messages:
+        text = b.renderings[i][1]
+        # bytes in UTF-8: at most 4 per character, 1 for ASCII (isascii is one C pass)
+        added[pp] = added.get(pp, 0) + (len(text) if text.isascii() else 4 * len(text))
+    for pp, n in added.items():
+        bound = held.get(pp)
+        if bound is not None and bound + n <= b.pp_max_bytes:
+            held[pp] = bound + n
+            continue
+        gone, held[pp] = _drop_over_bytes(c, pp, b.pp_max_bytes)
+        if gone:
+            dropped[pp] = dropped.get(pp, 0) + gone
+
+
+def _drop_over_bytes(c: sqlite3.Connection, pp: str, max_bytes: int) -> tuple[int, int]:
+    """Drop the oldest messages of `pp` until the rest hold at most `max_bytes` bytes of
+    text (the newest is always kept); -> (how many were dropped, the bytes left)."""
+    total = c.execute(
+        "SELECT COALESCE(SUM(length(CAST(r.xml AS BLOB))), 0) FROM pp_messages m"
+        " JOIN renderings r ON r.id = m.ref WHERE m.pp_id=?",
+        (pp,),
+    ).fetchone()[0]
+    if total <= max_bytes:
+        return 0, int(total)
+    # the newest message past the bound, counting from the newest (a window over the pull
+    # point's own rows: its index is (pp_id, seq))
+    row = c.execute(
+        "SELECT seq FROM (SELECT m.seq AS seq, SUM(length(CAST(r.xml AS BLOB)))"
+        " OVER (ORDER BY m.seq DESC) AS held FROM pp_messages m"
+        " JOIN renderings r ON r.id = m.ref WHERE m.pp_id=?)"
+        " WHERE held > ? ORDER BY seq DESC LIMIT 1",
+        (pp, max_bytes),
+    ).fetchone()
+    if row is None:
+        return 0, int(total)
+    newest = c.execute("SELECT MAX(seq) FROM pp_messages WHERE pp_id=?", (pp,)).fetchone()[0]
+    cut = min(row[0], newest - 1)
+    gone_bytes = c.execute(
+        "SELECT COALESCE(SUM(length(CAST(r.xml AS BLOB))), 0) FROM pp_messages m"
+        " JOIN renderings r ON r.id = m.ref WHERE m.pp_id=? AND m.seq<=?",
+        (pp, cut),
+    ).fetchone()[0]
+    cur = c.execute("DELETE FROM pp_messages WHERE pp_id=? AND seq<=?", (pp, cut))
+    return cur.rowcount, int(total - gone_bytes)
 
 
 class Accept:

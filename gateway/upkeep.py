@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gateway import manager, publishers, registrations, subscriptions, topics
 from gateway.context import Context
@@ -46,7 +46,9 @@ async def restore(ctx: Context) -> None:
             for tns, path, xml in snap.current
         },
         pullpoints=[
-            PullPoint(pid, from_epoch(c) or now, queued=n) for pid, c, n in snap.pullpoints
+            # its idle time starts again at a restart (the last read is not stored)
+            PullPoint(pid, from_epoch(c) or now, queued=n, read=now)
+            for pid, c, n in snap.pullpoints
         ],
     )
     for rr in snap.registrations:
@@ -106,11 +108,19 @@ def _subscription(row: SubscriptionRow, ts: topics.TopicSet, now: datetime) -> S
 async def sweep(ctx: Context) -> None:
     """End the subscriptions and registrations whose TerminationTime has passed (a paused
     subscription too)."""
-    subs, regs = ctx.state.expired(ctx.clock())
+    now = ctx.clock()
+    subs, regs = ctx.state.expired(now)
     if subs:
         await manager.end(ctx, subs, Why.EXPIRED)
     if regs:
         await registrations.end(ctx, regs, Why.EXPIRED)
+    idle = ctx.cfg.pullpoint_idle_expiry
+    if idle > 0:
+        for pid in ctx.state.idle_pullpoints(now - timedelta(seconds=idle)):
+            # as DestroyPullPoint: the subscriptions feeding it end with it
+            await ctx.storage.delete_pullpoint(pid, ctx.state.feeding(pid))
+            if pid in ctx.state.pullpoints:
+                ctx.state.destroy_pullpoint(pid, Why.IDLE)
 
 
 async def sweeper(ctx: Context) -> None:

@@ -26,6 +26,7 @@ examples:
   wsn topics http://gw:8080/wsn/broker
   wsn ls http://gw:8080/wsn/broker
   wsn pause http://gw:8080/wsn/subscriptions/0f3c...   (an EPR address)
+  wsn rm http://gw:8080/wsn/pullpoints/5c1e...          (a pull point left behind)
 
 Credentials for management operations: --token TOKEN (or env WSN_TOKEN) sends
 `Authorization: Bearer`, --user/--password (or env WSN_PASSWORD) HTTP Basic.
@@ -178,6 +179,17 @@ def build_parser() -> argparse.ArgumentParser:
         )  # fmt: skip
         m.add_argument("subscription", metavar="SUBSCRIPTION_URL")
 
+    rm = sp.add_parser(
+        "rm", parents=[common], help="end a subscription, pull point or registration",
+        description="End what URL (an EPR address) is: a subscription (Unsubscribe), a pull "
+        "point (DestroyPullPoint), a publisher registration (DestroyRegistration) or "
+        "another WS-Resource (wsrf-rl:Destroy); what its path names is tried first.",
+        epilog="examples:\n  wsn rm http://gw:8080/wsn/pullpoints/5c1e... --token $T\n"
+        "  wsn rm http://gw:8080/wsn/registrations/9a07... --token $T",
+        formatter_class=raw,
+    )  # fmt: skip
+    rm.add_argument("url", metavar="URL")
+
     t = sp.add_parser(
         "topics", parents=[common], help="the producer's topic set as a tree",
         description="Print the wstop:TopicSet of BROKER_URL (GetResourceProperty); "
@@ -238,6 +250,7 @@ def _command(a: argparse.Namespace, client: Client) -> Awaitable[int]:
         "unsubscribe": lambda: commands.manage(client, a.subscription, "unsubscribe"),
         "pause": lambda: commands.manage(client, a.subscription, "pause"),
         "resume": lambda: commands.manage(client, a.subscription, "resume"),
+        "rm": lambda: commands.rm(client, a.url),
         "topics": lambda: commands.topics(client, a.broker),
         "ls": lambda: commands.ls(client, a.broker, a.json),
     }

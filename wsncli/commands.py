@@ -1,6 +1,7 @@
 """The `wsn` commands other than `sub`: pub (Notify), pull (GetMessages), renew,
-unsubscribe, pause, resume (on a subscription's EPR address), topics (the producer's
-wstop:TopicSet as a tree) and ls (a wsn-edge gateway's /status.json)."""
+unsubscribe, pause, resume (on a subscription's EPR address), rm (end a subscription, pull
+point or publisher registration), topics (the producer's wstop:TopicSet as a tree) and ls
+(a wsn-edge gateway's /status.json)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from lxml import etree
 from wsncli import messages
 from wsncli.sub import check_prefixes
 from wsncli.wsp import (
+    A_DESTROY,
+    A_DESTROY_PP,
+    A_DESTROY_REG,
     A_GET_MESSAGES,
     A_GET_RP,
     A_NOTIFY,
@@ -23,10 +27,12 @@ from wsncli.wsp import (
     A_RENEW,
     A_RESUME,
     A_UNSUBSCRIBE,
+    BR,
     DIALECTS,
     EDGE,
     WSA,
     WSNT,
+    WSRF_RL,
     WSRF_RP,
     WSTOP,
     Client,
@@ -130,6 +136,40 @@ async def manage(client: Client, subscription: str, what: str) -> int:
     await client.call(subscription, action, wsnt(local))
     print(done)
     return 0
+
+
+# ---------------------------------------------------------------------- rm
+#: what ends each kind of resource (WS-BaseNotification 1.3 §6.3 Unsubscribe, §5.1.4
+#: DestroyPullPoint; WS-BrokeredNotification 1.3 DestroyRegistration; WS-ResourceLifetime
+#: Destroy for any other WS-Resource): (what, the word its address path may hold, action,
+#: request element)
+_ENDINGS = (
+    ("subscription", "subscription", A_UNSUBSCRIBE, q(WSNT, "Unsubscribe")),
+    ("pull point", "pullpoint", A_DESTROY_PP, q(WSNT, "DestroyPullPoint")),
+    ("publisher registration", "registration", A_DESTROY_REG, q(BR, "DestroyRegistration")),
+    ("resource", "", A_DESTROY, q(WSRF_RL, "Destroy")),
+)
+
+
+async def rm(client: Client, url: str) -> int:
+    """End what `url` (an EPR address) is: the request its path suggests first (the
+    gateway's /wsn/subscriptions/, /pullpoints/, /registrations/), then the others; the
+    first one the endpoint accepts ends it. Unreachable or unauthorized: that error."""
+    path = urlsplit(url).path.lower().replace("-", "").replace("_", "")
+    order = sorted(_ENDINGS, key=lambda e: not (e[1] and e[1] in path))
+    refusals = []
+    for what, _hint, action, tag in order:
+        body = etree.Element(tag, nsmap={"x": etree.QName(tag).namespace or ""})
+        try:
+            await client.call(url, action, body)
+        except WsnError as e:
+            if e.fault is None:  # not a SOAP fault: cannot connect, 401, HTTP errors
+                raise
+            refusals.append(f"{etree.QName(tag).localname}: {e.fault}")
+            continue
+        print(f"removed the {what}")
+        return 0
+    raise WsnError(f"{url} ended with none of the requests ({'; '.join(refusals)})")
 
 
 # ---------------------------------------------------------------------- topics

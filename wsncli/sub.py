@@ -13,6 +13,15 @@ Push mode (`--push HOST:PORT`): a local NotificationConsumer on HOST:PORT, subsc
 Either way the subscription asks for `--lifetime` and is renewed (§6.1 Renew) at half of
 it, and on `--count`, Ctrl-C or SIGTERM it is cleaned up: Unsubscribe (§6.3), then
 DestroyPullPoint (§5.1.4). A clean-up step that fails is reported on stderr, one line each.
+
+It rides out a broker that goes away and comes back (a restart, an outage), as
+`mosquitto_sub` does: while the broker cannot be reached (refused, timed out, reset, 502/503/
+504) it tries again, 1 s after the first failure, doubling to RETRY_MAX, keeping its pull
+point and subscription (a broker that keeps them, as wsn-edge does, delivers what came
+meanwhile); one line on stderr when the broker is lost, one when it answers again. When
+the broker answers that the pull point or subscription is gone (ResourceUnknownFault: it
+expired meanwhile, or someone removed it), `wsn sub` makes new ones and goes on, saying so.
+Only a failure at the start (no broker there, a refused Subscribe) ends it.
 """
 
 from __future__ import annotations
@@ -150,31 +159,129 @@ async def run(client: Client, opts: SubOptions) -> int:
     return 0
 
 
+#: the longest pause between two attempts to reach a broker that went away (seconds)
+RETRY_MAX = 30.0
+#: the fault that says a pull point or subscription no longer exists (WS-ResourceFramework)
+GONE = "ResourceUnknownFault"
+
+
+class _Link:
+    """What `wsn sub` holds at the broker: its pull point (pull mode) and subscription, made
+    again when the broker says they are gone; and the broker's reachability (module
+    docstring)."""
+
+    def __init__(
+        self, client: Client, opts: SubOptions, done: asyncio.Event, consumer: Epr | None
+    ) -> None:
+        self.client = client
+        self.opts = opts
+        self.done = done
+        self.consumer = consumer  # push mode: the local consumer; pull mode: None
+        self.pp: Epr | None = None
+        self.sub: Epr | None = None
+        self.generation = 0  # bumped each time they are made again
+        self._lock = asyncio.Lock()
+        self._down = False
+        self._pause = 1.0
+
+    async def establish(self) -> None:
+        """CreatePullPoint (pull mode), then Subscribe with it (or the push consumer)."""
+        consumer = self.consumer
+        if consumer is None:
+            try:
+                resp = await self.client.call(
+                    self.opts.broker, A_CREATE_PP, wsnt("CreatePullPoint")
+                )
+            except WsnError as e:
+                if e.transient or "needs credentials" in str(e):
+                    raise
+                raise WsnError(
+                    f"{e} (without pull points there, try --push HOST:PORT)",
+                    e.transient,
+                    e.fault,
+                ) from None
+            self.pp = consumer = _epr_in(resp, "PullPoint", "CreatePullPoint")
+        resp = await self.client.call(
+            self.opts.broker, A_SUBSCRIBE, subscribe_body(self.opts, consumer)
+        )
+        self.sub = _epr_in(resp, "SubscriptionReference", "Subscribe")
+        self.generation += 1
+
+    async def failed(self, e: WsnError, generation: int) -> None:
+        """A request to the pull point or subscription of `generation` failed: wait and
+        let the caller try again (the broker is away), make them again (they are gone),
+        or raise `e` (anything else)."""
+        if e.fault == GONE:
+            async with self._lock:
+                if generation == self.generation:  # not made again meanwhile
+                    what = "pull point" if self.pp is not None else "subscription"
+                    print(f"wsn: the {what} is gone at the broker ({e}); subscribing again",
+                          file=sys.stderr)  # fmt: skip
+                    old = self.sub
+                    await self._remake()
+                    if old is not None:  # best effort: it may still feed nothing
+                        with contextlib.suppress(WsnError):
+                            await self.client.call(old, A_UNSUBSCRIBE, wsnt("Unsubscribe"))
+            return
+        if not e.transient:
+            raise e
+        await self._away(e)
+
+    async def _remake(self) -> None:
+        while not self.done.is_set():
+            try:
+                await self.establish()
+                self.back()
+                return
+            except WsnError as e:
+                if not e.transient:
+                    raise
+                await self._away(e)
+
+    async def _away(self, e: WsnError) -> None:
+        if not self._down:
+            self._down = True
+            print(
+                f"wsn: lost the broker: {e}; trying again every {RETRY_MAX:g} s at most "
+                "(the pull point and subscription stay there)",
+                file=sys.stderr,
+            )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.done.wait(), self._pause)
+        self._pause = min(RETRY_MAX, self._pause * 2)
+
+    def back(self) -> None:
+        """A request went through: the broker answers again."""
+        if self._down:
+            self._down = False
+            print(f"wsn: the broker at {self.opts.broker} answers again", file=sys.stderr)
+        self._pause = 1.0
+
+
 async def _pull(client: Client, opts: SubOptions, printer: Printer) -> None:
+    link = _Link(client, opts, printer.done, None)
+    await link.establish()
     try:
-        resp = await client.call(opts.broker, A_CREATE_PP, wsnt("CreatePullPoint"))
-    except WsnError as e:
-        if "cannot connect" in str(e) or "needs credentials" in str(e):
-            raise
-        raise WsnError(f"{e} (without pull points there, try --push HOST:PORT)") from None
-    pp = _epr_in(resp, "PullPoint", "CreatePullPoint")
-    sub: Epr | None = None
-    try:
-        resp = await client.call(opts.broker, A_SUBSCRIBE, subscribe_body(opts, pp))
-        sub = _epr_in(resp, "SubscriptionReference", "Subscribe")
-        await _until_done(client, opts, sub, printer, lambda: _poll(client, opts, pp, printer))
+        await _until_done(client, opts, link, printer, lambda: _poll(client, opts, link, printer))
     finally:
-        await _cleanup(client, sub, pp)
+        await _cleanup(client, link.sub, link.pp)
 
 
-async def _poll(client: Client, opts: SubOptions, pp: Epr, printer: Printer) -> None:
+async def _poll(client: Client, opts: SubOptions, link: _Link, printer: Printer) -> None:
     while not printer.done.is_set():
         gm = wsnt("GetMessages", {"edge": EDGE})
         rem = printer.remaining
         etree.SubElement(gm, q(WSNT, "MaximumNumber")).text = str(min(rem or 100, 100))
         etree.SubElement(gm, q(EDGE, "Wait")).text = f"PT{opts.wait:g}S"
         t0 = time.monotonic()
-        resp = await client.call(pp, A_GET_MESSAGES, gm, extra_wait=opts.wait)
+        pp, generation = link.pp, link.generation
+        assert pp is not None
+        try:
+            resp = await client.call(pp, A_GET_MESSAGES, gm, extra_wait=opts.wait)
+        except WsnError as e:
+            await link.failed(e, generation)
+            continue
+        link.back()
         got = messages.notifications(resp) if resp is not None else []
         printer.emit(got)
         if not got and time.monotonic() - t0 < opts.interval:
@@ -221,14 +328,12 @@ async def _push(client: Client, opts: SubOptions, printer: Printer) -> None:
         socks = getattr(site._server, "sockets", None) or []
         bound = int(socks[0].getsockname()[1]) if socks else port
         h = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
-        consumer = Epr(f"http://{h}:{bound}{path}")
-        sub: Epr | None = None
+        link = _Link(client, opts, printer.done, Epr(f"http://{h}:{bound}{path}"))
+        await link.establish()
         try:
-            resp = await client.call(opts.broker, A_SUBSCRIBE, subscribe_body(opts, consumer))
-            sub = _epr_in(resp, "SubscriptionReference", "Subscribe")
-            await _until_done(client, opts, sub, printer, printer.done.wait)
+            await _until_done(client, opts, link, printer, printer.done.wait)
         finally:
-            await _cleanup(client, sub, None)
+            await _cleanup(client, link.sub, None)
     finally:
         await runner.cleanup()
 
@@ -236,14 +341,14 @@ async def _push(client: Client, opts: SubOptions, printer: Printer) -> None:
 async def _until_done(
     client: Client,
     opts: SubOptions,
-    sub: Epr,
+    link: _Link,
     printer: Printer,
     receive: Callable[[], Awaitable[object]],
 ) -> None:
     """Run `receive()` (until it returns or the printer is done) and renew meanwhile."""
     recv = asyncio.ensure_future(receive())
     stop = asyncio.ensure_future(printer.done.wait())
-    renewer = asyncio.ensure_future(_renew_loop(client, opts, sub))
+    renewer = asyncio.ensure_future(_renew_loop(client, opts, link))
     try:
         await asyncio.wait([recv, stop], return_when=asyncio.FIRST_COMPLETED)
         if recv.done():
@@ -256,15 +361,26 @@ async def _until_done(
                 await t
 
 
-async def _renew_loop(client: Client, opts: SubOptions, sub: Epr) -> None:
+async def _renew_loop(client: Client, opts: SubOptions, link: _Link) -> None:
+    """Renew at half the lifetime; a broker away: again after its pause (_Link), until it
+    answers; a subscription gone: made again."""
+    pause = opts.lifetime / 2
     while True:
-        await asyncio.sleep(opts.lifetime / 2)
+        await asyncio.sleep(pause)
+        pause = opts.lifetime / 2
         body = wsnt("Renew")
         etree.SubElement(body, q(WSNT, "TerminationTime")).text = f"PT{opts.lifetime:g}S"
+        sub, generation = link.sub, link.generation
+        assert sub is not None
         try:
             await client.call(sub, A_RENEW, body)
         except WsnError as e:
-            print(f"wsn: warning: could not renew the subscription: {e}", file=sys.stderr)
+            if e.fault != GONE and not e.transient:
+                print(f"wsn: warning: could not renew the subscription: {e}", file=sys.stderr)
+                continue
+            await link.failed(e, generation)
+            if e.fault != GONE:  # made again, with a fresh lifetime, if it was gone
+                pause = min(RETRY_MAX, opts.lifetime / 10)
 
 
 async def _cleanup(client: Client, sub: Epr | None, pp: Epr | None) -> None:

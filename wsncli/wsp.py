@@ -36,6 +36,12 @@ A_UNSUBSCRIBE = WSNTW + "/SubscriptionManager/UnsubscribeRequest"
 A_PAUSE = WSNTW + "/PausableSubscriptionManager/PauseSubscriptionRequest"
 A_RESUME = WSNTW + "/PausableSubscriptionManager/ResumeSubscriptionRequest"
 A_GET_RP = "http://docs.oasis-open.org/wsrf/rpw-2/GetResourceProperty/GetResourcePropertyRequest"
+A_DESTROY_REG = (
+    "http://docs.oasis-open.org/wsn/brw-2/PublisherRegistrationManager/DestroyRegistrationRequest"
+)
+A_DESTROY = "http://docs.oasis-open.org/wsrf/rlw-2/ImmediateResourceTermination/DestroyRequest"
+BR = "http://docs.oasis-open.org/wsn/br-2"
+WSRF_RL = "http://docs.oasis-open.org/wsrf/rl-2"
 
 #: the WS-Topics 1.3 dialect URIs by their `--dialect` names
 DIALECTS = {
@@ -50,7 +56,14 @@ Element = etree._Element
 
 
 class WsnError(Exception):
-    """A failure the user can act on; str() is the one line `wsn` prints."""
+    """A failure the user can act on; str() is the one line `wsn` prints. `transient`: the
+    endpoint could not be reached or answered 502/503/504 (a restart, a network outage):
+    worth trying again; `fault`: the local name of the SOAP fault's detail, if one."""
+
+    def __init__(self, line: str, transient: bool = False, fault: str | None = None) -> None:
+        super().__init__(line)
+        self.transient = transient
+        self.fault = fault
 
 
 def q(ns: str, local: str) -> str:
@@ -132,15 +145,17 @@ class Client:
         except aiohttp.ClientConnectorError as e:
             raise WsnError(
                 f"cannot connect to {epr.address}: {connect_error(e)} "
-                "(is it running? is the host:port right?)"
+                "(is it running? is the host:port right?)",
+                transient=True,
             ) from None
         except TimeoutError:
             raise WsnError(
                 f"{op} to {epr.address}: no answer within {self.timeout + extra_wait:g} s "
-                "(--timeout)"
+                "(--timeout)",
+                transient=True,
             ) from None
-        except aiohttp.ClientError as e:
-            raise WsnError(f"{op} to {epr.address} failed: {e}") from None
+        except aiohttp.ClientError as e:  # disconnected, reset mid-answer
+            raise WsnError(f"{op} to {epr.address} failed: {e}", transient=True) from None
         return _answer(op, epr.address, status, ctype, raw)
 
 
@@ -166,7 +181,8 @@ def _answer(op: str, url: str, status: int, ctype: str, raw: bytes) -> Element |
         kids = [c for c in b if isinstance(c.tag, str)] if b is not None else []
         body = kids[0] if kids else None
     if body is not None and etree.QName(body).localname == "Fault":
-        raise WsnError(f"{op} refused by {url}: {fault_line(body)}")
+        line = fault_line(body)
+        raise WsnError(f"{op} refused by {url}: {line}", fault=line.split(":", 1)[0])
     if status == 401:
         raise WsnError(
             f"{op} at {url} needs credentials (HTTP 401): pass --token TOKEN (or set "
@@ -177,7 +193,7 @@ def _answer(op: str, url: str, status: int, ctype: str, raw: bytes) -> Element |
         hint = f": {text[0][:200]}" if text else ""
         if status == 404:
             hint += " (wrong path? a broker's address usually ends in /wsn/broker)"
-        raise WsnError(f"{op} to {url}: HTTP {status}{hint}")
+        raise WsnError(f"{op} to {url}: HTTP {status}{hint}", transient=status in (502, 503, 504))
     return body
 
 

@@ -13,9 +13,15 @@ applied), and costs no XPath evaluation per message per subscription:
   compiled into a shared trie of name tests walked once along the topic's
   path; identical expressions share their trie node. Full selection depends
   only on the topic's path (see :mod:`.path`), so no cache is needed;
-* other XPath expressions are grouped by (text, prefixes); each group is
-  evaluated once per Topic Set version, lazily at the first match after a
-  change, into a topic -> groups map;
+* other XPath expressions are grouped by (text, prefixes). A group of a *local
+  path* (gateway/topics/xpath.py) keeps the set of topics it selects and, when the
+  Topic Set grows, checks only the new topics and their ancestors (their paths on a
+  trie, their predicates at their elements of the set's copy, gateway/topics/
+  mirror.py): a new topic costs no evaluation over the whole set, nor a rebuilt
+  document. Any other group is evaluated once per Topic Set version into a topic ->
+  groups map: with a budget, only by its worker process (`prepare`, awaited by the
+  broker before it plans a Notify; `match` reads the last result), else lazily on the
+  event loop at the first match after a change;
 * the result per topic is cached until a subscription is added or removed or
   the Topic Set changes (so a burst of notifications on one topic costs one
   lookup each).
@@ -28,14 +34,20 @@ its resolution matches.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
+from . import xpath
 from .aliases import resolve_topic
 from .expression import TopicExpression
+from .mirror import Mark, TopicSetCopy, copy_of
 from .model import ConcreteTopic
 from .path import DOS, Branch, Name, PathExpression, topic_names
 from .topicset import TopicSet
 from .xpath import XPathExpression
+
+if TYPE_CHECKING:
+    from .xpath_budget import XPathBudget
+
 
 K = TypeVar("K", bound=Hashable)
 
@@ -149,19 +161,31 @@ class _Trie(Generic[K]):
         return out
 
 
+#: an XPath group's key: the expression's text and its namespace declarations
+_GKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
 class _XGroup(Generic[K]):
-    __slots__ = ("expr", "keys")
+    __slots__ = ("expr", "keys", "selected")
 
     def __init__(self, expr: XPathExpression) -> None:
         self.expr = expr
         self.keys: set[K] = set()
+        #: for a local-path group: the topics it selects (kept up to date by the index)
+        self.selected: set[ConcreteTopic] = set()
 
 
 class SubscriptionIndex(Generic[K]):
     """Index of subscription keys by TopicExpression over one Topic Set."""
 
-    def __init__(self, ts: TopicSet) -> None:
+    def __init__(self, ts: TopicSet, budget: XPathBudget | None = None) -> None:
         self.ts = ts
+        self.budget = budget
+        if budget is not None:  # XPath not proven linear: only in its worker process
+            xpath.attach(ts, budget)
+        self._mark: Mark | None = None  # where the local groups got to in copy_of(ts)
+        # the paths of local-path groups' parts: (group key, part) per trie node
+        self._ltrie: _Trie[tuple[_GKey, int]] = _Trie()
         self._exprs: dict[K, TopicExpression] = {}
         self._concrete: dict[ConcreteTopic, set[K]] = {}
         self._trie: _Trie[K] = _Trie()
@@ -212,10 +236,24 @@ class SubscriptionIndex(Generic[K]):
         gk = (expr.text, tuple(sorted(expr.nsmap.items())))
         group = self._xgroups.get(gk)
         if group is None:
-            group = self._xgroups[gk] = _XGroup(expr)
-            if self._xver == self.ts.version:
-                for t in expr.select(self.ts):
-                    self._xmap.setdefault(t, set()).add(gk)
+            if expr.local is not None:
+                # the other groups first see what the set gained (the mirror's news)
+                self._refresh_xpath()
+                mirror = self._local_up_to_date()  # current, or built here
+                group = _XGroup(expr)
+                for part in expr.local:
+                    group.selected.update(
+                        part.passing(list(part.path.select(self.ts)), mirror.element)
+                    )
+                self._xgroups[gk] = group
+                for n, part in enumerate(expr.local):
+                    for b in part.path.branches:
+                        self._ltrie.add(b, (gk, n))
+            else:
+                group = self._xgroups[gk] = _XGroup(expr)
+                if self._xver == self.ts.version:
+                    for t in expr.select(self.ts):
+                        self._xmap.setdefault(t, set()).add(gk)
         group.keys.add(key)
 
     def remove(self, key: K) -> None:
@@ -243,16 +281,71 @@ class SubscriptionIndex(Generic[K]):
             group.keys.discard(key)
             if not group.keys:
                 del self._xgroups[gk]
+                for n, part in enumerate(expr.local or ()):
+                    for b in part.path.branches:
+                        self._ltrie.remove(b, (gk, n))
                 for gks in self._xmap.values():
                     gks.discard(gk)
+
+    async def prepare(self) -> None:
+        """Have the expressions that only the budget's worker may evaluate brought up to
+        this Topic Set version (xpath.refresh_all), so that `match` is exact for it."""
+        if self._xver == self.ts.version or not xpath.has_budgeted(self.ts):
+            return
+        self._local_up_to_date()
+        await xpath.refresh_all(self.ts)
+
+    def _local_up_to_date(self) -> TopicSetCopy:
+        """Grow the Topic Set's copy and decide the local-path groups' selections again for
+        the topics added since they last looked."""
+        ts = self.ts
+        mirror = copy_of(ts)
+        mirror.sync()
+        local = [g for g in self._xgroups.values() if g.expr.local is not None]
+        added = mirror.added_since(self._mark) if self._mark is not None else None
+        self._mark = mirror.mark()
+        if not local:
+            return mirror
+        if added is None:  # built anew (or never looked): every topic is a candidate
+            cands = set(ts.topics())
+        else:
+            # a local path's selection of a topic depends on the topic's path and
+            # subtree: only the new topics and their ancestors can change
+            cands = set(added)
+            for t in added:
+                for k in range(1, len(t.path)):
+                    up = ConcreteTopic(t.namespace, t.path[:k])
+                    if up in ts:
+                        cands.add(up)
+        if cands:
+            self._judge_local(cands, mirror)
+        return mirror
+
+    def _judge_local(self, cands: set[ConcreteTopic], mirror: TopicSetCopy) -> None:
+        """Decide again, for every local-path group, whether it selects each of `cands`:
+        one walk of the path trie per topic, then each part's predicates over the topics
+        its path matched, in one XPath call."""
+        by_part: dict[tuple[_GKey, int], list[ConcreteTopic]] = {}
+        for t in cands:
+            for hit in self._ltrie.match(topic_names(t)):
+                by_part.setdefault(hit, []).append(t)
+        for group in self._xgroups.values():
+            if group.expr.local is not None:
+                group.selected -= cands
+        for (gk, n), found in by_part.items():
+            group = self._xgroups[gk]
+            assert group.expr.local is not None
+            group.selected.update(group.expr.local[n].passing(found, mirror.element))
 
     def _refresh_xpath(self) -> None:
         if self._xver == self.ts.version:
             return
+        self._local_up_to_date()
         self._xmap = {}
         for gk, group in self._xgroups.items():
-            for t in group.expr.select(self.ts):
-                self._xmap.setdefault(t, set()).add(gk)
+            if group.expr.local is None:
+                for t in group.expr.select(self.ts):
+                    self._xmap.setdefault(t, set()).add(gk)
         self._xver = self.ts.version
 
     def _refresh_aliases(self) -> None:
@@ -301,6 +394,9 @@ class SubscriptionIndex(Generic[K]):
             self._refresh_xpath()
             for gk in self._xmap.get(topic, ()):
                 out |= self._xgroups[gk].keys
+            for group in self._xgroups.values():
+                if topic in group.selected:
+                    out |= group.keys
         return out
 
     def demand(self, topic: ConcreteTopic) -> bool:

@@ -53,6 +53,7 @@ class TopicSet:
         self._aliases: set[ConcreteTopic] = set()
         self._prefixes: dict[str, str] = {}
         self._version = 0
+        self._removals = 0
         self._uid = next(_SERIAL)
         self._doc: tuple[int, etree._Element] | None = None
         self._topic_of: dict[etree._Element, ConcreteTopic] = {}
@@ -77,6 +78,18 @@ class TopicSet:
     def topics(self) -> Iterator[ConcreteTopic]:
         """Members, in the order they were added."""
         return iter(list(self._members))
+
+    def newest(self, n: int) -> list[ConcreteTopic]:
+        """The `n` members added last, oldest first, in time proportional to `n`: with
+        `removals`, how a reader follows the set's growth without a pass over it."""
+        out = list(itertools.islice(reversed(self._members), max(0, n)))
+        out.reverse()
+        return out
+
+    @property
+    def removals(self) -> int:
+        """How many times a member was removed (`discard`) so far."""
+        return self._removals
 
     @property
     def namespaces(self) -> dict[str, TopicNamespace]:
@@ -202,6 +215,7 @@ class TopicSet:
         if topic not in self._members:
             return False
         del self._members[topic]
+        self._removals += 1
         self._aliases.discard(topic)
         self._version += 1
         return True

@@ -41,6 +41,8 @@ class SoapRequest:
     body: Element
     payload: Element  # first element child of Body: dispatch key
     wsa: Addressing
+    #: the client's address (the transport sets it; "" when unknown): for its quotas
+    client: str = ""
 
 
 def parse_request(data: bytes, version_hint: str = ns.SOAP11) -> SoapRequest:
@@ -49,8 +51,8 @@ def parse_request(data: bytes, version_hint: str = ns.SOAP11) -> SoapRequest:
     try:
         root = parse_xml(data)
     except XmlRejected as e:
-        if "DOCTYPE" in str(e) or "entity" in str(e):
-            # A well-formed envelope smuggling a DTD: answer as SOAP, the client speaks it;
+        if e.well_formed:
+            # A well-formed envelope breaking a rule (a DTD smuggled in): answer as SOAP;
             # the envelope may start after a DTD of any length, so look at the whole body
             if ns.SOAP12.encode() in data:
                 version = ns.SOAP12

@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     }),
     ("model", {
         "lifecycle", "subscriptions", "publishers", "filters", "loops", "consumer_policy",
-        "resource", "config", "__init__",
+        "resource", "config", "quotas", "__init__",
     }),
     ("wire/topics", {"wire", "topics"}),
 ]  # fmt: skip

@@ -338,20 +338,16 @@ async def test_xpath_filters_have_no_exslt_regex_no_quadratic_cost_and_a_length_
     )
     r = await call(gw.url, subscribe_body(consumer.url, rx))
     assert r.fault_name == "InvalidMessageContentExpressionFault"
-    # quadratic in the message: refused with the construct named, nothing subscribed
-    n2 = f'<wsnt:MessageContent Dialect="{XPATH}">//*[count(//*) &gt; 0]</wsnt:MessageContent>'
-    r = await call(gw.url, subscribe_body(consumer.url, n2))
-    assert r.fault_name == "InvalidMessageContentExpressionFault"
-    assert "'//' is refused inside a predicate" in r.text
-    pp = f'<wsnt:ProducerProperties Dialect="{XPATH}">//*/following::*</wsnt:ProducerProperties>'
-    r = await call(gw.url, subscribe_body(consumer.url, pp))
-    assert r.fault_name == "InvalidProducerPropertiesExpressionFault"
-    assert "following axis is refused" in r.text
-    topic = topic_filter("//*[string(/) = 'x']", XPATH)
-    r = await call(gw.url, subscribe_body(consumer.url, topic))
-    assert r.fault_name == "InvalidTopicExpressionFault"
-    assert "absolute path is refused" in r.text
     assert gw.state.subscriptions == {}  # every refused Subscribe left nothing behind
+    # valid but not proven linear: accepted (WS-BaseNotification 1.3 §4.1), evaluated in
+    # the worker process within --filter-timeout (tests/gateway/test_budget.py)
+    n2 = f'<wsnt:MessageContent Dialect="{XPATH}">//*[count(//*) &gt; 0]</wsnt:MessageContent>'
+    pp = f'<wsnt:ProducerProperties Dialect="{XPATH}">//*/following::*</wsnt:ProducerProperties>'
+    topic = topic_filter("//*[string(/) = 'x']", XPATH)
+    for ok in (n2, pp, topic):
+        r = await call(gw.url, subscribe_body(consumer.url, ok))
+        assert r.status == 200, r.text
+    assert len(gw.state.subscriptions) == 3
     long = f'<wsnt:MessageContent Dialect="{XPATH}">{"1=1 and " * 600}1=1</wsnt:MessageContent>'
     r = await call(gw.url, subscribe_body(consumer.url, long))
     assert r.fault_name == "InvalidMessageContentExpressionFault"
