@@ -247,7 +247,10 @@ def main() -> int:
         env=env,
     )
     show_devices(out / "devices")
-    log(f"aggregates: {out / 'aggregates'}  devices: {out / 'devices'}  plot: {png}")
+    log(
+        f"tables: database wsn, catalog {out / '_catalog'}, files under {out} "
+        f'(docs/spark_ingest.md, "The tables")  plot: {png}'
+    )
     return 0
 
 
@@ -278,16 +281,18 @@ def show_landing_line(files: list[Path]) -> None:
 
 
 def show_devices(devices: Path) -> None:
-    """The devices table, one line per device (pyarrow: no JVM to start)."""
+    """The devices table, one line per device (pyarrow: no JVM to start), from its current
+    version (`devices/vN/`, the highest N: docs/spark_ingest.md, "Reading the files")."""
     import pyarrow.parquet as pq
 
+    versions = sorted(p for p in devices.glob("v*") if p.is_dir())
     rows = sorted(
-        pq.read_table(devices).to_pylist(),
+        pq.read_table(versions[-1]).to_pylist(),
         key=lambda r: str(r.get("device_id") or r.get("producer")),
     )
     log("devices:")
     for r in rows:
-        skew = r.get("clock_skew_median_s")
+        skew = r.get("clock_skew_s")
         log(
             f"  {r.get('device_id') or '-':8} {r['messages']:5d} msgs  gateway "
             f"{r.get('gateway_id')}  at {', '.join(r.get('producers') or [])}  "

@@ -1,43 +1,72 @@
-"""Measurements and their per-window aggregates: the same code for batch and streaming.
+"""Measurements and their per-window aggregates (the `aggregates` table): the same code for
+every run, full or incremental.
+
+A reading's `fields` are its payload's leaves (design.md): `value`, `unit`, `time` and the
+`device` attribute for the project's devices, anything for others. Every field is a
+measurement except `device`, `unit` and `time`, which say who, in what unit and when (the
+unit becomes the `unit` column of `value`; the time is the line's `event_time`). Camera
+events (`kind` "event") are not readings: they have tables of their own (camera.py).
 
 Time is a message's `at`: the gateway's `received_at` by default, the device's `event_time`
-with `--time event` (docs/spark_ingest.md, "Identity and time": by default one device with a
-wrong clock must not move the global watermark for all of them). Groups are per device
-(`key`: the device id where known, else the producer), so a device whose address changes
-stays one series; `producer` and `gateway_id` are the last ones seen in the window.
+with `--time event`. Groups are per device (`key`: the device id where known, else the
+producer), so a device whose address changes stays one series; `producer`, `gateway_id` and
+`site` are those of the window's last message.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_ingest.landing import device_of_key
-from spark_ingest.schema import AGGREGATE_COLUMNS
+from spark_ingest.schema import AGGREGATES
 
 # A number, as JSON and XML Schema write one: optional sign, digits with an optional
 # fraction (or a bare fraction), optional exponent; surrounding blanks allowed. Only such
-# text is cast: casting everything with try_cast costs a Java exception per non-number (the
-# device, unit and time fields), which made the explode 3.5x slower (measured, 2M messages).
-# NaN and Infinity are not matched: a reading that is not a finite number has no min or max.
+# text is cast: casting everything with try_cast costs a Java exception per non-number,
+# which made the explode 3.5x slower (measured, 2M messages). NaN and Infinity are not
+# matched: a reading that is not a finite number has no min or max.
 NUMBER_RE = r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$"
+
+# fields that describe a reading rather than measure something
+RESERVED_FIELDS = ("device", "unit", "time")
+
+
+def window_bounds(w: Column, window_us: int) -> list[Column]:
+    """window_start, window_end (timestamps) of a window starting at `w` microseconds."""
+    return [
+        F.timestamp_micros(w).alias("window_start"),
+        F.timestamp_micros(w + F.lit(window_us)).alias("window_end"),
+    ]
+
+
+def partition_of(ts: Column) -> list[Column]:
+    """The (date, hour) partition of a time (UTC: the session time zone is UTC)."""
+    return [F.to_date(ts).alias("date"), F.hour(ts).alias("hour")]
 
 
 def measurements(messages: DataFrame) -> DataFrame:
-    """One row per entry of `fields` (id, at, key, producer, gateway_id, topic_path, field,
-    value_str, value).
+    """One row per measured field of each reading (w, key, topic_path, field, value_str,
+    value, unit, at, id, producer, gateway_id, file_id).
 
     `value` is the entry as a double when its text is a decimal or scientific number
     (NUMBER_RE), else null (text, empty, NaN, Infinity, hex, beyond a double's range);
     `value_str` keeps the text as received. Rows keep the partitioning of `messages`.
     """
-    exploded = messages.select(
-        "id",
-        "at",
+    readings = messages.where(F.col("kind") == "reading").select(
+        "w",
         "key",
+        "topic_path",
+        "at",
+        "id",
         "producer",
         "gateway_id",
-        "topic_path",
+        "file_id",
+        F.col("fields")["unit"].alias("unit"),
+        F.map_filter("fields", lambda k, _v: ~k.isin(*RESERVED_FIELDS)).alias("fields"),
+    )
+    exploded = readings.select(
+        *[c for c in readings.columns if c != "fields"],
         F.explode("fields").alias("field", "value_str"),
     )
     num = F.expr("try_cast(value_str AS DOUBLE)")  # only reached for NUMBER_RE text
@@ -45,46 +74,48 @@ def measurements(messages: DataFrame) -> DataFrame:
     return exploded.withColumn("value", F.when(F.col("value_str").rlike(NUMBER_RE), finite))
 
 
-def window_aggregates(meas: DataFrame, window: str) -> DataFrame:
-    """Tumbling `window` aggregates per (window, key, topic_path, field).
+def window_aggregates(meas: DataFrame, window_us: int, fmap: DataFrame) -> DataFrame:
+    """Tumbling-window aggregates per (window, key, topic_path, field): the `aggregates`
+    table's columns.
 
-    `last`/`last_str` are the value with the greatest (at, id): ties on the timestamp are
-    broken by message id, so the result does not depend on row order; `producer` and
-    `gateway_id` come from the same message. `device_id` is derived from `key` afterwards
-    (grouping by it as well made the aggregation about 30 % slower, measured). On messages
-    hash-partitioned by key (batch.by_key) the grouping needs no shuffle: Spark sorts each
-    partition once and aggregates it, instead of a partial aggregation, a shuffle of every
-    measurement and a second sort (about 2x slower, measured).
+    `last`/`last_str` are the value with the greatest (at, id): ties on the time are broken
+    by message id, so the result does not depend on row order; `producer`, `gateway_id`,
+    `site` and the unit come from the same message. `sum` with `numeric_count` lets a reader
+    combine windows exactly (an hourly mean is sum(sum) / sum(numeric_count), not a mean of
+    means). On messages hash-partitioned by key the grouping needs no shuffle. `fmap`
+    (consume.file_map) names the site of the last message's file.
     """
-    grouped = meas.groupBy(
-        F.window("at", window).alias("window"), "key", "topic_path", "field"
-    ).agg(
+    grouped = meas.groupBy("w", "key", "topic_path", "field").agg(
         F.count(F.lit(1)).alias("count"),
         F.count("value").alias("numeric_count"),
+        F.sum("value").alias("sum"),
         F.min("value").alias("min"),
         F.max("value").alias("max"),
         F.avg("value").alias("mean"),
-        F.max(F.struct("at", "id", "value_str", "value", "producer", "gateway_id")).alias("_last"),
+        F.max(
+            F.struct("at", "id", "value_str", "value", "producer", "gateway_id", "file_id", "unit")
+        ).alias("_last"),
     )
-    return finish(grouped)
-
-
-def finish(grouped: DataFrame) -> DataFrame:
+    sites = F.broadcast(fmap.select(F.col("file_id").alias("_fid"), F.col("site").alias("_site")))
+    grouped = grouped.join(sites, F.col("_last.file_id") == F.col("_fid"), "left")
     return grouped.select(
-        F.col("window.start").alias("window_start"),
-        F.col("window.end").alias("window_end"),
+        *window_bounds(F.col("w"), window_us),
+        F.col("key").alias("device_key"),
         device_of_key(F.col("key")).alias("device_id"),
         F.col("_last.producer").alias("producer"),
         F.col("_last.gateway_id").alias("gateway_id"),
+        F.col("_site").alias("site"),
         "topic_path",
         "field",
+        F.when(F.col("field") == "value", F.col("_last.unit")).alias("unit"),
         "count",
         "numeric_count",
+        "sum",
         "min",
         "max",
         "mean",
         F.col("_last.value").alias("last"),
         F.col("_last.value_str").alias("last_str"),
         F.col("_last.at").alias("last_at"),
-        F.to_date("window.start").alias("date"),
-    ).select(*AGGREGATE_COLUMNS)
+        *partition_of(F.timestamp_micros(F.col("w"))),
+    ).select(*AGGREGATES.columns)

@@ -1,146 +1,211 @@
-"""Per-device health: first and last seen, message count, the gaps an operator asks about
-first ("when did this device go quiet?") and its clock skew ("is its clock right?").
+"""The `devices` table: one row per device, all of its history, kept up to date by merging
+each run's windows into it instead of re-reading the history.
 
 A device is a `key` (schema.MESSAGE): its device id where known, else its producer address;
-so a device whose address changes (DHCP) is one device, with one history and no false gap.
-A device's *usual interval* is the smallest, over its topics, of the median time between
-two consecutive messages on that topic. Taking it per topic matters: a device publishing
-three topics every 10 s sends three messages a few ms apart, so the median over all of its
-messages would be milliseconds and every normal pause would look like a gap. A *gap* is a
-pause between two consecutive messages of the device (any topic) longer than
-`gap_factor` x the usual interval. Devices with fewer than two messages on every topic
-have no usual interval and no gaps.
+so a device whose address changes (DHCP) is one device, with one history. Every column is
+one of three kinds, which is what lets a run merge instead of recompute: sums over the
+device's `device_quality` rows (`messages`, `gap_count`: a run adds its new rows and
+subtracts the rows they replace), bounds that only grow as data is added (`first_seen`,
+`last_seen`, addresses, topics, clock-skew extremes, the last message's producer), and
+"latest" values kept with the window they come from (the clock skew and each topic's
+period). `silent_s` is measured against its site's newest message (`sites.last_at`), so a
+zone read long after it was written does not call every device silent.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from spark_ingest.keep import materialize
 from spark_ingest.landing import device_of_key
+from spark_ingest.schema import DEVICES
 
-DEVICE_COLUMNS = (
-    "device_id",
+_PERIOD = T.StructType([T.StructField("w", T.TimestampType()), T.StructField("p", T.DoubleType())])
+_PERIODS = T.MapType(T.StringType(), _PERIOD)
+_STRS = T.ArrayType(T.StringType())
+
+# the merged columns (everything but those finish() derives)
+PARTIAL = [
+    "device_key",
     "producer",
-    "producers",
     "gateway_id",
+    "site",
+    "producers",
+    "topics",
     "first_seen",
     "last_seen",
     "messages",
-    "topics",
-    "usual_interval_s",
-    "gap_threshold_s",
     "gap_count",
-    "longest_gap_s",
-    "gaps",
-    "clock_skew_median_s",
+    "clock_skew_s",
     "clock_skew_min_s",
     "clock_skew_max_s",
-)
+    "_last_topic",
+    "_skew_w",
+    "_periods",
+]
 
 
-def _seconds(later: str, earlier: str) -> Column:
-    return (F.unix_micros(F.col(later)) - F.unix_micros(F.col(earlier))) / F.lit(1e6)
+def producers_of(msgs: DataFrame) -> DataFrame:
+    """(device_key, producers): the addresses each device's messages came from, sorted."""
+    return msgs.groupBy(F.col("key").alias("device_key")).agg(
+        F.sort_array(F.collect_set("producer")).alias("producers")
+    )
 
 
-def device_summary(messages: DataFrame, gap_factor: float = 3.0) -> DataFrame:
-    """messages (schema.MESSAGE) -> one row per device (`key`), DEVICE_COLUMNS.
-
-    `producer` and `gateway_id` are those of the device's last message, `producers` every
-    address it was seen at (sorted). Times are `at` (see aggregate.py). `clock_skew_*_s`
-    are the median, least and greatest of event_time - received_at over its messages with
-    an event time (null without any): how far the device's clock is ahead (positive) or
-    behind, plus the transport delay.
-
-    `gaps` is an array of (start, end, seconds), oldest first: start is the last message
-    before the silence, end the first one after it. On messages hash-partitioned by key
-    (batch.by_key) this shuffles nothing but the per-device rows: two sorts within
-    partitions (by topic, then by key) do all the work.
-    """
-    m = messages.select("key", "topic_path", "at")
-    by_topic = Window.partitionBy("key", "topic_path").orderBy("at")
-    per_topic = (
-        m.withColumn("prev", F.lag("at").over(by_topic))
-        .groupBy("key", "topic_path")
-        .agg(
-            F.count(F.lit(1)).alias("n"),
-            F.min("at").alias("first_seen"),
-            F.max("at").alias("last_seen"),
-            # nulls (each topic's first message) are ignored: a topic seen once has none
-            F.percentile_approx(_seconds("at", "prev"), 0.5).alias("median"),
+def partial(dq: DataFrame, producers: DataFrame | None = None) -> DataFrame:
+    """device_quality rows (and the devices' addresses, producers_of) -> the PARTIAL
+    columns per device."""
+    topic = F.coalesce(F.col("topic_path"), F.lit(""))
+    per_topic = dq.groupBy("device_key", topic.alias("_t")).agg(
+        F.max_by(
+            F.struct(F.col("window_start").alias("w"), F.col("period_s").alias("p")),
+            F.when(F.col("period_s").isNotNull(), F.col("window_start")),
+        ).alias("_pt")
+    )
+    periods = (
+        per_topic.where(F.col("_pt").isNotNull() & F.col("_pt.p").isNotNull())
+        .groupBy(F.col("device_key").alias("_pk"))
+        .agg(F.map_from_entries(F.collect_list(F.struct("_t", "_pt"))).alias("_periods"))
+    )
+    skewed = F.when(F.col("clock_skew_mean_s").isNotNull(), F.col("window_start"))
+    main = dq.groupBy("device_key").agg(
+        F.max(F.struct("last_at", "topic_path", "producer", "gateway_id", "site")).alias("_l"),
+        F.sort_array(F.collect_set("topic_path")).alias("topics"),
+        F.min("first_at").alias("first_seen"),
+        F.max("last_at").alias("last_seen"),
+        F.sum("received").alias("messages"),
+        F.sum("gaps").cast("long").alias("gap_count"),
+        F.max_by("clock_skew_mean_s", skewed).alias("clock_skew_s"),
+        F.max(skewed).alias("_skew_w"),
+        F.min("clock_skew_min_s").alias("clock_skew_min_s"),
+        F.max("clock_skew_max_s").alias("clock_skew_max_s"),
+    )
+    if producers is None:
+        producers = main.select("device_key", F.array().cast(_STRS).alias("producers")).where(
+            "false"
         )
+    who = producers.select(F.col("device_key").alias("_wk"), "producers")
+    joined = main.join(periods, main["device_key"].eqNullSafe(periods["_pk"]), "left").join(
+        who, main["device_key"].eqNullSafe(who["_wk"]), "left"
     )
-    basics = per_topic.groupBy("key").agg(
-        F.min("first_seen").alias("first_seen"),
-        F.max("last_seen").alias("last_seen"),
-        F.sum("n").alias("messages"),
-        F.count("topic_path").alias("topics"),  # distinct, non-null: one row per topic
-        F.min("median").alias("usual_interval_s"),
+    return joined.select(
+        "device_key",
+        F.col("_l.producer").alias("producer"),
+        F.col("_l.gateway_id").alias("gateway_id"),
+        F.col("_l.site").alias("site"),
+        F.coalesce(F.col("producers"), F.array().cast(_STRS)).alias("producers"),
+        "topics",
+        "first_seen",
+        "last_seen",
+        "messages",
+        "gap_count",
+        "clock_skew_s",
+        "clock_skew_min_s",
+        "clock_skew_max_s",
+        F.col("_l.topic_path").alias("_last_topic"),
+        "_skew_w",
+        F.coalesce(F.col("_periods"), F.create_map().cast(_PERIODS)).alias("_periods"),
     )
-    skew = _seconds("event_time", "received_at")
-    who = messages.groupBy(F.col("key").alias("_kw")).agg(
-        F.max(F.struct("at", "id", "producer", "gateway_id")).alias("_last"),
-        F.sort_array(F.collect_set("producer")).alias("producers"),
-        F.percentile_approx(skew, 0.5).alias("clock_skew_median_s"),
-        F.min(skew).alias("clock_skew_min_s"),
-        F.max(skew).alias("clock_skew_max_s"),
+
+
+def _struct_last(prefix: str) -> Column:
+    return F.struct(
+        F.col(f"{prefix}.last_seen"),
+        F.col(f"{prefix}._last_topic"),
+        F.col(f"{prefix}.producer"),
+        F.col(f"{prefix}.gateway_id"),
+        F.col(f"{prefix}.site"),
     )
-    # one row per device, read twice below (thresholds and the result): computed once,
-    # instead of sorting every message by topic a second time
-    basics = materialize(basics.sparkSession, basics, keep_partitioning=False)
-    threshold = basics.where(F.col("usual_interval_s").isNotNull()).select(
-        F.col("key").alias("_pu"),
-        (F.col("usual_interval_s") * F.lit(gap_factor)).alias("_threshold"),
+
+
+def merge(old: DataFrame, new: DataFrame, removed: DataFrame) -> DataFrame:
+    """PARTIAL rows: `old` (the devices table) with `new` (partial of this run's rows) added
+    and `removed` (partial of the stored rows they replace) subtracted."""
+    o, n, r = old.select(*PARTIAL).alias("o"), new.alias("n"), removed.alias("r")
+    j = o.join(n, F.col("o.device_key").eqNullSafe(F.col("n.device_key")), "full").join(
+        r,
+        F.coalesce(F.col("o.device_key"), F.col("n.device_key")).eqNullSafe(F.col("r.device_key")),
+        "left",
     )
-    by_key = Window.partitionBy("key").orderBy("at")
-    steps = (
-        m.select("key", "at")
-        .withColumn("prev", F.lag("at").over(by_key))
-        .where(F.col("prev").isNotNull())
-        .withColumn("dt", _seconds("at", "prev"))
+
+    def total(c: str) -> Column:
+        return (
+            F.coalesce(F.col(f"o.{c}"), F.lit(0))
+            + F.coalesce(F.col(f"n.{c}"), F.lit(0))
+            - F.coalesce(F.col(f"r.{c}"), F.lit(0))
+        ).cast("long")
+
+    last = F.greatest(
+        F.when(F.col("o.last_seen").isNotNull(), _struct_last("o")),
+        F.when(F.col("n.last_seen").isNotNull(), _struct_last("n")),
     )
-    gaps = (
-        # one row per device on the right: broadcast, and the left keeps its partitioning.
-        # Inner: a device without usual interval (or without a key) has no gaps.
-        steps.join(F.broadcast(threshold), steps["key"] == threshold["_pu"])
-        .where(F.col("dt") > F.col("_threshold"))
-        .groupBy(F.col("key").alias("_pg"))
-        .agg(
-            F.sort_array(
-                F.collect_list(
-                    F.struct(
-                        F.col("prev").alias("start"),
-                        F.col("at").alias("end"),
-                        F.col("dt").alias("seconds"),
-                    )
-                )
-            ).alias("gaps"),
-            F.max("dt").alias("longest_gap_s"),
-        )
+    newer_skew = F.col("n._skew_w").isNotNull() & (
+        F.col("o._skew_w").isNull() | (F.col("n._skew_w") >= F.col("o._skew_w"))
     )
-    return (
-        basics.join(gaps, basics["key"].eqNullSafe(gaps["_pg"]), "left")
-        .join(who, basics["key"].eqNullSafe(who["_kw"]), "left")
-        .select(
-            device_of_key(F.col("key")).alias("device_id"),
-            F.col("_last.producer").alias("producer"),
-            "producers",
-            F.col("_last.gateway_id").alias("gateway_id"),
-            "first_seen",
-            "last_seen",
-            "messages",
-            "topics",
-            "usual_interval_s",
-            (F.col("usual_interval_s") * F.lit(gap_factor)).alias("gap_threshold_s"),
-            F.when(F.col("gaps").isNull(), F.lit(0)).otherwise(F.size("gaps")).alias("gap_count"),
-            F.coalesce(F.col("longest_gap_s"), F.lit(0.0)).alias("longest_gap_s"),
-            F.coalesce(
-                F.col("gaps"),
-                F.array().cast("array<struct<start:timestamp,end:timestamp,seconds:double>>"),
-            ).alias("gaps"),
-            "clock_skew_median_s",
-            "clock_skew_min_s",
-            "clock_skew_max_s",
-        )
+    periods = F.map_zip_with(
+        F.coalesce(F.col("o._periods"), F.create_map().cast(_PERIODS)),
+        F.coalesce(F.col("n._periods"), F.create_map().cast(_PERIODS)),
+        lambda _k, a, b: (
+            F.when(b.isNull(), a).when(a.isNull(), b).when(b["w"] >= a["w"], b).otherwise(a)
+        ),
     )
+    empty = F.array().cast(_STRS)
+
+    def union(c: str) -> Column:
+        return F.array_sort(F.array_union(F.coalesce(f"o.{c}", empty), F.coalesce(f"n.{c}", empty)))
+
+    def newer(c: str) -> Column:
+        return F.when(newer_skew, F.col(f"n.{c}")).otherwise(F.col(f"o.{c}"))
+
+    return j.select(
+        F.coalesce(F.col("o.device_key"), F.col("n.device_key")).alias("device_key"),
+        last["producer"].alias("producer"),
+        last["gateway_id"].alias("gateway_id"),
+        last["site"].alias("site"),
+        union("producers").alias("producers"),
+        union("topics").alias("topics"),
+        F.least("o.first_seen", "n.first_seen").alias("first_seen"),
+        F.greatest("o.last_seen", "n.last_seen").alias("last_seen"),
+        total("messages").alias("messages"),
+        total("gap_count").alias("gap_count"),
+        newer("clock_skew_s").alias("clock_skew_s"),
+        F.least("o.clock_skew_min_s", "n.clock_skew_min_s").alias("clock_skew_min_s"),
+        F.greatest("o.clock_skew_max_s", "n.clock_skew_max_s").alias("clock_skew_max_s"),
+        last["_last_topic"].alias("_last_topic"),
+        newer("_skew_w").alias("_skew_w"),
+        periods.alias("_periods"),
+    )  # fmt: skip
+
+
+def finish(parts: DataFrame, sites: DataFrame, gap_factor: float) -> DataFrame:
+    """The devices table from PARTIAL rows and the sites' newest times (site, last_at):
+    `period_s` is the shortest of its topics' latest periods, `silent_s` the time from its
+    last message to its site's newest one, `silent` whether that exceeds gap_factor x
+    period_s."""
+    s = sites.select(F.col("site").alias("_site"), F.col("last_at").alias("_site_last"))
+    period = F.array_min(F.transform(F.map_values("_periods"), lambda v: v["p"]))
+    silent_s = (F.unix_micros("_site_last") - F.unix_micros("last_seen")) / F.lit(1e6)
+    j = parts.join(F.broadcast(s), parts["site"].eqNullSafe(s["_site"]), "left")
+    return j.select(
+        "device_key",
+        device_of_key(F.col("device_key")).alias("device_id"),
+        "producer",
+        "gateway_id",
+        "site",
+        "producers",
+        "topics",
+        "first_seen",
+        "last_seen",
+        "messages",
+        period.alias("period_s"),
+        "gap_count",
+        silent_s.alias("silent_s"),
+        F.coalesce(silent_s > F.lit(gap_factor) * period, F.lit(False)).alias("silent"),
+        "clock_skew_s",
+        "clock_skew_min_s",
+        "clock_skew_max_s",
+        "_last_topic",
+        "_skew_w",
+        "_periods",
+    ).select(*DEVICES.columns)

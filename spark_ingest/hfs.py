@@ -1,7 +1,8 @@
 """Small file operations through Hadoop's FileSystem API (via the session's JVM), so paths
 work the same on a local disk, HDFS or any other Hadoop file system the cluster has.
 
-Only what the job needs: list names, exists, atomic rename, delete, small text files.
+Only what the job needs: list names, exists, atomic rename, delete, small text files, an
+exclusive create (the lock of a run).
 """
 
 from __future__ import annotations
@@ -78,6 +79,42 @@ class HFS:
         """Atomic on a local disk and HDFS (not on object stores: see docs)."""
         s, d = self._path(src), self._path(dst)
         return bool(self._fs(s).rename(s, d))
+
+    def modified_ms(self, p: str) -> int | None:
+        """Modification time of `p` in ms since the epoch (None when it does not exist)."""
+        jp = self._path(p)
+        fs = self._fs(jp)
+        if not fs.exists(jp):
+            return None
+        return int(fs.getFileStatus(jp).getModificationTime())
+
+    def create_exclusive(self, p: str, text: str) -> bool:
+        """Create `p` with `text` unless it exists (False then): atomic on a local disk and
+        HDFS (the create fails when another process created it first)."""
+        jp = self._path(p)
+        fs = self._fs(jp)
+        try:
+            out = fs.create(jp, False)
+        except Exception as e:  # FileAlreadyExistsException, through py4j
+            if "FileAlreadyExists" in str(e) or fs.exists(jp):
+                return False
+            raise
+        try:
+            out.write(bytearray(text.encode()))
+        finally:
+            out.close()
+        return True
+
+    def read_bytes_at(self, p: str, offset: int, length: int) -> bytes:
+        """`length` bytes of `p` from `offset` (the caller keeps within the file)."""
+        jp = self._path(p)
+        stream = self._fs(jp).open(jp)
+        try:
+            stream.seek(offset)
+            data = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream, length)
+        finally:
+            stream.close()
+        return bytes(data)
 
     def read_text(self, p: str) -> str | None:
         jp = self._path(p)

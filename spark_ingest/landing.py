@@ -7,7 +7,7 @@ JSON source's PERMISSIVE `_corrupt_record` depends on which columns a query read
 keeps it verbatim for the quarantine, and never fails on bad input.
 
 Every line ends up in exactly one place: a valid message (`reason` null) or the quarantine
-with a reason from REASONS. Nothing is dropped.
+with a reason from REASONS and a `detail` in words. Nothing is dropped.
 """
 
 from __future__ import annotations
@@ -15,31 +15,53 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_ingest import camera_xml, timestamps
 from spark_ingest.schema import CORRUPT, LANDING_JSON, LANDING_PARQUET, MESSAGE
 
-JSONL_GLOB = "landing-*.jsonl"
-PARQUET_GLOB = "landing-*.parquet"
-DEVICES_NS = "urn:wsn-edge:devices"  # design.md: a device's topics are dev:<device_id>/...
+DEVICES_NS = "urn:wsn-edge:devices"  # design.md: a device's topics are dev:<id>/...
 TIME_MODES = ("received", "event")
 
-# reason codes written to <out>/quarantine/ (documented in docs/spark_ingest.md)
+# reason codes of the quarantine table (documented in docs/spark_ingest.md)
 REASONS = {
     "blank_line": "the line is empty or whitespace",
     "malformed_json": "not a JSON object, or a key has the wrong JSON type",
     "missing_id": "`id` is absent, null or empty",
     "missing_received_at": "`received_at` is absent or null",
-    "bad_received_at": "`received_at` is not an ISO-8601 timestamp",
+    "bad_received_at": "`received_at` is not a date-time (`detail` says why)",
     "missing_fields": "`fields` is absent or null",
+    "bad_camera_event": "an ONVIF message whose payload is not a tt:Message with a UtcTime",
+    "damaged_file": "a landing file that cannot be read at all (`detail` says why)",
 }
 
-# columns of a classified line
-CLASSIFIED = ("reason", "source_file", "raw", *MESSAGE.fieldNames())
+# columns of a classified line: the quarantine's, the time it counts at, a message's, and
+# the file it came from (as read; the engine replaces it with a small file id)
+CLASSIFIED = (
+    "reason",
+    "detail",
+    "raw",
+    "time",
+    *[c for c in MESSAGE.fieldNames() if c != "file_id"],
+    "source_file",
+)
+
+# a landing file's name carries the UTC time it was opened: landing-20261121T050000-000001
+FILE_STAMP_RE = r"landing-(\d{8}T\d{6})-[^/]*$"
 
 
 def device_of_key(key: Column) -> Column:
-    """The device id a group `key` names (null for a `producer:` key or a null key):
-    cheaper to derive after an aggregation than to group by it as well."""
+    """The device id a `key` names (null for a `producer:` key or a null key)."""
     return F.when(key.startswith("device:"), key.substr(F.lit(8), F.length(key) - F.lit(7)))
+
+
+def site_of(source_file: Column) -> Column:
+    """The landing directory a file was read from (one gateway's zone: one site)."""
+    return F.regexp_replace(source_file, "/[^/]*$", "")
+
+
+def window_start_us(at: Column, window_us: int) -> Column:
+    """Start of the epoch-aligned tumbling window of `at`, in microseconds (as F.window)."""
+    us = F.unix_micros(at)
+    return us - F.pmod(us, F.lit(window_us))
 
 
 def identity(
@@ -51,9 +73,9 @@ def identity(
     producer: Column,
     time: str,
 ) -> list[Column]:
-    """The MESSAGE columns event_time, at, key and device_id (docs/spark_ingest.md,
-    "Identity and time"). A line without `device_id` (written before it existed, or by an
-    unregistered producer) gets the root of a `dev:<id>/...` topic as its device id."""
+    """The MESSAGE columns event_time, at and key (docs/spark_ingest.md, "Identity and
+    time"). A line without `device_id` (written before it existed, or by an unregistered
+    producer) gets the root of a `dev:<id>/...` topic as its device id."""
     if time not in TIME_MODES:
         raise ValueError(f"--time must be one of {TIME_MODES}, not {time!r}")
     dev = F.coalesce(
@@ -65,88 +87,159 @@ def identity(
     )
     at = received_at if time == "received" else F.coalesce(event_time, received_at)
     key = F.coalesce(F.concat(F.lit("device:"), dev), F.concat(F.lit("producer:"), producer))
-    return [
-        event_time.alias("event_time"),
-        at.alias("at"),
-        key.alias("key"),
-        dev.alias("device_id"),
-    ]
+    return [event_time.alias("event_time"), at.alias("at"), key.alias("key")]
 
 
-def _reason(j: Column, ts: Column, raw: Column) -> Column:
-    # blank or malformed is decided only for lines the parser rejected: trimming every line
-    # copies it, and a JSON object never trims to ""
-    unparsed = j.isNull() | j[CORRUPT].isNotNull()
-    return (
-        F.when(unparsed & (F.trim(raw) == ""), F.lit("blank_line"))
-        .when(unparsed, F.lit("malformed_json"))
-        .when(j["id"].isNull() | (j["id"] == ""), F.lit("missing_id"))
-        .when(j["received_at"].isNull(), F.lit("missing_received_at"))
-        .when(ts.isNull(), F.lit("bad_received_at"))
-        .when(j["fields"].isNull(), F.lit("missing_fields"))
+def _file_time(source_file: Column, modified: Column) -> Column:
+    """When a file was written: the stamp in its name, else its modification time (the time
+    a line without a readable time of its own is filed under in the quarantine)."""
+    stamp = F.regexp_extract(source_file, FILE_STAMP_RE, 1)
+    return F.coalesce(
+        F.when(stamp != "", F.try_to_timestamp(stamp, F.lit("yyyyMMdd'T'HHmmss"))), modified
     )
 
 
-def classify_lines(lines: DataFrame, keep_raw: bool = False, time: str = "received") -> DataFrame:
-    """(raw, source_file) -> CLASSIFIED columns; `raw` is kept only for quarantined lines,
-    unless `keep_raw` (streaming keeps it to write late lines verbatim). `time` picks `at`
-    (TIME_MODES). An `event_time` that is not a timestamp is read as null (the gateway
-    writes null then), not quarantined."""
-    j = F.from_json(
-        F.col("raw"),
-        LANDING_JSON,
-        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
+def _finish(
+    base: DataFrame,
+    reason: Column,
+    detail: Column,
+    raw: Column,
+    received_at: Column,
+    ident: list[Column],
+    kind: Column,
+    payload: Column,
+    window_us: int,
+) -> DataFrame:
+    """The CLASSIFIED columns, from the parts a format computes its own way."""
+    cols = base.select(
+        reason.alias("reason"),
+        detail.alias("detail"),
+        F.when(reason.isNotNull(), raw).alias("raw"),
+        F.col("id"),
+        received_at.alias("received_at"),
+        *ident,
+        F.col("producer"),
+        F.col("gateway_id"),
+        F.col("topic_path"),
+        F.col("fields"),
+        kind.alias("kind"),
+        F.when(reason.isNull() & (kind == "event"), payload).alias("payload"),
+        F.col("source_file"),
+        F.col("_modified"),
     )
+    time = F.coalesce(
+        F.col("at"), F.col("received_at"), _file_time(F.col("source_file"), F.col("_modified"))
+    )
+    return cols.select(
+        *[c for c in cols.columns if c != "_modified"],
+        time.alias("time"),
+        window_start_us(time, window_us).alias("w"),
+    ).select(*CLASSIFIED)
+
+
+def _kind(message_type: Column) -> Column:
+    return F.when(message_type == F.lit(camera_xml.MESSAGE_TYPE), F.lit("event")).otherwise(
+        F.lit("reading")
+    )
+
+
+def classify_lines(lines: DataFrame, window_us: int, time: str = "received") -> DataFrame:
+    """(raw, source_file, _modified) -> CLASSIFIED columns; `raw` is kept only for
+    quarantined lines. `time` picks `at` (TIME_MODES). An `event_time` that is not a
+    date-time is read as null (the gateway writes null then), not quarantined."""
+    # a UTF-8 byte-order mark (an editor's, a Windows tool's) is not part of the JSON
+    raw = F.when(F.col("raw").startswith("\ufeff"), F.substring("raw", 2, 1 << 30)).otherwise(
+        F.col("raw")
+    )
+    j = F.from_json(raw, LANDING_JSON, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
     # The parse sits behind a generator (`inline` of a one-element array) on purpose: a
     # filter on the result (`reason IS NULL`, in every caller) is otherwise pushed below the
     # projection with `j` substituted, and the optimizer then runs from_json once per
     # reference, seven times a line (measured: 35 s instead of 9 s for 2M lines). Filters
     # are never pushed below a generator whose output they read.
     parsed = lines.select(
-        F.inline(F.array(F.struct(F.col("raw"), F.col("source_file"), j.alias("j"))))
+        F.inline(
+            F.array(
+                F.struct(
+                    raw.alias("raw"),
+                    F.col("source_file"),
+                    F.col("_modified"),
+                    j.alias("j"),
+                )
+            )
+        )
     )
-    # try_to_timestamp: ISO-8601 with `Z` or an offset; text without a zone is read as UTC
-    # (the session time zone, set by session.py)
-    ts = F.try_to_timestamp(F.col("j.received_at"))
-    reason = _reason(F.col("j"), ts, F.col("raw"))
-    return parsed.select(
-        reason.alias("reason"),
-        F.col("source_file"),
-        (F.col("raw") if keep_raw else F.when(reason.isNotNull(), F.col("raw"))).alias("raw"),
-        F.col("j.id").alias("id"),
-        ts.alias("received_at"),
-        *identity(
+    ts = timestamps.parse(F.col("j.received_at"))
+    kind = _kind(F.col("j.message_type"))
+    unparsed = F.col("j").isNull() | F.col(f"j.{CORRUPT}").isNotNull()
+    payload = F.get_json_object(F.col("raw"), "$.payload")
+    reason = (
+        # blank or malformed is decided only for lines the parser rejected: trimming every
+        # line copies it, and a JSON object never trims to ""
+        F.when(unparsed & (F.trim("raw") == ""), F.lit("blank_line"))
+        .when(unparsed, F.lit("malformed_json"))
+        .when(F.col("j.id").isNull() | (F.col("j.id") == ""), F.lit("missing_id"))
+        .when(F.col("j.received_at").isNull(), F.lit("missing_received_at"))
+        .when(ts.isNull(), F.lit("bad_received_at"))
+        .when(F.col("j.fields").isNull(), F.lit("missing_fields"))
+        .when((kind == "event") & ~camera_xml.readable(payload), F.lit("bad_camera_event"))
+    )
+    detail = F.when(
+        reason == "bad_received_at",
+        F.concat(
+            F.lit("received_at '"),
+            F.substring(F.col("j.received_at"), 1, 64),
+            F.lit("': "),
+            timestamps.refusal(F.col("j.received_at")),
+        ),
+    )
+    flat = parsed.select(
+        "raw",
+        "source_file",
+        "_modified",
+        *[F.col(f"j.{c}").alias(c) for c in ("id", "producer", "gateway_id", "topic_path")],
+        F.col("j.fields").alias("fields"),
+        F.col("j"),
+    )
+    return _finish(
+        flat,
+        reason,
+        detail,
+        F.col("raw"),
+        ts,
+        identity(
             ts,
-            F.try_to_timestamp(F.col("j.event_time")),
+            timestamps.parse(F.col("j.event_time")),
             F.col("j.device_id"),
             F.col("j.topic_namespace"),
             F.col("j.topic_path"),
             F.col("j.producer"),
             time,
         ),
-        F.col("j.producer").alias("producer"),
-        F.col("j.gateway_id").alias("gateway_id"),
-        F.col("j.topic_path").alias("topic_path"),
-        F.col("j.fields").alias("fields"),
+        kind,
+        payload,
+        window_us,
     )
 
 
-def classify_parquet(rows: DataFrame, keep_raw: bool = False, time: str = "received") -> DataFrame:
-    """Parquet landing rows (+ source_file) -> CLASSIFIED columns; raw is the row as JSON.
-    Files written before the identity columns existed read them as nulls."""
+def classify_parquet(rows: DataFrame, window_us: int, time: str = "received") -> DataFrame:
+    """Parquet landing rows (+ source_file, _modified) -> CLASSIFIED columns; raw is the row
+    as JSON. Files written before the identity columns existed read them as nulls."""
     raw = F.to_json(F.struct(*[F.col(f.name) for f in LANDING_PARQUET.fields]))
+    kind = _kind(F.col("message_type"))
     reason = (
         F.when(F.col("id").isNull() | (F.col("id") == ""), F.lit("missing_id"))
         .when(F.col("received_at").isNull(), F.lit("missing_received_at"))
         .when(F.col("fields").isNull(), F.lit("missing_fields"))
+        .when((kind == "event") & ~camera_xml.readable(F.col("payload")), F.lit("bad_camera_event"))
     )
-    return rows.select(
-        reason.alias("reason"),
-        F.col("source_file"),
-        (raw if keep_raw else F.when(reason.isNotNull(), raw)).alias("raw"),
-        "id",
-        "received_at",
-        *identity(
+    return _finish(
+        rows,
+        reason,
+        F.lit(None).cast("string"),
+        raw,
+        F.col("received_at"),
+        identity(
             F.col("received_at"),
             F.col("event_time"),
             F.col("device_id"),
@@ -155,51 +248,54 @@ def classify_parquet(rows: DataFrame, keep_raw: bool = False, time: str = "recei
             F.col("producer"),
             time,
         ),
-        "producer",
-        "gateway_id",
-        "topic_path",
-        "fields",
+        kind,
+        F.col("payload"),
+        window_us,
     )
 
 
 def read_jsonl(spark: SparkSession, files: list[str]) -> DataFrame:
     """Batch read of the given published JSON-lines files (inputs.resolve lists them)."""
     df = spark.read.text(files)
-    return df.select(F.col("value").alias("raw"), F.col("_metadata.file_path").alias("source_file"))
+    return df.select(
+        F.col("value").alias("raw"),
+        F.col("_metadata.file_path").alias("source_file"),
+        F.col("_metadata.file_modification_time").alias("_modified"),
+    )
 
 
 def read_parquet(spark: SparkSession, files: list[str]) -> DataFrame:
-    df = spark.read.schema(LANDING_PARQUET).parquet(*files)
-    return df.select("*", F.col("_metadata.file_path").alias("source_file"))
-
-
-def stream_jsonl(spark: SparkSession, landing: str, max_files: int | None) -> DataFrame:
-    reader = (
-        spark.readStream.option("pathGlobFilter", JSONL_GLOB)
-        # default maxFileAge (7 days) would silently skip old files on a late (re)start
-        .option("maxFileAge", "36500d")
+    """The given Parquet landing files; a file Spark cannot read is skipped here
+    (`ignoreCorruptFiles`) and reported by the caller, which knows which files gave rows."""
+    df = spark.read.schema(LANDING_PARQUET).option("ignoreCorruptFiles", "true").parquet(*files)
+    return df.select(
+        "*",
+        F.col("_metadata.file_path").alias("source_file"),
+        F.col("_metadata.file_modification_time").alias("_modified"),
     )
-    if max_files:
-        reader = reader.option("maxFilesPerTrigger", str(max_files))
-    df = reader.text(landing)
-    return df.select(F.col("value").alias("raw"), F.col("_metadata.file_path").alias("source_file"))
 
 
-def stream_parquet(spark: SparkSession, landing: str, max_files: int | None) -> DataFrame:
-    reader = (
-        spark.readStream.schema(LANDING_PARQUET)
-        .option("pathGlobFilter", PARQUET_GLOB)
-        .option("maxFileAge", "36500d")
-    )
-    if max_files:
-        reader = reader.option("maxFilesPerTrigger", str(max_files))
-    df = reader.parquet(landing)
-    return df.select("*", F.col("_metadata.file_path").alias("source_file"))
+def read_classified(
+    spark: SparkSession,
+    jsonl: list[str],
+    parquet: list[str],
+    window_us: int,
+    time: str = "received",
+) -> DataFrame:
+    """Every given landing file (JSON lines and the Parquet variant), classified."""
+    parts: list[DataFrame] = []
+    if jsonl:
+        parts.append(classify_lines(read_jsonl(spark, jsonl), window_us, time))
+    if parquet:
+        parts.append(classify_parquet(read_parquet(spark, parquet), window_us, time))
+    if not parts:  # nothing to read: an empty frame of the same columns
+        empty = spark.createDataFrame([], "raw string, source_file string, _modified timestamp")
+        parts.append(classify_lines(empty, window_us, time))
+    df = parts[0]
+    for p in parts[1:]:
+        df = df.unionByName(p)
+    return df
 
 
 def valid_messages(classified: DataFrame) -> DataFrame:
     return classified.where(F.col("reason").isNull()).select(*MESSAGE.fieldNames())
-
-
-def quarantined(classified: DataFrame) -> DataFrame:
-    return classified.where(F.col("reason").isNotNull()).select("reason", "source_file", "raw")

@@ -1,17 +1,32 @@
-"""`wsn-ingest plot`: one field over time, per device, from `<out>/aggregates/`.
+"""`wsn-ingest plot`: one field over time, per device, from the `aggregates` table's files.
 
-Reads the Parquet aggregates with pyarrow (no JVM to start: a plot takes a second), so `out`
-must be a local directory. One panel per topic (the last segment of `topic_path`, so that
-temperature and light are not drawn on one axis), one line per device (labelled with its
-device id, or its producer address when it has none): the window mean, with the window's
-min..max as a band.
+Reads the current version of each partition of `<out>/aggregates/` with pyarrow (no JVM to
+start: a plot takes a second), so `out` must be a local directory. One panel per topic (the
+last segment of `topic_path`, so that temperature and light are not drawn on one axis), one
+line per device (labelled with its device id, or its producer address when it has none): the
+window mean, with the window's min..max as a band.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+VERSION = re.compile(r"^v(\d+)$")
+
+
+def current_files(root: Path) -> list[Path]:
+    """The Parquet files of the current version of every partition under a table's
+    directory (`date=D/hour=H/vN/`, the highest N; catalog.py and manifest.py say why
+    there may be more than one for a while)."""
+    files: list[Path] = []
+    for part in sorted(p for p in root.glob("date=*/hour=*") if p.is_dir()):
+        versions = [(int(m.group(1)), v) for v in part.iterdir() if (m := VERSION.match(v.name))]
+        if versions:
+            files += sorted(max(versions)[1].glob("*.parquet"))
+    return files
 
 
 class PlotError(Exception):
@@ -34,10 +49,11 @@ def load(out: str, field: str, producer: str | None, topic: str | None) -> list[
     import pyarrow.dataset as ds
 
     root = Path(out) / "aggregates"
-    if not root.is_dir():
-        raise PlotError(f"{root} does not exist: run `wsn-ingest batch` or `stream` first")
-    dataset = ds.dataset(root, format="parquet", partitioning="hive")
-    has_device = "device_id" in dataset.schema.names  # aggregates written before issue 15
+    files = current_files(root) if root.is_dir() else []
+    if not files:
+        raise PlotError(f"no aggregates under {root}: run `wsn-ingest batch` or `stream` first")
+    dataset = ds.dataset([str(f) for f in files], format="parquet")
+    has_device = True
     cols = [
         "window_start",
         "window_end",

@@ -1,13 +1,22 @@
-"""The SparkSession this job runs in: local[*] by default, unchanged on a cluster.
+"""The SparkSession this job runs in: local[*] by default, unchanged on a cluster, with the
+Hive metastore Spark ships as its catalog.
 
 The master comes, in this order, from `--master`, the environment (`WSN_INGEST_MASTER`, then
 `MASTER`), or whatever launched us (`spark-submit --master`, spark-defaults.conf); with none of
-these PySpark starts `local[*]`. No Maven packages are needed: only built-in sources and sinks.
+these PySpark starts `local[*]`. No Maven packages are needed: only built-in sources and sinks,
+and the Hive and Derby jars of the pyspark distribution.
+
+The catalog: a metastore the session is configured with (`spark.hadoop.hive.metastore.uris`,
+`spark.hadoop.javax.jdo.option.ConnectionURL`, a hive-site.xml) is used as it is; without one,
+an embedded Derby metastore in `metastore_dir` (the CLI's `--metastore`, by default
+`<out>/_catalog`). Embedded Derby admits one process at a time: readers in other processes
+while a stream runs need a metastore service (docs/spark_ingest.md, "Tables").
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -15,6 +24,9 @@ from pyspark.sql import SparkSession
 REQUIRED_CONF = {
     # windows, `date` partitions and timestamps without a zone are in UTC
     "spark.sql.session.timeZone": "UTC",
+    # timestamps as Parquet readers expect them (pyarrow, DuckDB: UTC microseconds), not
+    # the deprecated INT96
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
 
 # Defaults a user may override with `--conf`: the job prints its own progress to stderr, so
@@ -22,6 +34,13 @@ REQUIRED_CONF = {
 DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
 }
+
+# settings that mean "a metastore is configured": then `metastore_dir` is not used
+METASTORE_KEYS = (
+    "spark.hadoop.hive.metastore.uris",
+    "spark.hadoop.javax.jdo.option.ConnectionURL",
+    "spark.sql.catalogImplementation",
+)
 
 
 def master_from_env() -> str | None:
@@ -34,19 +53,55 @@ def session_conf(conf: dict[str, str] | None = None) -> dict[str, str]:
     return {**DEFAULT_CONF, **REQUIRED_CONF, **(conf or {})}
 
 
+def metastore_conf(metastore_dir: str) -> dict[str, str]:
+    """An embedded Derby metastore and its warehouse under `metastore_dir` (a local path)."""
+    d = os.path.abspath(metastore_dir)
+    return {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.hadoop.javax.jdo.option.ConnectionURL": (
+            f"jdbc:derby:;databaseName={d}/metastore_db;create=true"
+        ),
+        "spark.sql.warehouse.dir": f"{d}/warehouse",
+    }
+
+
+def hive_available() -> bool:
+    """Whether this pyspark has the Hive classes (the pip package does)."""
+    import pyspark
+
+    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
+    return not os.path.isdir(jars) or any(n.startswith("spark-hive_") for n in os.listdir(jars))
+
+
 def get_session(
     app: str = "wsn-ingest",
     master: str | None = None,
     conf: dict[str, str] | None = None,
+    metastore_dir: str | None = None,
 ) -> SparkSession:
     """The session with REQUIRED_CONF and DEFAULT_CONF applied; any key in `conf` (the CLI's
-    `--conf KEY=VALUE`) wins over both, e.g. `spark.ui.showConsoleProgress=true`."""
+    `--conf KEY=VALUE`) wins over both. With `metastore_dir` and no metastore in `conf`,
+    the catalog is an embedded Derby metastore there."""
     builder = SparkSession.builder.appName(app)
     master = master or master_from_env()
     if master:
         builder = builder.master(master)
-    for k, v in session_conf(conf).items():
+    settings = session_conf(conf)
+    if metastore_dir and hive_available() and not any(k in settings for k in METASTORE_KEYS):
+        settings = {**metastore_conf(metastore_dir), **settings}
+        os.makedirs(metastore_dir, exist_ok=True)
+    for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("WSN_INGEST_LOG_LEVEL", "WARN"))
+    if metastore_dir:
+        _derby_log(spark, metastore_dir)
     return spark
+
+
+def _derby_log(spark: SparkSession, metastore_dir: str) -> None:
+    """Derby writes `derby.log` into the working directory unless told otherwise."""
+    jvm: Any = spark.sparkContext._jvm
+    jvm.java.lang.System.setProperty(
+        "derby.stream.error.file", os.path.join(os.path.abspath(metastore_dir), "derby.log")
+    )

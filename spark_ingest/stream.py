@@ -1,323 +1,380 @@
-"""`wsn-ingest stream`: Structured Streaming over the landing zone, exactly once, with late
-data written out instead of lost.
+"""`wsn-ingest stream`: Spark Structured Streaming over the landing zone, each micro-batch
+one incremental run.
 
-Two chained queries, each with its own checkpoint under `--checkpoint`:
+The query is a file source on every `--landing` (`readStream`, the binaryFile format reading
+only the files' names) and a `foreachBatch` sink: each micro-batch hands the engine
+(engine.py) the files that arrived since the last, and the engine runs over them exactly as
+`batch` does. So the stream and a batch run over the same zone give the same tables, a late
+line or a re-uploaded file lands in its windows, and a micro-batch's cost follows what it
+reads (its new files and the few files that share their windows), not the history: the
+de-duplication state is the tables themselves, not a state store.
+Exactly once: the run commits atomically (manifest.py) before Spark commits the micro-batch;
+a micro-batch Spark replays after a crash finds its files in the manifest and does nothing.
+Windows close when traffic stops: with an interval trigger, a trigger with no new file runs
+the engine over none (sites.close_idle); with available-now, once after the zone is read.
 
-1. **split** (`<ckpt>/split`, spark_ingest/stream_split.py): new landing files ->
-   classified lines -> foreachBatch:
-   quarantined lines to `<out>/quarantine/batch=N/`, late messages to `<out>/late/batch=N/`,
-   every valid message, flagged late or not, to `<ckpt>/staged/b-N/` (written hidden, then
-   renamed: the next query sees a batch whole or not at all; the device summary reads all of
-   them), and the batch's counters and running maximum event time to
-   `<ckpt>/split-state/N.json`.
-   *Duplicates* are decided here too: a valid line whose `id` an earlier micro-batch staged,
-   or that another line of the same micro-batch precedes, is counted and not staged.
-   *Late* is decided here, with Spark's rule: a message is late when the end of its window is
-   at or before the watermark = (greatest `at` of all earlier micro-batches) -
-   `--watermark`. Messages of one micro-batch are never late to each other.
-2. **aggregate** (`<ckpt>/aggregate`): staged messages -> measurements ->
-   `withWatermark(at)` -> tumbling-window aggregates in append mode -> foreachBatch
-   that writes micro-batch N's finished windows to `<out>/aggregates/date=D/batch=N/` with
-   dynamic partition overwrite.
-   This query sees only on-time messages, in order, so its own watermark is never ahead of
-   the split's and it drops nothing (its `numRowsDroppedByWatermark` is reported; it is 0).
-
-Exactly once: Spark re-runs an unfinished micro-batch with the same input and the same
-state after a crash; every write above is keyed by the batch id and replaces what a failed
-attempt left, so a restart neither loses nor duplicates a window, a quarantined line or a late
-message. Landing files are tracked by name (the gateway never reuses one).
-
-A window is written once the watermark passes its end; with `available-now` the newest
-windows (end > watermark) stay in the state until newer data arrives, and the summary says how
-many groups are waiting.
+Stopping: SIGTERM or SIGINT (Ctrl-C) lets the running micro-batch finish if it can within
+`stop_grace` seconds, else cancels its Spark jobs (Spark replays it at the next start); then
+the query stops, the summary is printed and the exit status is 0. A second signal cancels at
+once.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import signal
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
 
-from spark_ingest.aggregate import measurements, window_aggregates
-from spark_ingest.devices import device_summary
+from spark_ingest.engine import RunResult, run_once
 from spark_ingest.hfs import HFS
-from spark_ingest.inputs import resolve
-from spark_ingest.landing import (
-    classify_lines,
-    classify_parquet,
-    stream_jsonl,
-    stream_parquet,
-)
-from spark_ingest.stream_options import Progress, StreamOptions, StreamSummary, interval_us
-from spark_ingest.stream_split import STAGED, Split, StreamPaths
+from spark_ingest.options import Options, Progress, interval_us, iso_us
 
-__all__ = ["StreamOptions", "StreamSummary", "interval_us", "refresh_devices", "run_stream"]
+AVAILABLE_NOW = ("available-now", "availablenow", "available_now", "once")
 
 
-class _Aggregate:
-    """foreachBatch of the aggregate query: finished windows of batch N, written once."""
+@dataclass
+class StreamOptions(Options):
+    trigger: str = "available-now"  # or an interval, "10 seconds"
+    timeout: float | None = None  # stop an interval trigger after this many seconds
+    #: a signal lets the running micro-batch finish for this long, then cancels it
+    stop_grace: float = 20.0
 
-    def __init__(self, paths: StreamPaths, say: Progress) -> None:
-        self.p = paths
+
+@dataclass
+class StreamSummary:
+    landing: str
+    out: str
+    database: str
+    window: str
+    watermark: str
+    trigger: str
+    runs: int = 0
+    files: int = 0
+    lines: int = 0
+    messages: int = 0
+    duplicates: int = 0
+    quarantined: dict[str, int] = field(default_factory=dict)
+    late: int = 0
+    damaged: dict[str, str] = field(default_factory=dict)
+    partitions: int = 0
+    stopped_by: str | None = None
+    abandoned: bool = False
+    #: site -> closed_until (ISO), after the last run
+    closed_until: dict[str, str | None] = field(default_factory=dict)
+    totals: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def quarantined_total(self) -> int:
+        return sum(self.quarantined.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["quarantined_total"] = self.quarantined_total
+        return d
+
+    def add(self, r: RunResult) -> None:
+        if r.run is not None:
+            self.runs += 1
+        self.files += r.files
+        self.lines += r.lines
+        self.messages += r.messages
+        self.duplicates += r.duplicates
+        self.late += r.late
+        self.partitions += sum(r.partitions.values())
+        self.damaged.update(r.damaged)
+        for k, v in r.quarantined.items():
+            self.quarantined[k] = self.quarantined.get(k, 0) + v
+
+    def render(self) -> str:
+        q = ", ".join(f"{k}: {v}" for k, v in sorted(self.quarantined.items()))
+        t = self.totals
+        lines = [
+            f"wsn-ingest stream: {self.landing} -> {self.out} (tables in {self.database})",
+            f"  trigger           {self.trigger}, window {self.window}, watermark "
+            f"{self.watermark}; {self.runs} runs in {self.seconds:.1f} s"
+            + (f"; stopped by {self.stopped_by}" if self.stopped_by else ""),
+        ]
+        if self.abandoned:
+            lines.append("  the last micro-batch was cancelled; the next start cleans up after it")
+        lines += [
+            f"  files / lines     {self.files} / {self.lines}",
+            f"  messages          {self.messages}",
+            f"  duplicates        {self.duplicates}  (same id in the same window: kept once)",
+            f"  quarantined       {self.quarantined_total}" + (f"  ({q})" if q else ""),
+            f"  late              {self.late}  (for windows already closed: merged anyway)",
+            f"  partitions        {self.partitions} replaced",
+        ]
+        for f, why in sorted(self.damaged.items()):
+            lines.append(f"  DAMAGED FILE      {f.rsplit('/', 1)[-1]}: {why} (quarantined)")
+        for site, until in sorted(self.closed_until.items()):
+            lines.append(f"  closed until      {until or '-'}  {site}")
+        if t:
+            lines.append(
+                f"  since the start   {t.get('lines', 0)} lines, {t.get('messages', 0)} messages, "
+                f"{t.get('duplicates', 0)} duplicates, {t.get('quarantined', 0)} quarantined"
+            )
+        return "\n".join(lines)
+
+
+class _Stopper:
+    """SIGTERM and SIGINT set `stop`; a micro-batch still running `grace` seconds later (or
+    at a second signal) has its Spark jobs cancelled. No KeyboardInterrupt is raised inside
+    a call into the JVM, which is what left Ctrl-C with a trace and no summary."""
+
+    def __init__(self, spark: SparkSession, grace: float, say: Progress) -> None:
+        self.spark = spark
+        self.grace = grace
         self.say = say
-        self.batches: list[int] = []
-        self.rows = 0
+        self.stop = threading.Event()
+        self.cancelled = False
+        self.by: str | None = None
+        self._timer: threading.Timer | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _Stopper:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._old[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _on_signal(self, sig: int, _frame: Any) -> None:
+        name = signal.Signals(sig).name
+        if self.stop.is_set():
+            self.say(f"{name} again: cancelling the running micro-batch now")
+            self._cancel()
+            return
+        self.by = name
+        self.stop.set()
+        self.say(f"{name}: finishing the running micro-batch (at most {self.grace:.0f} s)")
+        self._timer = threading.Timer(self.grace, self._cancel)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _cancel(self) -> None:
+        self.cancelled = True
+        self.spark.sparkContext.cancelAllJobs()
+
+
+def _totals(spark: SparkSession, database: str) -> tuple[dict[str, int], dict[str, str | None]]:
+    rows = (
+        spark.table(f"`{database}`.`sites`")
+        .select(
+            "site",
+            "lines",
+            "messages",
+            "duplicates",
+            "quarantined",
+            F.unix_micros("closed_until").alias("c"),
+        )
+        .collect()
+    )
+    totals = {
+        k: sum(int(r[k] or 0) for r in rows)
+        for k in ("lines", "messages", "duplicates", "quarantined")
+    }
+    return totals, {r["site"]: iso_us(r["c"]) for r in rows}
+
+
+# What the file source hands each micro-batch: the binaryFile format reads a file's bytes
+# only when `content` is selected, so selecting `path` lists the batch's files and reads none
+# of them (the engine reads them, with what it reads again for their windows).
+FILES = "path string, modificationTime timestamp, length long, content binary"
+# The file source forgets a file (and ignores one that appears later with an older
+# modification time) after this long, counted from the newest file it has seen. A site's
+# upload after an outage keeps its files' old times (rsync -t, cp -p): ten years keeps them.
+MAX_FILE_AGE = "3650d"
+# Spark logs a query that ends with an error as an ERROR with its trace; the stream re-raises
+# the error itself (or, when it cancelled the micro-batch, says so in one line)
+QUIET = "org.apache.spark.sql.execution.streaming"
+
+
+def checkpoint_of(out: str) -> str:
+    """The Structured Streaming checkpoint of the stream into `out` (the files its source
+    has handed over, and the micro-batch log)."""
+    return f"{out.rstrip('/')}/_stream"
+
+
+class _Batches:
+    """The foreachBatch function: one engine run over the micro-batch's files, serialised
+    with the idle ticks (one run at a time holds --out's lock)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        landings: list[str],
+        out: str,
+        opts: Options,
+        say: Progress,
+        summary: StreamSummary,
+    ) -> None:
+        self.spark, self.landings, self.out, self.opts, self.say = spark, landings, out, opts, say
+        self.summary = summary
+        self.lock = threading.Lock()
+        self.busy = threading.Event()
+        self.error: BaseException | None = None
+        self.batches = 0
+
+    def run(self, only: list[str] | None) -> RunResult:
+        with self.lock:
+            r = run_once(self.spark, self.landings, self.out, self.opts, self.say, only=only)
+        self.summary.add(r)
+        return r
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        df = df.withColumn("batch", F.lit(batch_id)).persist(StorageLevel.MEMORY_AND_DISK)
+        self.busy.set()
         try:
-            n = df.count()
-            if n:
-                # dynamic overwrite: replaces exactly (date=*, batch=N), what a failed
-                # attempt of this batch may have left, and nothing else
-                (
-                    df.write.mode("overwrite")
-                    .option("partitionOverwriteMode", "dynamic")
-                    .partitionBy("date", "batch")
-                    .parquet(f"{self.p.out}/aggregates")
-                )
+            files = [str(r["path"]) for r in df.select("path").collect()]
+            self.say(f"micro-batch {batch_id}: {len(files)} new landing files")
+            self.run(files)
+            self.batches += 1
+        except BaseException as e:
+            self.error = e
+            raise
         finally:
-            df.unpersist()
-        self.batches.append(batch_id)
-        self.rows += n
-        self.say(f"aggregate batch {batch_id}: {n} window rows written")
+            self.busy.clear()
 
 
-def refresh_devices(spark: SparkSession, paths: StreamPaths, gap_factor: float) -> int:
-    hfs = HFS(spark)
-    if not any(n.startswith("b-") for n in hfs.names(paths.staged)):
-        return 0
-    # each id once, as in batch (a batch read of everything staged, so this is exact)
-    msgs = (
-        spark.read.schema(STAGED)
-        .option("recursiveFileLookup", "true")
-        .parquet(paths.staged)
-        .dropDuplicates(["id"])
-    )
-    rows = device_summary(msgs, gap_factor).coalesce(1)
-    rows.write.mode("overwrite").parquet(f"{paths.out}/devices")
-    return int(spark.read.parquet(f"{paths.out}/devices").count())
+def _quiet(spark: SparkSession) -> None:
+    """Spark's and py4j's own reports of a failed micro-batch off: the stream re-raises the
+    error of its foreachBatch function itself (py4j would print its trace as well)."""
+    jvm: Any = spark.sparkContext._jvm
+    log4j = jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel(QUIET, log4j.Level.OFF)
+    # stopping the query interrupts its thread, also in a local file system's shell call
+    log4j.core.config.Configurator.setLevel("org.apache.hadoop.util.Shell", log4j.Level.ERROR)
+    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
 
 
-def _source(spark: SparkSession, landings: list[str], opts: StreamOptions) -> DataFrame:
-    """Both formats of every landing location (a directory or a glob of directories), one
-    file source each: the set of locations must stay the same for a checkpoint."""
-    parts: list[DataFrame] = []
+def _query(spark: SparkSession, landings: list[str], checkpoint: str, opts: StreamOptions,
+           batches: _Batches, once: bool) -> StreamingQuery:  # fmt: skip
+    frames = []
     for landing in landings:
-        parts.append(
-            classify_lines(
-                stream_jsonl(spark, landing, opts.max_files_per_trigger),
-                keep_raw=True,
-                time=opts.time,
-            )
+        reader = (
+            spark.readStream.format("binaryFile")
+            .schema(FILES)
+            .option("pathGlobFilter", "landing-*")
+            .option("maxFileAge", MAX_FILE_AGE)
         )
-        parts.append(
-            classify_parquet(
-                stream_parquet(spark, landing, opts.max_files_per_trigger),
-                keep_raw=True,
-                time=opts.time,
-            )
-        )
-    df = parts[0]
-    for p in parts[1:]:
-        df = df.unionByName(p)
-    return df
-
-
-def _staged_source(spark: SparkSession, paths: StreamPaths, opts: StreamOptions) -> DataFrame:
-    reader = (
-        spark.readStream.schema(STAGED)
-        .option("recursiveFileLookup", "true")
-        .option("maxFileAge", "36500d")
+        if opts.max_files is not None:
+            reader = reader.option("maxFilesPerTrigger", opts.max_files)
+        frames.append(reader.load(landing).select("path"))
+    files = frames[0]
+    for f in frames[1:]:
+        files = files.union(f)
+    writer = files.writeStream.foreachBatch(batches).option("checkpointLocation", checkpoint)
+    writer = (
+        writer.trigger(availableNow=True) if once else writer.trigger(processingTime=opts.trigger)
     )
-    if opts.max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", str(opts.max_files_per_trigger))
-    return reader.parquet(paths.staged).where(~F.col("late")).drop("late")
+    return writer.queryName(f"wsn-ingest {opts.database}").start()
 
 
-def _trigger(writer: Any, trigger: str) -> Any:
-    t = trigger.strip().lower()
-    if t in ("available-now", "availablenow", "available_now", "once"):
-        return writer.trigger(availableNow=True)
-    return writer.trigger(processingTime=trigger)
-
-
-def _stop_between_batches(query: Any, wait: float = 120.0) -> None:
-    """Stop `query` when no micro-batch is running: interrupting foreachBatch mid-way is safe
-    (the batch is re-run after a restart) but noisy. Gives up waiting after `wait` s."""
-    deadline = time.monotonic() + wait
-    while query.isActive and time.monotonic() < deadline:
-        status = query.status
-        if not (status.get("isTriggerActive") or status.get("isDataAvailable")):
-            break
-        time.sleep(0.2)
-    query.stop()
-
-
-def _progress_sum(query: Any, key: str) -> int:
-    total = 0
-    for p in query.recentProgress:
-        for op in p.get("stateOperators", []) if isinstance(p, dict) else []:
-            total += int(op.get(key, 0) or 0)
-    return total
+def _drive(
+    query: StreamingQuery,
+    batches: _Batches,
+    stopper: _Stopper,
+    once: bool,
+    every: float,
+    timeout: float | None,
+    t0: float,
+) -> None:
+    """Waits while the query runs, until a signal or the timeout; with an interval trigger,
+    a tick that saw no micro-batch since the last runs the engine over no file, which closes
+    the windows of sites whose traffic stopped (sites.close_idle)."""
+    ticked = -1
+    while query.isActive and not stopper.stop.is_set():
+        stopper.stop.wait(every if every else 0.2)
+        if timeout is not None and time.monotonic() - t0 >= timeout:
+            return
+        idle = not once and not batches.busy.is_set() and batches.batches == ticked
+        if idle and query.isActive and not stopper.stop.is_set():
+            batches.run([])
+        ticked = batches.batches
 
 
 def run_stream(
     spark: SparkSession,
     landing: str | Sequence[str],
     out: str,
-    checkpoint: str,
     opts: StreamOptions | None = None,
     progress: Progress | None = None,
 ) -> StreamSummary:
-    """Run both queries (see module docstring) and return what this run did.
-
-    With the `available-now` trigger: process every file not yet processed, write the windows
-    the watermark has closed, refresh `<out>/devices`, return. With an interval trigger: run
-    until `opts.timeout`, SIGTERM or Ctrl-C, then stop both queries cleanly.
-    """
+    """Runs until the zone is read (`available-now`) or, with an interval trigger, until
+    `opts.timeout`, SIGTERM or SIGINT; returns what it did (module docstring)."""
     opts = opts or StreamOptions()
     say = progress or (lambda _m: None)
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
-    t0 = time.monotonic()
-    paths = StreamPaths(out, checkpoint)
-    hfs = HFS(spark)
     landings = [landing] if isinstance(landing, str) else list(landing)
-    inputs = resolve(hfs, landings)  # FileNotFoundError when every location is missing
-    for m in inputs.missing:
-        say(f"WARNING: --landing {m} matches nothing (yet)")
-    for d in (paths.staged, paths.state):
-        hfs.mkdirs(d)
     summary = StreamSummary(
-        landing=" ".join(landings),
-        out=paths.out,
-        checkpoint=paths.ckpt,
-        window=opts.window,
-        watermark_delay=opts.watermark,
-        trigger=opts.trigger,
-    )
-    split = Split(spark, paths, opts, say)
-    agg = _Aggregate(paths, say)
-
-    def start_split() -> Any:
-        w = (
-            _source(spark, landings, opts)
-            .writeStream.queryName("wsn-ingest-split")
-            .option("checkpointLocation", paths.split_ckpt)
-            .foreachBatch(split)
-        )
-        return _trigger(w, opts.trigger).start()
-
-    def start_aggregate() -> Any:
-        aggs = window_aggregates(
-            measurements(_staged_source(spark, paths, opts).withWatermark("at", opts.watermark)),
-            opts.window,
-        )
-        w = (
-            aggs.writeStream.queryName("wsn-ingest-aggregate")
-            .outputMode("append")
-            .option("checkpointLocation", paths.agg_ckpt)
-            .foreachBatch(agg)
-        )
-        return _trigger(w, opts.trigger).start()
-
-    queries: list[Any] = []
-    if opts.trigger.strip().lower().replace("_", "-") in ("available-now", "availablenow", "once"):
-        say("split: reading new landing files")
-        q1 = start_split()
-        q1.awaitTermination()
-        say("aggregate: windows of the staged messages")
-        q2 = start_aggregate()
-        q2.awaitTermination()
-        queries = [q1, q2]
-    else:
-        q1 = start_split()
-        q2 = start_aggregate()
-        queries = [q1, q2]
-        stop = threading.Event()
-
-        def on_signal(_sig: int, _frame: Any) -> None:
-            stop.set()
-
-        old = signal.signal(signal.SIGTERM, on_signal)
-        next_devices = time.monotonic() + opts.devices_every
+        landing=" ".join(landings), out=out.rstrip("/"), database=opts.database,
+        window=opts.window, watermark=opts.watermark, trigger=opts.trigger,
+    )  # fmt: skip
+    once = opts.trigger.strip().lower() in AVAILABLE_NOW
+    every = 0.0 if once else interval_us(opts.trigger) / 1e6
+    checkpoint = checkpoint_of(out)
+    # every micro-batch is an incremental run; the source's rate limit is the only limit
+    each = replace(opts, full=False, max_files=None)
+    batches = _Batches(spark, landings, out, each, say, summary)
+    hfs = HFS(spark)
+    t0 = time.monotonic()
+    _quiet(spark)
+    with _Stopper(spark, opts.stop_grace, say) as stopper:
         try:
-            while not stop.is_set():
-                if opts.timeout is not None and time.monotonic() - t0 >= opts.timeout:
-                    break
-                for q in queries:
-                    if not q.isActive and q.exception() is not None:
-                        raise RuntimeError(f"{q.name} failed: {q.exception()}")
-                if time.monotonic() >= next_devices:
-                    n = refresh_devices(spark, paths, opts.gap_factor)
-                    say(f"devices refreshed: {n} devices")
-                    next_devices = time.monotonic() + opts.devices_every
-                stop.wait(1.0)
-        except KeyboardInterrupt:
-            say("interrupted: stopping the queries")
-        finally:
-            signal.signal(signal.SIGTERM, old)
-            say("stopping: letting running micro-batches finish")
-            for q in queries:  # split first: no new data reaches the aggregate query
-                _stop_between_batches(q)
-    for q in queries:
-        exc = q.exception()
-        if exc is not None:
-            raise RuntimeError(f"{q.name} failed: {exc}")
-
-    if split.batches or not hfs.exists(f"{paths.out}/devices"):
-        summary.producers = refresh_devices(spark, paths, opts.gap_factor)
-        say(f"devices refreshed: {summary.producers} devices")
-    else:
-        summary.producers = int(spark.read.parquet(f"{paths.out}/devices").count())
-
-    # this run's counters (from the split state of the batches it ran) and the totals
-    for b in split.batches:
-        st = split.state(b) or {}
-        summary.files += int(st.get("files", 0))
-        summary.lines += int(st.get("lines", 0))
-        summary.messages += int(st.get("messages", 0))
-        summary.late += int(st.get("late", 0))
-        summary.duplicates += int(st.get("duplicates", 0))
-        for k, v in dict(st.get("quarantined", {})).items():
-            summary.quarantined[k] = summary.quarantined.get(k, 0) + int(v)
-    totals: dict[str, int] = {
-        "lines": 0,
-        "messages": 0,
-        "late": 0,
-        "duplicates": 0,
-        "quarantined": 0,
-    }
-    for name in hfs.names(paths.state):
-        if name.endswith(".json") and name[:-5].isdigit():
-            st = split.state(int(name[:-5])) or {}
-            totals["lines"] += int(st.get("lines", 0))
-            totals["messages"] += int(st.get("messages", 0))
-            totals["late"] += int(st.get("late", 0))
-            totals["duplicates"] += int(st.get("duplicates", 0))
-            totals["quarantined"] += sum(int(v) for v in dict(st.get("quarantined", {})).values())
-    summary.totals = dict(totals)
-    summary.split_batches = len(split.batches)
-    summary.aggregate_batches = len(agg.batches)
-    summary.windows_written = agg.rows
-    q2 = queries[1]
-    summary.dropped_by_watermark = _progress_sum(q2, "numRowsDroppedByWatermark")
-    last = q2.lastProgress
-    if isinstance(last, dict):
-        summary.open_groups = sum(
-            int(op.get("numRowsTotal", 0) or 0) for op in last.get("stateOperators", [])
-        )
-        wm = (last.get("eventTime") or {}).get("watermark")
-        summary.watermark = wm
+            if opts.full:
+                # a rebuild reads every file once; the source then starts afresh, and hands
+                # over files the manifest has (no-ops) and those that arrive after
+                with batches.lock:
+                    r = run_once(spark, landings, out, replace(opts, max_files=None), say)
+                summary.add(r)
+                hfs.delete(checkpoint)
+            query = _query(spark, landings, checkpoint, opts, batches, once)
+            try:
+                _drive(query, batches, stopper, once, every, opts.timeout, t0)
+            finally:
+                # a signal lets the running micro-batch finish (the stopper cancels it at
+                # grace); then the query stops between micro-batches
+                while batches.busy.is_set() and query.isActive:
+                    if stopper.cancelled:
+                        # a cancel reaches only the jobs running at that moment: the run's
+                        # next job is cancelled too, until the run gives up
+                        spark.sparkContext.cancelAllJobs()
+                    time.sleep(0.2)
+                query.stop()
+            failed = query.exception()
+            if failed is not None and batches.error is None and not stopper.cancelled:
+                why = str(failed).strip().splitlines()[0] if str(failed).strip() else "?"
+                raise RuntimeError(f"the stream's query failed: {why}")
+            if once and batches.error is None and not stopper.stop.is_set():
+                batches.run([])  # the zone is read: close what is idle
+        except Exception:
+            if not stopper.cancelled:
+                raise
+        if batches.error is not None:
+            if stopper.cancelled:
+                summary.abandoned = True
+                say("micro-batch cancelled")
+            else:
+                raise batches.error
+        summary.stopped_by = stopper.by
     summary.seconds = time.monotonic() - t0
-    hfs.write_text(
-        f"{paths.out}/_stream_summary.json", json.dumps(summary.to_dict(), indent=2) + "\n"
-    )
+    try:
+        summary.totals, summary.closed_until = _totals(spark, opts.database)
+    except Exception as e:  # no table yet (nothing was ever read): say so, do not fail
+        say(f"no tables to sum up yet ({type(e).__name__})")
     return summary
+
+
+__all__ = ["StreamOptions", "StreamSummary", "checkpoint_of", "interval_us", "run_stream"]

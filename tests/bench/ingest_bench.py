@@ -1,13 +1,23 @@
-"""Ingest throughput: landing rows/s of the Spark batch job on local[2], next to the same
-aggregation in DuckDB (2 threads) as the single-machine reference, in one run.
+"""Ingest throughput: landing rows/s of the Spark job on local[2] next to the same aggregation
+in DuckDB (2 threads), and what an incremental run costs against a full one, in one run.
 
-    .venv/bin/python tests/bench/ingest_bench.py              # 2,000,000 rows
-    .venv/bin/python tests/bench/ingest_bench.py --rows 200000 # quick
+    .venv/bin/python tests/bench/ingest_bench.py                 # 1,000,000 rows, 100 files
+    .venv/bin/python tests/bench/ingest_bench.py --rows 200000   # quick
 
-Landing files are written by spark_ingest.synth (template formatting: seconds, not minutes),
-as JSON lines (the contract) and as the Parquet landing variant. Spark's time excludes the
-session start (printed separately); every Spark row is measured after one warm-up run on a
-small zone, as a long-running cluster job would be. Not collected by pytest.
+Landing files are written by spark_ingest.synth as JSON lines (the contract) and as the
+Parquet landing variant. Rows measured, per format:
+
+- `full run`: `run_batch(full=True)` into an empty --out: every table, the manifest, the
+  catalog (the whole job);
+- `aggregates`: the DuckDB query's work done the way the job does it (parse, partition by
+  device, measurements, window aggregates, written as Parquet by date and hour);
+- `incremental`: the zone without its last file is read first (not timed), then the last
+  file (1 % of the rows with 100 files) arrives and one more run is timed: its cost as a
+  share of the full run's;
+- `duckdb`: the same aggregation (measured fields, unit, sum, last by (time, id)) in DuckDB.
+
+Spark's session start is not included (printed separately); every Spark row is measured
+after a warm-up run on a small zone, as a long-running job would be. Not collected by pytest.
 """
 
 from __future__ import annotations
@@ -29,28 +39,32 @@ from spark_ingest.synth import write_synthetic  # noqa: E402
 DUCKDB_SQL = """
 COPY (
   WITH msgs AS (
-    SELECT id, CAST(received_at AS TIMESTAMPTZ) AS ts, producer, topic_path, fields
+    SELECT id, CAST(received_at AS TIMESTAMPTZ) AS ts, device_id, producer, topic_path, fields
     FROM {source}
     WHERE id IS NOT NULL AND id <> '' AND received_at IS NOT NULL AND fields IS NOT NULL
   ), m AS (
-    SELECT id, ts, producer, topic_path, e.key AS field, e.value AS v,
-           TRY_CAST(e.value AS DOUBLE) AS x
+    SELECT id, ts, coalesce('device:' || device_id, 'producer:' || producer) AS device_key,
+           producer, topic_path, e.key AS field, e.value AS v, TRY_CAST(e.value AS DOUBLE) AS x,
+           fields['unit'] AS unit
     FROM (SELECT *, unnest(map_entries(fields)) AS e FROM msgs)
+    WHERE e.key NOT IN ('device', 'unit', 'time')
   )
   SELECT time_bucket(INTERVAL '1 minute', ts) AS window_start,
          time_bucket(INTERVAL '1 minute', ts) + INTERVAL '1 minute' AS window_end,
-         producer, topic_path, field,
-         count(*) AS count, count(x) AS numeric_count, min(x) AS min, max(x) AS max,
-         avg(x) AS mean, arg_max(x, (ts, id)) AS last, arg_max(v, (ts, id)) AS last_str,
-         max(ts) AS last_at, CAST(time_bucket(INTERVAL '1 minute', ts) AS DATE) AS date
+         device_key, topic_path, field, arg_max(unit, (ts, id)) AS unit,
+         count(*) AS count, count(x) AS numeric_count, sum(x) AS sum, min(x) AS min,
+         max(x) AS max, avg(x) AS mean, arg_max(x, (ts, id)) AS last,
+         arg_max(v, (ts, id)) AS last_str, max(ts) AS last_at,
+         CAST(time_bucket(INTERVAL '1 minute', ts) AS DATE) AS date,
+         hour(time_bucket(INTERVAL '1 minute', ts)) AS hour
   FROM m GROUP BY ALL
-) TO '{out}' (FORMAT parquet, PARTITION_BY (date), OVERWRITE_OR_IGNORE)
+) TO '{out}' (FORMAT parquet, PARTITION_BY (date, hour), OVERWRITE_OR_IGNORE)
 """
 
 JSON_SOURCE = (
     "read_json('{landing}/landing-*.jsonl', format='newline_delimited', ignore_errors=true, "
-    "columns={{id: 'VARCHAR', received_at: 'VARCHAR', producer: 'VARCHAR', "
-    "topic_path: 'VARCHAR', fields: 'MAP(VARCHAR, VARCHAR)'}})"
+    "columns={{id: 'VARCHAR', received_at: 'VARCHAR', device_id: 'VARCHAR', "
+    "producer: 'VARCHAR', topic_path: 'VARCHAR', fields: 'MAP(VARCHAR, VARCHAR)'}})"
 )
 PARQUET_SOURCE = "read_parquet('{landing}/landing-*.parquet')"
 
@@ -66,11 +80,11 @@ def duckdb_run(landing: Path, out: Path, fmt: str) -> tuple[float, int]:
     t = time.perf_counter()
     con.execute(DUCKDB_SQL.format(source=src, out=out))
     dt = time.perf_counter() - t
-    n = con.execute(f"SELECT count(*) FROM read_parquet('{out}/*/*.parquet')").fetchone()
+    n = con.execute(f"SELECT count(*) FROM read_parquet('{out}/*/*/*.parquet')").fetchone()
     return dt, int(n[0]) if n else 0
 
 
-def spark_session(memory: str) -> Any:
+def spark_session(memory: str, work: Path) -> Any:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from spark_ingest.session import get_session
 
@@ -80,81 +94,59 @@ def spark_session(memory: str) -> Any:
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
             "spark.driver.memory": memory,
-            "spark.sql.shuffle.partitions": "2",
             "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
         },
+        metastore_dir=str(work / "catalog"),
     )
 
 
 def spark_aggregates_only(spark: Any, landing: Path, out: Path) -> int:
-    """The DuckDB query's work in Spark, the way run_batch does it: parse, partition by
-    device, explode, aggregate, write the aggregates (no quarantine, dedupe or devices)."""
+    """The DuckDB query's work in Spark, the way a run does it: parse, partition by device,
+    measurements, window aggregates, written by date and hour (no other table, no
+    duplicates check, no catalog)."""
+    from pyspark.sql import functions as F
+
     from spark_ingest.aggregate import measurements, window_aggregates
-    from spark_ingest.batch import by_key, partition_count, read_classified
+    from spark_ingest.consume import file_map, with_file_id
+    from spark_ingest.engine import partitions_for
     from spark_ingest.hfs import HFS
     from spark_ingest.inputs import resolve
-    from spark_ingest.landing import valid_messages
+    from spark_ingest.landing import read_classified
 
-    inputs = resolve(HFS(spark), [str(landing)])
-    classified = read_classified(spark, inputs)
-    parts = partition_count(spark, inputs.sizes_by_name())
-    msgs = by_key(valid_messages(classified), parts)
-    aggs = window_aggregates(measurements(msgs), "1 minute")
-    aggs.write.mode("overwrite").partitionBy("date").parquet(str(out))
-    return int(spark.read.schema(aggs.schema).parquet(str(out)).count())
-
-
-def landing_line_bytes() -> None:
-    """Bytes per landing line of a device reading as the gateway writes it, before and
-    after issue 15 (payload with only its own namespace declaration, plus the identity
-    keys): the record functions of landing_bench.py, on the device's own envelope."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    from datetime import UTC, datetime
-
-    import landing_bench as lb
-
-    from gateway import landing
-
-    pl = lb.device_payload()
-    args = (
-        "0" * 32,
-        datetime.now(UTC),
-        "http://127.0.0.1:32905/wsn/producer",
-        "urn:wsn-edge:devices",
-        "sim-01/temperature",
-        pl,
-    )
-    before = len(lb.record_before(*args).encode())
-    after = len(landing.record(*args, device_id="sim-01", gateway_id="gw-01").encode())
-    print(
-        f"bytes per landing line (a device reading, gateway-written): before {before}, "
-        f"after {after} ({after / before:.0%})",
-        flush=True,
-    )
+    hfs = HFS(spark)
+    inputs = resolve(hfs, [str(landing)])
+    files = list(inputs.files)
+    fmap = file_map(spark, hfs, files)
+    lines = read_classified(spark, inputs.jsonl, inputs.parquet, 60_000_000)
+    msgs = with_file_id(lines, fmap).where(F.col("reason").isNull())
+    parts = partitions_for(spark, inputs.sizes_by_name())
+    msgs = msgs.repartition(parts, "key")
+    aggs = window_aggregates(measurements(msgs), 60_000_000, fmap)
+    aggs.write.mode("overwrite").partitionBy("date", "hour").parquet(str(out))
+    return int(spark.read.parquet(str(out)).count())
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=2_000_000)
-    ap.add_argument("--files", type=int, default=4)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--files", type=int, default=100)
     ap.add_argument("--devices", type=int, default=50)
     ap.add_argument("--formats", default="jsonl,parquet", help="jsonl,parquet")
     ap.add_argument("--memory", default="4g", help="spark.driver.memory")
     ap.add_argument("--dir", help="work directory (default: a temporary one, removed)")
     args = ap.parse_args()
     formats = [f for f in args.formats.split(",") if f]
-    landing_line_bytes()
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="ingest-bench-"))
     results: list[tuple[str, str, float, int]] = []
+    incremental: dict[str, tuple[float, float, int]] = {}
     try:
         lands: dict[str, Path] = {}
         for fmt in formats:
             land = work / f"landing-{fmt}"
             shutil.rmtree(land, ignore_errors=True)
             t = time.perf_counter()
-            files = write_synthetic(
-                land, args.rows, files=args.files, devices=args.devices, fmt=fmt
-            )
+            files = write_synthetic(land, args.rows, files=args.files, devices=args.devices,
+                                    fmt=fmt)  # fmt: skip
             size = sum(f.stat().st_size for f in files)
             print(
                 f"generated {args.rows:,} rows as {fmt}: {len(files)} files, "
@@ -165,7 +157,7 @@ def main() -> int:
             lands[fmt] = land
 
         t = time.perf_counter()
-        spark = spark_session(args.memory)
+        spark = spark_session(args.memory, work)
         print(
             f"Spark {spark.version} local[2] session start: {time.perf_counter() - t:.1f} s",
             flush=True,
@@ -174,17 +166,33 @@ def main() -> int:
 
         warm = work / "warm"
         write_synthetic(warm, 20_000, files=2, devices=5)
-        run_batch(spark, str(warm), str(work / "warm-out"))
+        t = time.perf_counter()
+        run_batch(spark, str(warm), str(work / "warm-out"), database="warm")
+        print(f"warm-up run (creates the metastore): {time.perf_counter() - t:.1f} s", flush=True)
         for fmt, land in lands.items():
             t = time.perf_counter()
-            s = run_batch(spark, str(land), str(work / f"spark-{fmt}"))
-            dt = time.perf_counter() - t
+            s = run_batch(spark, str(land), str(work / f"spark-{fmt}"), database=f"full_{fmt}",
+                          full=True)  # fmt: skip
+            full = time.perf_counter() - t
             assert s.lines == args.rows and s.quarantined_total == 0, s.to_dict()
-            results.append((f"spark run_batch ({fmt})", "all outputs", dt, s.windows))
-            # like for like with DuckDB: parse, explode, aggregate, write aggregates only
+            n = spark.table(f"full_{fmt}.aggregates").count()
+            results.append((f"spark full run ({fmt})", "all tables", full, n))
             t = time.perf_counter()
             n = spark_aggregates_only(spark, land, work / f"spark-agg-{fmt}")
             results.append((f"spark aggregates ({fmt})", "aggregates", time.perf_counter() - t, n))
+            # incremental: all files but the last, then the last one (1 % with 100 files)
+            inc = work / f"landing-inc-{fmt}"
+            shutil.rmtree(inc, ignore_errors=True)
+            inc.mkdir()
+            names = sorted(p.name for p in land.iterdir() if p.name.startswith("landing-"))
+            for name in names[:-1]:
+                os.link(land / name, inc / name)
+            run_batch(spark, str(inc), str(work / f"inc-{fmt}"), database=f"inc_{fmt}")
+            os.link(land / names[-1], inc / names[-1])
+            t = time.perf_counter()
+            s = run_batch(spark, str(inc), str(work / f"inc-{fmt}"), database=f"inc_{fmt}")
+            incremental[fmt] = (time.perf_counter() - t, full, s.lines)
+            assert s.files == 1, s.to_dict()
         spark.stop()
 
         for fmt, land in lands.items():
@@ -207,6 +215,12 @@ def main() -> int:
         rate = args.rows / dt
         ratios = "".join(f" {rate / duck[f]:15.0%}" for f in refs)
         print(f"{name:<28} {what:<12} {dt:8.1f} {rate:10,.0f} {n:10,}{ratios}")
+    print()
+    for fmt, (dt, full, lines) in incremental.items():
+        print(
+            f"incremental run ({fmt}): {lines:,} new lines in 1 of {args.files} files, "
+            f"{dt:.1f} s = {dt / full:.0%} of the full run's {full:.1f} s"
+        )
     return 0
 
 

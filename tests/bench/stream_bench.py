@@ -1,12 +1,13 @@
-"""Streaming ingest over a growing history: seconds per micro-batch of the split query as
-the checkpoint's staged history grows, on local[2]. Not collected by pytest.
+"""Streaming ingest over a growing history: seconds per micro-batch of `wsn-ingest stream`
+(Structured Streaming, foreachBatch running the incremental run) as the number of prior
+micro-batches grows, on local[2]. Not collected by pytest.
 
-    .venv/bin/python tests/bench/stream_bench.py                      # 20 files x 50,000 rows
-    .venv/bin/python tests/bench/stream_bench.py --rows 200000 --files 10
+    .venv/bin/python tests/bench/stream_bench.py                       # 1,000,000 rows, 20 files
+    .venv/bin/python tests/bench/stream_bench.py --rows 60000 --files 60
 
 Landing files are written by spark_ingest.synth in time order; the stream takes one file per
-micro-batch (`max_files_per_trigger=1`, available-now), so micro-batch N starts with N-1
-staged batches behind it. A flat line means the per-batch cost does not grow with history.
+micro-batch (`max_files=1`, available-now), so micro-batch N has N micro-batches (and N
+consumed files) behind it. A flat line means the per-batch cost does not grow with history.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def main() -> int:
                 "spark.driver.memory": args.memory,
                 "spark.sql.shuffle.partitions": "2",
             },
+            metastore_dir=str(work / "catalog"),
         )
         marks: list[tuple[float, str]] = []
 
@@ -58,22 +60,21 @@ def main() -> int:
             spark,
             str(land),
             str(work / "out"),
-            str(work / "ckpt"),
-            StreamOptions(max_files_per_trigger=1),
+            StreamOptions(max_files=1, retain="0 seconds"),
             progress=say,
         )
         total = time.perf_counter() - t0
         spark.stop()
-        # split batch N ends with its "split batch N:" line; it starts after the previous one
-        ends = [t for t, m in marks if m.startswith("split batch")]
-        starts = [t0, *ends[:-1]]
-        per = [e - b for b, e in zip(starts, ends, strict=True)]
+        # a micro-batch starts with its "micro-batch N:" line and ends with "run K committed"
+        starts = [t for t, m in marks if m.startswith("micro-batch ")]
+        ends = [t for t, m in marks if m.startswith("run ") and " committed" in m]
+        per = [e - b for b, e in zip(starts, ends, strict=False)]
         print(
             f"{args.rows:,} rows in {args.files} files, one file per micro-batch: "
-            f"{len(per)} split batches, {s.messages:,} messages, {total:.1f} s in all"
+            f"{len(per)} micro-batches, {s.messages:,} messages, {total:.1f} s in all"
         )
         for i, dt in enumerate(per):
-            print(f"  split batch {i:3d}: {dt:6.2f} s  ({i} staged batches behind it)")
+            print(f"  micro-batch {i:3d}: {dt:6.2f} s  ({i} micro-batches behind it)")
         if len(per) >= 6:
             first = sum(per[1:4]) / 3
             last = sum(per[-3:]) / 3

@@ -1,9 +1,14 @@
 """One real local SparkSession for the whole test session (toolchain.md, PySpark): local[2],
-no UI, UTC, one shuffle partition, the JVM flags that halve start-up cost."""
+no UI, UTC, one shuffle partition, the JVM flags that halve start-up cost, and Spark's Hive
+metastore on embedded Derby in a temporary directory (the catalog the tables are made in;
+each test gets a database of its own)."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,10 +26,13 @@ SPARK_TEST_CONF = {
     "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
 }
 
+_databases = itertools.count(1)
+
 
 @pytest.fixture(scope="session")
 def spark_test_conf() -> dict[str, str]:
-    """The settings of the `spark` session, for tests that start `wsn-ingest` processes."""
+    """The settings of the `spark` session, for tests that start `wsn-ingest` processes
+    (each of those gets its own metastore under its --out, as the CLI does)."""
     return dict(SPARK_TEST_CONF)
 
 
@@ -32,20 +40,37 @@ def spark_test_conf() -> dict[str, str]:
 def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
+    from spark_ingest.session import metastore_conf
+
     # PySpark converts collected timestamps with the Python process's zone: UTC while the
     # Spark tests run (they run last; the zone is restored afterwards)
     old_tz = os.environ.get("TZ")
     os.environ["TZ"] = "UTC"
     time.tzset()
+    catalog = tempfile.mkdtemp(prefix="wsn-ingest-metastore-")
     builder = SparkSession.builder.master("local[2]").appName("wsn-ingest-tests")
-    for k, v in SPARK_TEST_CONF.items():
+    for k, v in {**SPARK_TEST_CONF, **metastore_conf(catalog)}.items():
         builder = builder.config(k, v)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    session.sparkContext._jvm.java.lang.System.setProperty(
+        "derby.stream.error.file", os.path.join(catalog, "derby.log")
+    )
     yield session
     session.stop()
+    shutil.rmtree(catalog, ignore_errors=True)
     if old_tz is None:
         os.environ.pop("TZ", None)
     else:
         os.environ["TZ"] = old_tz
     time.tzset()
+
+
+def new_database() -> str:
+    """A database name no other test uses (tables are per --out: one database each)."""
+    return f"t{os.getpid()}_{next(_databases)}"
+
+
+@pytest.fixture
+def db() -> str:
+    return new_database()

@@ -4,6 +4,7 @@ recomputed here in plain Python (the oracle the Spark output is compared with)."
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -14,6 +15,17 @@ from typing import Any
 from spark_ingest.synth import Message, landing_name, producer_of, write_lines
 
 T0 = datetime(2026, 11, 21, 5, 0, tzinfo=UTC)
+RESERVED = ("device", "unit", "time")  # aggregate.RESERVED_FIELDS: not measurements
+_dbs = 0
+
+
+def new_database() -> str:
+    """A catalog database no other test uses (one --out, one database)."""
+    global _dbs
+    _dbs += 1
+    return f"t{os.getpid()}_{_dbs}"
+
+
 P1, P2, P3 = producer_of("esp32-01"), producer_of("esp32-02"), producer_of("pico-03")
 
 _n = 0
@@ -156,27 +168,33 @@ Key = tuple[datetime, Any, Any, str]
 
 
 def expected_aggregates(msgs: list[Message], window_s: int = 60) -> dict[Key, dict[str, Any]]:
-    groups: dict[Key, list[tuple[datetime, str, str]]] = defaultdict(list)
+    groups: dict[Key, list[tuple[datetime, str, str, str | None]]] = defaultdict(list)
     for m in msgs:
         ts = m.received_at.timestamp()
         start = datetime.fromtimestamp(ts - ts % window_s, UTC)
         for f, v in m.fields.items():
-            groups[(start, m.producer, m.topic_path, f)].append((m.received_at, m.id, v))
+            if f in RESERVED:
+                continue
+            unit = m.fields.get("unit")
+            groups[(start, m.producer, m.topic_path, f)].append((m.received_at, m.id, v, unit))
     out: dict[Key, dict[str, Any]] = {}
     for key, rows in groups.items():
-        nums = [x for x in (as_number(v) for _, _, v in rows) if x is not None]
-        last = max(rows)
+        nums = [x for x in (as_number(v) for _, _, v, _ in rows) if x is not None]
+        last = max(rows, key=lambda r: (r[0], r[1]))
         out[key] = {
             "window_end": key[0] + timedelta(seconds=window_s),
             "count": len(rows),
             "numeric_count": len(nums),
+            "sum": sum(nums) if nums else None,
             "min": min(nums) if nums else None,
             "max": max(nums) if nums else None,
             "mean": sum(nums) / len(nums) if nums else None,
             "last": as_number(last[2]),
             "last_str": last[2],
             "last_at": last[0],
+            "unit": last[3] if key[3] == "value" else None,
             "date": key[0].date(),
+            "hour": key[0].hour,
         }
     return out
 
@@ -199,6 +217,8 @@ def spark_aggregates(rows: list[Any]) -> dict[Key, dict[str, Any]]:
         assert key not in got, f"duplicate aggregate row {key}"
         d["window_end"] = d["window_end"].replace(tzinfo=UTC)
         d["last_at"] = d["last_at"].replace(tzinfo=UTC)
+        for k in ("device_key", "device_id", "gateway_id", "site"):
+            d.pop(k, None)
         got[key] = d
     return got
 

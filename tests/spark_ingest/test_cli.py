@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from spark_ingest import cli
-from spark_ingest.stream import interval_us
+from spark_ingest.options import interval_us
 
 
 @pytest.mark.parametrize(
@@ -30,18 +30,26 @@ def test_interval_rejects(bad: str) -> None:
         interval_us(bad)
 
 
+def test_a_zero_duration_only_where_it_means_something() -> None:
+    assert interval_us("0 seconds", zero_ok=True) == 0
+    with pytest.raises(ValueError, match="not a duration"):
+        interval_us("0 seconds")
+
+
 @pytest.mark.parametrize(
     ("argv", "opt"),
     [
         (["stream", "--trigger", "banana"], "--trigger"),
         (["stream", "--watermark", "soon"], "--watermark"),
         (["batch", "--window", "1 fortnight"], "--window"),
+        (["batch", "--burst", "soon"], "--burst"),
+        (["stream", "--state-horizon", "a while"], "--state-horizon"),
     ],
 )
 def test_bad_durations_are_usage_errors(
     argv: list[str], opt: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    base = ["--landing", "l", "--out", "o"] + (["--checkpoint", "c"] if argv[0] == "stream" else [])
+    base = ["--landing", "l", "--out", "o"]
     with pytest.raises(SystemExit) as e:
         cli.main([argv[0], *base, *argv[1:]])
     assert e.value.code == 2
@@ -53,5 +61,6 @@ def test_console_progress_bars_off_unless_the_user_asks() -> None:
 
     assert session_conf()["spark.ui.showConsoleProgress"] == "false"
     assert session_conf()["spark.sql.session.timeZone"] == "UTC"
+    assert session_conf()["spark.sql.parquet.outputTimestampType"] == "TIMESTAMP_MICROS"
     mine = session_conf({"spark.ui.showConsoleProgress": "true"})
     assert mine["spark.ui.showConsoleProgress"] == "true"

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ingest_data import T0, batch_zone, write_zone
+from ingest_data import T0, batch_zone, new_database, write_zone
 
 from spark_ingest.batch import run_batch
+from spark_ingest.plot import current_files
+from spark_ingest.schema import TABLES
 from spark_ingest.synth import landing_name, readings, write_parquet_messages
 
 pytestmark = pytest.mark.spark
@@ -110,16 +112,21 @@ def local_run(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     write_zone(root / "landing", files)
     write_parquet_messages(root / "landing", landing_name(T0, 50, ".parquet"),
                            readings(60, devices=("sim-01", "sim-02", "sim-03")))  # fmt: skip
-    run_batch(spark, str(root / "landing"), str(root / "local"), window="1 minute")
+    run_batch(spark, str(root / "landing"), str(root / "local"), database=new_database())
     return {"root": root}
 
 
 def _outputs(spark: Any, out: Path) -> dict[str, list[str]]:
+    """The current rows of the tables under `out` (each run has its own metastore, so the
+    files are read, version by version as the catalog would)."""
     got = {}
-    for part, fmt in (("aggregates", "parquet"), ("devices", "parquet"), ("quarantine", "json")):
-        df = spark.read.format(fmt).load(str(out / part))
-        # source_file names the file the same way in every run (a file:// URI)
-        got[part] = sorted(map(repr, df.collect()))
+    for t in ("aggregates", "device_quality", "quarantine", "site_quality", "camera_states"):
+        files = [str(f) for f in current_files(out / t)]
+        cols = TABLES[t].data_columns
+        # source_file and site name the files the same way in every run (a file:// URI)
+        got[t] = (
+            sorted(map(repr, spark.read.parquet(*files).select(*cols).collect())) if files else []
+        )
     return got
 
 

@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ingest_data import T0
+from ingest_data import T0, new_database
 
 from spark_ingest import cli
 from spark_ingest.batch import run_batch
-from spark_ingest.devices import DEVICE_COLUMNS
-from spark_ingest.schema import AGGREGATE_COLUMNS
+from spark_ingest.schema import AGGREGATE_COLUMNS, TABLES
 from spark_ingest.synth import Message, landing_name, write_lines, write_parquet_messages
 
 pytestmark = pytest.mark.spark
@@ -113,43 +112,45 @@ def zone(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"root": root, "msgs": msgs}
 
 
-def _rows(spark: Any, path: Path) -> list[dict[str, Any]]:
-    return [r.asDict(recursive=True) for r in spark.read.parquet(str(path)).collect()]
+def _rows(spark: Any, db: str, table: str) -> list[dict[str, Any]]:
+    return [r.asDict(recursive=True) for r in spark.table(f"{db}.{table}").collect()]
 
 
 def test_one_device_across_addresses_and_gateways(spark: Any, zone: dict[str, Any]) -> None:
     root = zone["root"]
+    db = new_database()
     # a glob and a file:// URI, passed through to Hadoop as given
     s = run_batch(
         spark,
         [str(root / "site-a"), f"file://{root}/site-[b]"],
         str(root / "out"),
         window="1 minute",
+        database=db,
     )
     assert (s.files, s.messages, s.quarantined_total) == (2, len(zone["msgs"]), 0)
     # the files that are not landing files are counted and named
     assert s.unmatched == 2 and s.unmatched_examples == ["landing-old.jsonl.gz", "readings.json"]
     assert "not landing files 2" in s.render() and "readings.json" in s.render()
 
-    devs = {r["device_id"] or r["producer"]: r for r in _rows(spark, root / "out" / "devices")}
+    devs = {r["device_id"] or r["producer"]: r for r in _rows(spark, db, "devices")}
     assert set(devs) == {"sim-01", "sim-02", LEGACY}
-    assert list(_rows(spark, root / "out" / "devices")[0]) == list(DEVICE_COLUMNS)
+    assert list(_rows(spark, db, "devices")[0]) == TABLES["devices"].columns
     one = devs["sim-01"]
     # one device: one history, both addresses, the last one and the last gateway
     assert one["messages"] == 30 and one["producers"] == [A1, A2]
     assert (one["producer"], one["gateway_id"]) == (A2, "gw-b")
     # no false gap: it never stopped publishing every 10 s
-    assert one["gap_count"] == 0 and one["usual_interval_s"] == 10.0
+    assert one["gap_count"] == 0 and one["period_s"] == 10.0
     # the old line without identity keys joined sim-02 through its dev: topic
     assert devs["sim-02"]["messages"] == 31
     assert devs[LEGACY]["device_id"] is None and devs[LEGACY]["messages"] == 3
-    # clock skew: event_time - received_at
-    assert devs["sim-02"]["clock_skew_median_s"] == pytest.approx(120, abs=1)
+    # clock skew: event_time - received_at (the latest window's mean, and the bounds)
+    assert devs["sim-02"]["clock_skew_s"] == pytest.approx(120, abs=1)
     assert one["clock_skew_min_s"] <= 0 <= one["clock_skew_max_s"] < 1
-    assert devs[LEGACY]["clock_skew_median_s"] is not None  # its lines have event_time too
+    assert devs[LEGACY]["clock_skew_s"] is not None  # its lines have event_time too
 
-    aggs = _rows(spark, root / "out" / "aggregates")
-    assert list(aggs[0])[: len(AGGREGATE_COLUMNS) - 1] == list(AGGREGATE_COLUMNS[:-1])
+    aggs = _rows(spark, db, "aggregates")
+    assert list(aggs[0]) == list(AGGREGATE_COLUMNS)
     sim1 = sorted(
         (r for r in aggs if r["device_id"] == "sim-01" and r["field"] == "value"),
         key=lambda r: r["window_start"],
@@ -170,9 +171,10 @@ def test_one_device_across_addresses_and_gateways(spark: Any, zone: dict[str, An
 def test_time_event_windows_by_the_devices_clock(spark: Any, zone: dict[str, Any]) -> None:
     root = zone["root"]
     landings = [str(root / "site-a"), str(root / "site-b")]
-    s = run_batch(spark, landings, str(root / "ev"), window="1 minute", time="event")
+    db = new_database()
+    s = run_batch(spark, landings, str(root / "ev"), window="1 minute", time="event", database=db)
     assert s.time == "event" and "time event" in s.render()
-    aggs = _rows(spark, root / "ev" / "aggregates")
+    aggs = _rows(spark, db, "aggregates")
     firsts = {
         r["device_id"]: min(r["window_start"] for r in aggs if r["device_id"] == d)
         for d in ("sim-01", "sim-02")
@@ -183,10 +185,10 @@ def test_time_event_windows_by_the_devices_clock(spark: Any, zone: dict[str, Any
     assert firsts["sim-01"] == naive0
     # sim-02's clock is 2 minutes ahead: by event time its first window is 2 minutes later
     assert firsts["sim-02"] == naive0 + timedelta(minutes=2)
-    devs = {r["device_id"]: r for r in _rows(spark, root / "ev" / "devices")}
+    devs = {r["device_id"]: r for r in _rows(spark, db, "devices")}
     assert devs["sim-02"]["first_seen"].replace(tzinfo=UTC) == T0 + timedelta(seconds=121)
     # the skew does not depend on which time windows use
-    assert devs["sim-02"]["clock_skew_median_s"] == pytest.approx(120, abs=1)
+    assert devs["sim-02"]["clock_skew_s"] == pytest.approx(120, abs=1)
 
 
 def test_require_input_and_a_plain_message_when_nothing_was_read(
@@ -195,24 +197,27 @@ def test_require_input_and_a_plain_message_when_nothing_was_read(
     wrong = tmp_path / "wrong"
     wrong.mkdir()
     (wrong / "export-1.jsonl").write_text(json.dumps({"id": "x"}) + "\n")
-    args = ["batch", "--landing", str(wrong), "--out", str(tmp_path / "o")]
-    assert cli.main(args) == 0  # by default: said plainly, empty outputs, exit 0
+    db = new_database()
+    args = ["batch", "--landing", str(wrong), "--out", str(tmp_path / "o"), "--database", db]
+    assert cli.main(args) == 0  # by default: said plainly, empty tables, exit 0
     cap = capsys.readouterr()
-    assert "NO LANDING FILES" in cap.out and "export-1.jsonl" in cap.out
+    assert "nothing new" in cap.out and "export-1.jsonl" in cap.out
     assert "no landing file was read" in cap.err
     assert cli.main([*args, "--require-input"]) == 1
     assert "no landing file was read" in capsys.readouterr().err
     # a --landing that names nothing is reported; with another one that has files, it runs
     good = tmp_path / "good"
     write_lines(good, landing_name(T0, 1), [_m(1, 0, A1, "sim-01", "sim-01/t", "1").to_json()])
-    s = run_batch(spark, [str(good), str(tmp_path / "nope*")], str(tmp_path / "o2"))
+    s = run_batch(
+        spark, [str(good), str(tmp_path / "nope*")], str(tmp_path / "o2"), database=new_database()
+    )
     assert s.files == 1 and s.missing == [str(tmp_path / "nope*")]
     assert "matched nothing" in s.render()
 
 
 def test_received_is_the_default_time() -> None:
     args = cli.build_parser().parse_args(["batch", "--landing", "x", "--out", "y"])
-    assert args.time == "received" and args.landing == ["x"]
+    assert args.time == "received" and args.landing == ["x"] and args.database == "wsn"
     args = cli.build_parser().parse_args(
         [
             "stream",
@@ -222,8 +227,6 @@ def test_received_is_the_default_time() -> None:
             "b/*",
             "--out",
             "y",
-            "--checkpoint",
-            "c",
             "--time",
             "event",
         ]

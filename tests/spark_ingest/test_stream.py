@@ -1,5 +1,7 @@
-"""Streaming: new files across runs without duplicates, late data written out (never lost),
-and a kill -9 in the middle of a run followed by a restart from the checkpoint."""
+"""Streaming: the same tables as batch from the same zone; a site's clock or late upload
+makes nothing late elsewhere; windows are written at once and close when traffic stops;
+SIGINT and SIGTERM during a micro-batch exit 0 with the summary; kill -9 and a restart
+equal the batch job."""
 
 from __future__ import annotations
 
@@ -7,9 +9,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections import Counter
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,9 @@ from ingest_data import (
     Bad,
     Message,
     assert_same_aggregates,
-    closed,
     expected_aggregates,
+    msg,
+    new_database,
     reading,
     spark_aggregates,
     steady,
@@ -29,233 +32,247 @@ from ingest_data import (
 )
 
 from spark_ingest.batch import run_batch
+from spark_ingest.options import Options
+from spark_ingest.schema import TABLES
 from spark_ingest.stream import StreamOptions, run_stream
-from spark_ingest.synth import landing_name, write_parquet_messages
+from spark_ingest.synth import landing_name, producer_of, write_lines, write_parquet_messages
 
 pytestmark = pytest.mark.spark
 
-OPTS = StreamOptions(window="1 minute", watermark="1 minute", trigger="available-now")
 ROOT = Path(__file__).resolve().parents[2]
+# columns that name where a row's files were read from (they differ between two landing
+# directories holding the same lines) or when a run happened
+PLACE = ("site", "source_file", "closed_until", "last_file_at", "files")
 
 
-def _wm(s: str | None) -> datetime:
-    assert s is not None
-    return datetime.fromisoformat(s.replace("Z", "+00:00"))
+def _same_tables(spark: Any, a: str, b: str, tables: tuple[str, ...]) -> None:
+    for t in tables:
+        cols = [c for c in TABLES[t].columns if c not in PLACE]
+        got = sorted(map(repr, spark.table(f"{a}.{t}").select(*cols).collect()))
+        want = sorted(map(repr, spark.table(f"{b}.{t}").select(*cols).collect()))
+        assert got == want, t
 
 
-def test_stream_runs_new_files_late_data_no_duplicates(spark: Any, tmp_path: Path) -> None:
-    landing, out, ck = tmp_path / "landing", tmp_path / "out", tmp_path / "ck"
-    run1: list[Message | Bad] = [*steady(0, 600), Bad("{oops", "malformed_json")]
-    write_zone(landing, [run1], first_seq=1)
-    s1 = run_stream(spark, str(landing), str(out), str(ck), OPTS)
-    assert (s1.lines, s1.messages, s1.late, s1.quarantined) == (
-        len(run1),
-        len(run1) - 1,
-        0,
-        {"malformed_json": 1},
-    )
-    # max received_at 05:09:50.25 -> watermark 05:08:50.25: windows up to [05:07, 05:08)
-    assert _wm(s1.watermark) == T0 + timedelta(minutes=8, seconds=50, milliseconds=250)
-    assert s1.dropped_by_watermark == 0 and s1.open_groups > 0
-
-    late_a = reading(180, P1, "esp32-01/temperature", "99.0")  # window ended long ago
-    late_b = reading(7 * 60 + 30, P1, "esp32-01/temperature", "98.0")  # [05:07,05:08): written
-    ontime = reading(8 * 60 + 30, P1, "esp32-01/temperature", "97.0")  # [05:08,05:09): open
-    fresh = steady(600, 900)
-    run2: list[Message | Bad] = [late_a, late_b, ontime, Bad("", "blank_line"), *fresh]
-    write_zone(landing, [run2[:4]], first_seq=2)
-    # the Parquet landing variant, next to JSON lines, in the same stream
-    write_parquet_messages(landing, landing_name(T0 + timedelta(minutes=10), 3, ".parquet"), fresh)
-    s2 = run_stream(spark, str(landing), str(out), str(ck), OPTS)
-    assert (s2.lines, s2.late, s2.quarantined) == (len(run2), 2, {"blank_line": 1})
-    assert s2.dropped_by_watermark == 0
-
-    s3 = run_stream(spark, str(landing), str(out), str(ck), OPTS)  # nothing new
-    assert (s3.lines, s3.windows_written, s3.split_batches) == (0, 0, 0)
-    assert s3.totals == {
-        "lines": len(run1) + len(run2),
-        "messages": len(run1) + len(run2) - 2,
-        "late": 2,
-        "duplicates": 0,
-        "quarantined": 2,
-    }
-
-    # every closed window exactly once, equal to the oracle over the on-time messages
-    msgs = [m for m in run1 + run2 if isinstance(m, Message)]
-    on_time = [m for m in msgs if m not in (late_a, late_b)]
-    got = spark_aggregates(spark.read.parquet(str(out / "aggregates")).drop("batch").collect())
-    assert_same_aggregates(got, closed(expected_aggregates(on_time), _wm(s2.watermark)))
-    assert got[(T0 + timedelta(minutes=8), P1, "esp32-01/temperature", "value")]["max"] == 97.0
-
-    late = spark.read.json(str(out / "late")).collect()
-    assert sorted(r["id"] for r in late) == sorted([late_a.id, late_b.id])
-    assert {r["raw"] for r in late} == {late_a.to_json(), late_b.to_json()}
-    assert {r["watermark"] for r in late} == {"2026-11-21T05:08:50.250000Z"}
-    q = spark.read.json(str(out / "quarantine")).collect()
-    assert Counter(r["reason"] for r in q) == Counter({"malformed_json": 1, "blank_line": 1})
-    devs = {r["producer"]: r for r in spark.read.parquet(str(out / "devices")).collect()}
-    assert devs[P1]["messages"] == sum(1 for m in msgs if m.producer == P1)  # late ones too
-
-
-def _spawn(
-    landing: Path,
-    out: Path,
-    ck: Path,
-    log: Path,
-    conf_kv: dict[str, str],
-    max_files: int | None = 1,
-) -> subprocess.Popen[bytes]:
-    conf = [a for k, v in conf_kv.items() for a in ("--conf", f"{k}={v}")]
-    cmd = [
-        sys.executable,
-        "-m",
-        "spark_ingest",
-        "stream",
-        "--landing",
-        str(landing),
-        "--out",
-        str(out),
-        "--checkpoint",
-        str(ck),
-        "--trigger",
-        "available-now",
-        "--window",
-        "1 minute",
-        "--watermark",
-        "1 minute",
-        "--master",
-        "local[2]",
-        *conf,
+def test_stream_equals_batch_on_the_same_zone(spark: Any, tmp_path: Path) -> None:
+    """One file per micro-batch (late lines, a copy of an earlier file, an id under two
+    devices, bad lines) gives the tables one batch run gives; both keep each id once per
+    window, the copy in the file whose name sorts first (the oracle agrees)."""
+    first = steady(0, 300, devices=("esp32-01", "esp32-02", "pico-03"))
+    late = [reading(100, P1, "esp32-01/temperature", "99.5")]  # in windows already written
+    twin = msg(130, producer_of("pico-03"), "pico-03/temperature", {"value": "7"}, msg_id="dup-x")
+    twin_b = msg(130, producer_of("esp32-02"), "esp32-02/temperature", {"value": "8"},
+                 msg_id="dup-x")  # fmt: skip
+    files: list[list[Message | Bad]] = [
+        [*first[:40], Bad("{oops", "malformed_json")],
+        [*first[40:], twin],
+        [*late, twin_b, *steady(300, 420)],
     ]
-    if max_files:
-        cmd += ["--max-files-per-trigger", str(max_files)]
+    landing = tmp_path / "landing"
+    write_zone(landing, files)
+    write_lines(landing, landing_name(T0 + timedelta(hours=1), 9), [m.to_json() for m in first[:5]])
+    s_db, b_db = new_database(), new_database()
+    opts = StreamOptions(database=s_db, max_files=1)
+    s = run_stream(spark, str(landing), str(tmp_path / "stream"), opts)
+    b = run_batch(spark, str(landing), str(tmp_path / "batch"), database=b_db)
+    assert (s.runs, s.files) == (4, 4) and b.files == 4
+    assert s.lines == b.lines and s.duplicates == b.duplicates == 6
+    assert s.messages == b.messages
+    _same_tables(spark, s_db, b_db, ("aggregates", "device_quality", "site_quality",
+                                     "quarantine", "devices"))  # fmt: skip
+    kept = [m for f in files for m in f if isinstance(m, Message) and m is not twin_b]
+    got = spark_aggregates(spark.table(f"{s_db}.aggregates").collect())
+    assert_same_aggregates(got, expected_aggregates(kept))
+
+
+def test_one_sites_clock_makes_nothing_late_at_another(spark: Any, tmp_path: Path) -> None:
+    """Site B's gateway clock is an hour ahead: its windows close an hour ahead, site A's
+    do not; A's next messages are not late and land in their windows. A's own upload of
+    older files after an outage lands in its windows too (and is counted as late, being for
+    windows A had closed)."""
+    a, b = tmp_path / "site-a", tmp_path / "site-b"
+    a1, a2, b1 = steady(0, 120), steady(120, 240), steady(3600, 3720, devices=("pico-03",))
+    write_zone(a, [list(a1)])
+    write_zone(b, [list(b1)])
+    db = new_database()
+    opts = StreamOptions(database=db, watermark="1 minute")
+    out = str(tmp_path / "out")
+    run_stream(spark, [str(a), str(b)], out, opts)
+    write_zone(a, [list(a2)], first_seq=2)
+    s = run_stream(spark, [str(a), str(b)], out, opts)
+    assert s.late == 0, s.to_dict()
+    outage = steady(0, 60, devices=("esp32-09",))
+    write_zone(a, [list(outage)], first_seq=3)
+    s = run_stream(spark, [str(a), str(b)], out, opts)
+    assert s.late == len(outage)
+    sites = {r["site"].rsplit("/", 1)[-1]: r for r in spark.table(f"{db}.sites").collect()}
+    assert sites["site-a"]["closed_until"] < sites["site-b"]["closed_until"] - timedelta(minutes=50)
+    got = spark_aggregates(spark.table(f"{db}.aggregates").collect())
+    want = expected_aggregates([*a1, *a2, *outage, *b1])
+    assert_same_aggregates(got, want)
+
+
+def test_windows_are_written_at_once_and_close_when_traffic_stops(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A window is in the table after the first micro-batch that has its lines (it is not
+    held back until the watermark passes it); once a site has sent nothing for the
+    watermark's length, its newest windows are closed (sites.closed_until = its newest
+    message)."""
+    landing, db = tmp_path / "landing", new_database()
+    lines = steady(0, 50)
+    write_zone(landing, [list(lines)])
+    opts = StreamOptions(database=db, trigger="1 second", watermark="15 seconds", timeout=120.0)
+    seen: dict[str, Any] = {}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            try:
+                site = spark.table(f"{db}.sites").collect()
+                aggs = spark.table(f"{db}.aggregates").count()
+            except Exception:  # not created yet
+                time.sleep(0.3)
+                continue
+            if aggs:  # the tables exist (empty) before the first micro-batch commits
+                seen.setdefault("written", aggs)
+            if site and site[0]["closed_until"] == site[0]["last_at"]:
+                seen["closed"] = site[0]["closed_until"]
+                os.kill(os.getpid(), signal.SIGTERM)  # run_stream stops cleanly
+                return
+            time.sleep(0.3)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        summary = run_stream(spark, str(landing), str(tmp_path / "out"), opts)
+    finally:
+        done.set()
+        watcher.join()
+    newest = max(m.received_at for m in lines)
+    assert seen.get("written") == len(expected_aggregates(lines))
+    assert "closed" in seen, summary.to_dict()
+    assert seen["closed"].replace(tzinfo=newest.tzinfo) == newest
+    assert summary.stopped_by == "SIGTERM"
+
+
+def _spawn(landing: Path, out: Path, log: Path, conf_kv: dict[str, str], *extra: str) -> Any:
+    conf = [a for k, v in conf_kv.items() for a in ("--conf", f"{k}={v}")]
+    cmd = [sys.executable, "-m", "spark_ingest", "stream", "--landing", str(landing),
+           "--out", str(out), "--window", "1 minute", "--master", "local[2]", *conf,
+           *extra]  # fmt: skip
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(ROOT)}
     with open(log, "wb") as fh:
-        # own session: the JVM is our child's child, SIGKILL goes to the whole group
+        # own session: the JVM is our child's child; a kill goes to the whole group
         return subprocess.Popen(
             cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
         )
 
 
-def _kill_when(proc: subprocess.Popen[bytes], ready: Any, log: Path, limit: float = 150) -> None:
+def _wait_for(proc: Any, ready: Any, log: Path, limit: float = 240) -> None:
     deadline = time.monotonic() + limit
+    while not ready():
+        assert proc.poll() is None, "ended before the signal:\n" + log.read_text()
+        assert time.monotonic() < deadline, "no progress:\n" + log.read_text()
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_a_micro_batch_exits_0_with_the_summary(
+    spark_test_conf: dict[str, str], tmp_path: Path, sig: signal.Signals
+) -> None:
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) or SIGTERM while a
+    micro-batch runs and files keep arriving: the micro-batch finishes or is cancelled
+    within the grace, the summary is printed, the exit status is 0, no trace."""
+    landing, out, log = tmp_path / "landing", tmp_path / "out", tmp_path / "run.log"
+    write_zone(landing, [list(steady(0, 600))])
+    p = _spawn(landing, out, log, spark_test_conf, "--trigger", "1 second", "--stop-grace", "5")
+    stop = threading.Event()
+
+    def keep_landing() -> None:
+        k = 2
+        while not stop.wait(0.5):
+            write_zone(landing, [list(steady(600 * k, 600 * k + 60))], first_seq=k)
+            k += 1
+
+    feeder = threading.Thread(target=keep_landing)
     try:
-        while not ready():
-            assert proc.poll() is None, "finished before the kill:\n" + log.read_text()
-            assert time.monotonic() < deadline, "no progress:\n" + log.read_text()
-            time.sleep(0.2)
+        _wait_for(p, lambda: "run 1 committed" in log.read_text(), log)
+        feeder.start()
+        _wait_for(p, lambda: "run 2: reading" in log.read_text(), log)
+        t = time.monotonic()
+        if sig == signal.SIGINT:
+            os.killpg(p.pid, sig)
+        else:
+            p.send_signal(sig)
+        rc = p.wait(timeout=60)
+        took = time.monotonic() - t
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL, log.read_text()
+        stop.set()
+        if feeder.is_alive():
+            feeder.join()
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    text = log.read_text()
+    assert rc == 0, text
+    assert took < 30, f"{took:.0f} s to stop:\n{text}"
+    assert "wsn-ingest stream:" in text and f"stopped by {sig.name}" in text, text
+    assert "Traceback" not in text, text
 
 
+# two stream processes (two JVMs) and a batch run: 186 s at a load average of 2-4 on the
+# 2-core machine, past the default 300 s at 6
+@pytest.mark.timeout(600)
 def test_kill_9_and_restart_equals_batch(
     spark: Any, spark_test_conf: dict[str, str], tmp_path: Path
 ) -> None:
-    landing, out, ck = tmp_path / "landing", tmp_path / "out", tmp_path / "ck"
+    """kill -9 in the middle of a micro-batch (after it wrote part of its tables, before
+    it committed), then a restart: the tables equal one batch run over the zone."""
+    landing, out = tmp_path / "landing", tmp_path / "out"
     files: list[list[Message | Bad]] = [
-        [
-            *steady(k * 180, (k + 1) * 180, devices=("esp32-01", "esp32-02", "pico-03")),
-            Bad(f"broken {k}", "malformed_json"),
-        ]
-        for k in range(4)
+        [*steady(k * 180, (k + 1) * 180, devices=("esp32-01", "pico-03")), Bad(f"bad {k}", "x")]
+        for k in range(3)
     ]
     write_zone(landing, files)
-    # first kill: in the split query, once it has finished a micro-batch (of four)
-    state = ck / "split-state"
-    p = _spawn(landing, out, ck, tmp_path / "run1.log", spark_test_conf)
-    _kill_when(p, lambda: state.is_dir() and any(state.glob("*.json")), tmp_path / "run1.log")
-    # second kill: in the aggregate query, after it has committed its first micro-batch
-    commits = ck / "aggregate" / "commits"
-    p = _spawn(landing, out, ck, tmp_path / "run2.log", spark_test_conf)
-    _kill_when(p, lambda: commits.is_dir() and any(commits.iterdir()), tmp_path / "run2.log")
-    # restart: runs to the end (all remaining files at once)
-    p = _spawn(landing, out, ck, tmp_path / "run3.log", spark_test_conf, max_files=None)
-    assert p.wait(timeout=240) == 0, (tmp_path / "run3.log").read_text()
-    log = (tmp_path / "run3.log").read_text()
-    assert "dropped by Spark  0" in log, log
-
-    batch = run_batch(spark, str(landing), str(tmp_path / "batch"), window="1 minute")
-    b_aggs = spark_aggregates(spark.read.parquet(str(tmp_path / "batch" / "aggregates")).collect())
-    s_aggs = spark_aggregates(spark.read.parquet(str(out / "aggregates")).drop("batch").collect())
-    last = max(m.received_at for f in files for m in f if isinstance(m, Message))
-    wm = last - timedelta(minutes=1)
-    want = closed(b_aggs, wm)
-    assert len(want) > 100 and len(want) < len(b_aggs)
-    assert_same_aggregates(s_aggs, want)
-
-    def rows(path: Path, fmt: str) -> Counter[str]:
-        df = spark.read.format(fmt).load(str(path))
-        return Counter(
-            repr(sorted((k, v) for k, v in r.asDict().items() if k != "batch"))
-            for r in df.collect()
-        )
-
-    assert rows(out / "quarantine", "json") == rows(tmp_path / "batch" / "quarantine", "json")
-    assert rows(out / "devices", "parquet") == rows(tmp_path / "batch" / "devices", "parquet")
-    assert batch.quarantined == {"malformed_json": len(files)}
-    assert not (out / "late").exists()
-
-
-def test_interval_trigger_picks_up_files_while_running(spark: Any, tmp_path: Path) -> None:
-    """`--trigger "1 second"`: both queries run side by side; a file that lands while they
-    run is aggregated; the run stops cleanly at --timeout."""
-    import threading
-
-    landing, out, ck = tmp_path / "landing", tmp_path / "out", tmp_path / "ck"
-    first, second = steady(0, 300), steady(300, 600)
-    write_zone(landing, [list(first)], first_seq=1)
-    later = threading.Timer(6.0, lambda: write_zone(landing, [list(second)], first_seq=2))
-    later.start()
-    opts = StreamOptions(
-        window="1 minute", watermark="1 minute", trigger="1 second", timeout=25.0, devices_every=5.0
-    )
+    write_parquet_messages(landing, landing_name(T0, 7, ".parquet"), steady(0, 100))  # copies
+    log = tmp_path / "run1.log"
+    p = _spawn(landing, out, log, spark_test_conf, "--max-files-per-trigger", "1")
+    staged = out / "aggregates" / "_staging"
     try:
-        s = run_stream(spark, str(landing), str(out), str(ck), opts)
+        _wait_for(p, lambda: "run 1 committed" in log.read_text() and staged.is_dir()
+                  and any(staged.rglob("*.parquet")), log)  # fmt: skip
     finally:
-        later.cancel()
-    assert s.lines == len(first) + len(second) and s.late == 0, s.to_dict()
-    got = spark_aggregates(spark.read.parquet(str(out / "aggregates")).drop("batch").collect())
-    wm = max(m.received_at for m in second) - timedelta(minutes=1)
-    # the aggregate query trails the split query by a trigger or two: every window it wrote
-    # is right, and it wrote at least those the first file's data closed
-    want = closed(expected_aggregates(first + second), wm)
-    assert set(got) <= set(want)
-    assert_same_aggregates(got, {k: want[k] for k in got})
-    assert len(got) >= len(closed(expected_aggregates(first), wm - timedelta(minutes=5)))
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    log2 = tmp_path / "run2.log"
+    p = _spawn(landing, out, log2, spark_test_conf, "--database", "wsn")
+    assert p.wait(timeout=300) == 0, log2.read_text()
+    assert "recovering" in log2.read_text(), log2.read_text()
+    assert not any((out / "aggregates").glob("_staging/r*/*")), "staging left behind"
+    db = new_database()
+    run_batch(spark, str(landing), str(tmp_path / "batch"), database=db)
+    # the stream's tables are in its own metastore (out/_catalog): read its files
+    from spark_ingest.plot import current_files
+
+    for t in ("aggregates", "device_quality", "quarantine"):
+        files_now = [str(f) for f in current_files(out / t)]
+        cols = [c for c in TABLES[t].data_columns if c not in PLACE]
+        got = sorted(map(repr, spark.read.parquet(*files_now).select(*cols).collect()))
+        want = sorted(map(repr, spark.table(f"{db}.{t}").select(*cols).collect()))
+        assert got == want, t
 
 
-def test_stream_landing_format_both_counts_each_id_once(spark: Any, tmp_path: Path) -> None:
-    """`--landing-format both`: each record in a .jsonl and a .parquet file. Copies in one
-    micro-batch and copies of what an earlier run already staged are both counted once:
-    aggregates, devices and late/ equal a single-format run."""
-    landing, out, ck = tmp_path / "landing", tmp_path / "out", tmp_path / "ck"
-    first, second = steady(0, 300), steady(300, 600)
-    write_zone(landing, [list(first)], first_seq=1)
-    s1 = run_stream(spark, str(landing), str(out), str(ck), OPTS)
-    assert (s1.messages, s1.duplicates) == (len(first), 0)
-    # the Parquet copy of run 1's file (seen in an earlier run), then a new record pair
-    write_parquet_messages(landing, landing_name(T0, 1, ".parquet"), first)
-    write_zone(landing, [list(second)], first_seq=2)
-    write_parquet_messages(landing, landing_name(T0 + timedelta(minutes=1), 2, ".parquet"), second)
-    s2 = run_stream(spark, str(landing), str(out), str(ck), OPTS)
-    n = len(first) + len(second)
-    assert (s2.files, s2.lines, s2.messages, s2.duplicates, s2.late) == (
-        3,
-        len(first) + 2 * len(second),
-        len(second),
-        n,
-        0,
-    )
-    assert s2.totals["duplicates"] == n and s2.totals["messages"] == n
-    assert s2.dropped_by_watermark == 0
-    assert f"duplicates        {n}" in s2.render()
-    devs = {r["producer"]: r for r in spark.read.parquet(str(out / "devices")).collect()}
-    assert sum(r["messages"] for r in devs.values()) == n
-    got = spark_aggregates(spark.read.parquet(str(out / "aggregates")).drop("batch").collect())
-    want = closed(expected_aggregates(first + second), _wm(s2.watermark))
-    assert len(want) > 10
-    assert_same_aggregates(got, want)
-    assert not (out / "late").exists()
+def test_no_copy_of_the_history_is_kept(spark: Any, tmp_path: Path) -> None:
+    """What a stream keeps besides its tables is small and does not grow with what it read:
+    no copy of the messages; a replaced partition version is deleted once `--retain` has
+    passed; the manifest's run records are compacted."""
+    landing, out, db = tmp_path / "landing", tmp_path / "out", new_database()
+    opts = Options(database=db, retain="0 seconds")
+    for k in range(3):
+        write_zone(landing, [list(steady(k * 20, k * 20 + 20))], first_seq=k + 1)
+        run_batch(spark, str(landing), str(out), opts=opts)
+    versions = sorted(p.name for p in (out / "aggregates").glob("date=*/hour=*/v*"))
+    assert versions == ["v00000003"], versions  # v1 and v2 were replaced and have expired
+    kept = {p.name for p in (out / "_ingest").iterdir() if not p.name.startswith(".")}
+    assert kept <= {"runs", "applied.json", "state-0000000000.json"}, kept
+    assert not any(out.rglob("staged")) and not any(out.rglob("*.jsonl"))

@@ -1,0 +1,99 @@
+"""`received_at` (and `event_time`) text -> a UTC timestamp, with a reason when refused.
+
+What is accepted (docs/spark_ingest.md, "Input"): every date-time RFC 3339 §5.6 allows (`T`,
+`t` or a space between date and time, `Z`/`z` or a `±hh:mm` offset, any number of fraction
+digits, a leap second), the ISO 8601 basic format the same instants are also written in
+(`20261121T050000Z`, `+0530`), and, as before, a time without an offset, read as UTC.
+Refused, each with its own reason: a date without a time of day (RFC 3339 has no such
+date-time; reading it as midnight made phantom gaps), a date or time that does not exist
+(`2026-02-30`, hour 24), anything else.
+
+Only Spark built-in expressions (no Python UDF: executors need nothing of this package).
+The gateway's own form (`2026-11-21T05:00:00.123456Z`) takes a fast path: checking the
+separators' positions is much cheaper than a regular expression on every line.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+# date, optional time (hh:mm, seconds and fraction optional), optional offset; extended
+# (`-`, `:`) or basic separators. Groups: 1 year, 2 month, 3 day, 4 time part, 5 hour,
+# 6 minute, 7 second, 8 fraction digits, 9 offset.
+DATE_TIME_RE = (
+    r"^(\d{4})-?(\d{2})-?(\d{2})"
+    r"([Tt ](\d{2}):?(\d{2})(?::?(\d{2})(?:[.,](\d+))?)?)?"
+    r"([Zz]|[+-]\d{2}(?::?\d{2})?)?$"
+)
+
+# refusal details (the quarantine's `detail` column)
+NOT_A_DATE_TIME = "not an RFC 3339 or ISO 8601 date-time"
+DATE_ONLY = "a date without a time of day"
+NO_SUCH_TIME = "no such date or time"
+
+
+def _canonical(s: Column) -> Column:
+    """`yyyy-mm-ddThh:mm:ss.ffffffZ`, the form the gateway writes (27 characters)."""
+    return (
+        (F.length(s) == 27)
+        & (F.substring(s, 5, 1) == "-")
+        & (F.substring(s, 11, 1) == "T")
+        & (F.substring(s, 20, 1) == ".")
+        & (F.substring(s, 27, 1) == "Z")
+    )
+
+
+def _part(s: Column, group: int) -> Column:
+    return F.regexp_extract(s, DATE_TIME_RE, group)
+
+
+def _general(s: Column) -> Column:
+    """The slow path: every accepted form, through make_timestamp (null when refused)."""
+    sec = F.when(_part(s, 7) == "", F.lit("0")).otherwise(_part(s, 7)).cast("int")
+    frac = F.when(
+        _part(s, 8) == "", F.lit(0.0)
+    ).otherwise(  # microseconds: digits beyond the sixth are dropped, as Spark does
+        F.concat(F.lit("0."), F.substring(_part(s, 8), 1, 6)).cast("double")
+    )
+    # a leap second (hh:mm:60, RFC 3339 §5.6) is the last microsecond of the minute
+    seconds = F.when(sec == 60, F.lit(59.999999)).otherwise(sec + frac).cast("decimal(8,6)")
+    off = _part(s, 9)
+    zone = (
+        F.when((off == "") | (F.upper(off) == "Z"), F.lit("UTC"))
+        .when(F.length(off) == 3, F.concat(off, F.lit(":00")))
+        .when(
+            F.length(off) == 5, F.concat(F.substring(off, 1, 3), F.lit(":"), F.substring(off, 4, 2))
+        )
+        .otherwise(off)
+    )
+    return F.try_make_timestamp(
+        _part(s, 1).cast("int"),
+        _part(s, 2).cast("int"),
+        _part(s, 3).cast("int"),
+        _part(s, 5).cast("int"),
+        _part(s, 6).cast("int"),
+        seconds,
+        zone,
+    )
+
+
+def parse(text: Column) -> Column:
+    """`text` as a timestamp (UTC), null when refused (see refusal)."""
+    s = F.trim(text)
+    return (
+        F.when(_canonical(s), F.try_to_timestamp(s))
+        .when(s.rlike(DATE_TIME_RE) & (_part(s, 4) != ""), _general(s))
+        .otherwise(F.lit(None).cast("timestamp"))
+    )
+
+
+def refusal(text: Column) -> Column:
+    """Why `parse(text)` is null, in words (null when it is not)."""
+    s = F.trim(text)
+    return (
+        F.when(text.isNull(), F.lit(None))
+        .when(~s.rlike(DATE_TIME_RE), F.lit(NOT_A_DATE_TIME))
+        .when(_part(s, 4) == "", F.lit(DATE_ONLY))
+        .when(parse(text).isNull(), F.lit(NO_SUCH_TIME))
+    )

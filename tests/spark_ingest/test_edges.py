@@ -1,0 +1,128 @@
+"""Robust edges (issue 24, point 4): what `received_at` may be (RFC 3339 and the ISO 8601
+basic format) and why anything else is refused; a UTF-8 byte-order mark; a damaged Parquet
+file said in one line and quarantined while the run goes on; the gap rule under bursts,
+rate changes and jitter."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ingest_data import T0, msg, new_database, write_zone
+
+from spark_ingest import timestamps
+from spark_ingest.batch import run_batch
+from spark_ingest.synth import landing_name, producer_of, publish, write_parquet_messages
+
+pytestmark = pytest.mark.spark
+
+ACCEPTED = {
+    "2026-11-21T05:00:00.123456Z": datetime(2026, 11, 21, 5, 0, 0, 123456),
+    "2026-11-21t05:00:00z": datetime(2026, 11, 21, 5, 0),  # RFC 3339 §5.6: t and z
+    "2026-11-21 05:00:00Z": datetime(2026, 11, 21, 5, 0),  # RFC 3339 §5.6: a space
+    "2026-11-21T06:30:00+01:30": datetime(2026, 11, 21, 5, 0),
+    "2026-11-21T00:00:00-05:00": datetime(2026, 11, 21, 5, 0),
+    "2026-11-21T05:00:00.1234567891Z": datetime(2026, 11, 21, 5, 0, 0, 123456),
+    "2026-11-21T05:00:00,5Z": datetime(2026, 11, 21, 5, 0, 0, 500000),  # ISO 8601 comma
+    "20261121T050000Z": datetime(2026, 11, 21, 5, 0),  # ISO 8601 basic format
+    "20261121T063000+0130": datetime(2026, 11, 21, 5, 0),
+    "2026-11-21T05:00Z": datetime(2026, 11, 21, 5, 0),  # reduced precision (ISO 8601)
+    "2026-12-31T23:59:60Z": datetime(2026, 12, 31, 23, 59, 59, 999999),  # leap second
+    "2026-11-21T05:00:00": datetime(2026, 11, 21, 5, 0),  # no offset: UTC, as before
+    " 2026-11-21T05:00:00Z ": datetime(2026, 11, 21, 5, 0),
+}
+REFUSED = {
+    "2026-11-21": timestamps.DATE_ONLY,
+    "20261121": timestamps.DATE_ONLY,
+    "2026-02-30T00:00:00Z": timestamps.NO_SUCH_TIME,
+    "2026-11-21T24:00:00Z": timestamps.NO_SUCH_TIME,
+    "2026-11-21T05:61:00Z": timestamps.NO_SUCH_TIME,
+    "yesterday": timestamps.NOT_A_DATE_TIME,
+    "2026-W47-5T05:00:00Z": timestamps.NOT_A_DATE_TIME,  # week dates: not RFC 3339
+    "1732165200": timestamps.NOT_A_DATE_TIME,
+}
+
+
+def test_received_at_forms(spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    rows = [(k,) for k in [*ACCEPTED, *REFUSED]]
+    df = spark.createDataFrame(rows, "s string").select(
+        "s", timestamps.parse(F.col("s")).alias("t"), timestamps.refusal(F.col("s")).alias("why")
+    )
+    got = {r["s"]: (r["t"], r["why"]) for r in df.collect()}
+    for text, want in ACCEPTED.items():
+        assert got[text] == (want, None), text
+    for text, why in REFUSED.items():
+        assert got[text] == (None, why), text
+
+
+def _bom_zone(landing: Path) -> None:
+    ok = msg(5, producer_of("esp32-01"), "esp32-01/temperature", {"value": "20"})
+    date_only = json.loads(ok.to_json()) | {"id": "d1", "received_at": "2026-11-21"}
+    lower = json.loads(ok.to_json()) | {"id": "l1", "received_at": "2026-11-21t05:00:30z"}
+    lines = [ok.to_json(), json.dumps(date_only), json.dumps(lower)]
+    publish(landing, landing_name(T0, 1), ("\ufeff" + "\n".join(lines) + "\n").encode())
+
+
+def test_bom_date_only_and_a_damaged_parquet_file(spark: Any, tmp_path: Path) -> None:
+    """A file starting with a UTF-8 BOM is read; a date-only received_at is quarantined with
+    its reason in words; a truncated Parquet file is said in one line, quarantined as a
+    file, and the rest of the run goes on (exit 0, its other files aggregated)."""
+    landing = tmp_path / "landing"
+    _bom_zone(landing)
+    whole = write_parquet_messages(
+        landing, landing_name(T0, 2, ".parquet"),
+        [msg(40, producer_of("esp32-02"), "esp32-02/temperature", {"value": "21"})],
+    )  # fmt: skip
+    torn = landing / landing_name(T0, 3, ".parquet")
+    torn.write_bytes(whole.read_bytes()[:-20])  # cut short: no footer
+    db = new_database()
+    said: list[str] = []
+    s = run_batch(spark, str(landing), str(tmp_path / "out"), database=db, progress=said.append)
+    assert (s.files, s.messages) == (3, 3)
+    assert s.quarantined == {"bad_received_at": 1, "damaged_file": 1}
+    assert list(s.damaged) and "truncated" in next(iter(s.damaged.values()))
+    warning = [m for m in said if "damaged landing file" in m]
+    assert len(warning) == 1 and "\n" not in warning[0] and torn.name in warning[0]
+    assert f"DAMAGED FILE      {torn.name}" in s.render()
+    q = {r["reason"]: r for r in spark.table(f"{db}.quarantine").collect()}
+    assert (
+        q["bad_received_at"]["detail"] == "received_at '2026-11-21': a date without a time of day"
+    )
+    assert q["damaged_file"]["source_file"].endswith(torn.name) and q["damaged_file"]["raw"] is None
+    counts = {r["device_id"]: r["messages"] for r in spark.table(f"{db}.devices").collect()}
+    assert counts == {"esp32-01": 2, "esp32-02": 1}
+
+
+def _series(device: str, times: list[float]) -> list[Any]:
+    return [msg(t, producer_of(device), f"{device}/temperature", {"value": "1"}) for t in times]
+
+
+def test_the_gap_rule_survives_bursts_rate_changes_and_jitter(spark: Any, tmp_path: Path) -> None:
+    # a 10 s device silent for 5 minutes, which then flushes 30 buffered readings at once
+    flush = [
+        *[t * 10.0 for t in range(30)],
+        *[590 + k * 0.001 for k in range(30)],
+        *[600 + t * 10.0 for t in range(30)],
+    ]
+    # 1 s for two minutes, then every 3.5 s with a second of jitter: a new rate, no gap
+    jitter = [(0.6, -0.4, 0.1, 0.5, -0.2)[k % 5] for k in range(40)]
+    rate = [*[float(t) for t in range(120)], *[120 + 3.5 * k + jitter[k] for k in range(1, 40)]]
+    # 10 s, then two silences with one message between them: two gaps
+    twice = [*[t * 10.0 for t in range(20)], 400.0, 700.0, *[710 + t * 10.0 for t in range(20)]]
+    landing = tmp_path / "landing"
+    write_zone(landing, [[*_series("flush-01", flush), *_series("rate-02", rate),
+                          *_series("twice-03", twice)]])  # fmt: skip
+    db = new_database()
+    run_batch(spark, str(landing), str(tmp_path / "out"), database=db)
+    devs = {r["device_id"]: r for r in spark.table(f"{db}.devices").collect()}
+    assert {d: devs[d]["gap_count"] for d in devs} == {"flush-01": 1, "rate-02": 0, "twice-03": 2}
+    dq = [r for r in spark.table(f"{db}.device_quality").collect() if r["device_id"] == "flush-01"]
+    (gap,) = [r for r in dq if r["gaps"]]
+    assert gap["window_start"] == datetime(2026, 11, 21, 5, 9) and gap["missed"] == 29
+    assert devs["flush-01"]["period_s"] == 10.0
+    assert devs["rate-02"]["period_s"] == pytest.approx(3.5, abs=0.6)

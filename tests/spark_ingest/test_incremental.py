@@ -1,0 +1,150 @@
+"""Incremental batch (issue 24, point 1): a run reads only the files it has not read, and
+the tables after any number of runs equal one full run over the same zone, with late lines,
+a site's files uploaded again, gaps across runs, and a run stopped at its two dangerous
+points (after writing, before committing; after committing, before publishing)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ingest_data import (
+    P3,
+    Bad,
+    Message,
+    msg,
+    new_database,
+    reading,
+    steady,
+    write_zone,
+)
+
+from spark_ingest.batch import run_batch
+from spark_ingest.engine import Run
+from spark_ingest.options import Options
+from spark_ingest.schema import TABLES
+
+pytestmark = pytest.mark.spark
+
+PLACE = ("site", "source_file", "closed_until", "last_file_at", "files")
+COMPARED = ("aggregates", "device_quality", "site_quality", "quarantine", "devices", "sites")
+
+
+def _rows(spark: Any, db: str, t: str) -> list[str]:
+    cols = [c for c in TABLES[t].columns if c not in PLACE]
+    return sorted(map(repr, spark.table(f"{db}.{t}").select(*cols).collect()))
+
+
+def _zone_parts() -> list[list[list[Message | Bad]]]:
+    """Four deliveries: steady readings from three devices (one slow: every 5 minutes), a
+    heartbeat with a silence across two deliveries, a burst, late lines, bad lines."""
+    slow = [reading(s, "http://127.0.0.1:9005/wsn/producer", "slow-05/temperature", f"{s}")
+            for s in range(0, 3600, 300)]  # fmt: skip
+    hb = "pico-03/heartbeat"
+    beats = [msg(s, P3, hb, {"seq": str(s)}) for s in (*range(0, 600, 10), *range(900, 1500, 10))]
+    burst = [msg(1500 + k * 0.002, P3, hb, {"seq": f"b{k}"}) for k in range(20)]
+    parts: list[list[list[Message | Bad]]] = [
+        [[*steady(0, 600), *slow[:2], *beats[:60]]],
+        [[*steady(600, 1200), *slow[2:4], Bad("{torn", "malformed_json")]],
+        [[*steady(1200, 1800), *slow[4:6], *beats[60:], *burst],
+         [reading(650, "http://127.0.0.1:9001/wsn/producer", "esp32-01/temperature", "50.5")]],
+        [[*steady(1800, 2400), *slow[6:]]],
+    ]  # fmt: skip
+    return parts
+
+
+def test_incremental_runs_equal_one_full_run(spark: Any, tmp_path: Path) -> None:
+    zone, out, db = tmp_path / "landing", tmp_path / "out", new_database()
+    seq = 1
+    summaries = []
+    for k, delivery in enumerate(_zone_parts()):
+        write_zone(zone, delivery, first_seq=seq)
+        seq += len(delivery)
+        if k == 2:  # the site's first file, uploaded again under another name
+            first = sorted(zone.glob("landing-*-000001.jsonl"))[0]
+            shutil.copy(first, zone / "landing-20261121T090000-000099.jsonl")
+        summaries.append(run_batch(spark, str(zone), str(out), database=db))
+    # each run read its new files only, and again at most the few files whose lines share
+    # the windows of the new ones
+    assert [s.files for s in summaries] == [1, 1, 3, 1]
+    assert all(s.reread <= 3 for s in summaries), [s.reread for s in summaries]
+    assert summaries[2].duplicates == len(_zone_parts()[0][0])  # the copy: all duplicates
+    assert summaries[2].late > 0  # the line for 05:10 arrived after that window had closed
+
+    full = new_database()
+    f = run_batch(spark, str(zone), str(tmp_path / "full"), database=full, full=True)
+    assert f.files == 6 and f.full
+    for t in COMPARED:
+        assert _rows(spark, db, t) == _rows(spark, full, t), t
+    devices = {r["device_id"]: r for r in spark.table(f"{db}.devices").collect()}
+    assert devices["pico-03"]["gap_count"] == 1  # 600 -> 900 s; the burst is no interval
+    assert devices["slow-05"]["gap_count"] == 0 and devices["slow-05"]["period_s"] == 300.0
+
+
+def test_full_flag_rebuilds_and_new_options_need_it(spark: Any, tmp_path: Path) -> None:
+    zone, out, db = tmp_path / "landing", tmp_path / "out", new_database()
+    write_zone(zone, [list(steady(0, 300))])
+    run_batch(spark, str(zone), str(out), database=db)
+    before = _rows(spark, db, "aggregates")
+    with pytest.raises(ValueError, match="--full"):
+        run_batch(spark, str(zone), str(out), database=db, window="10 seconds")
+    s = run_batch(spark, str(zone), str(out), database=db, full=True)
+    assert s.files == 1 and s.partitions["aggregates"] == 1
+    assert _rows(spark, db, "aggregates") == before
+    versions = sorted(p.name for p in (out / "aggregates").glob("date=*/hour=*/v*"))
+    assert versions == ["v00000001", "v00000002"]  # the old one kept for --retain
+    s = run_batch(spark, str(zone), str(out), database=db, window="10 seconds", full=True)
+    assert spark.table(f"{db}.aggregates").count() > len(before)
+
+
+@pytest.mark.parametrize("where", ["write", "publish"])
+def test_a_run_stopped_midway_leaves_nothing_wrong(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A run that dies after writing its partitions but before committing leaves nothing a
+    reader sees and nothing the next run keeps; one that dies after committing, before
+    publishing, is published by the next run. Either way the tables end equal to a clean
+    run's."""
+    zone, out, db = tmp_path / "landing", tmp_path / "out", new_database()
+    write_zone(zone, [list(steady(0, 300))])
+    run_batch(spark, str(zone), str(out), database=db)
+    late = reading(30, "http://127.0.0.1:9001/wsn/producer", "esp32-01/temperature", "1.5")
+    write_zone(zone, [[*steady(300, 600), late]], first_seq=2)
+    target = {"write": "_write", "publish": "publish"}[where]
+    real = getattr(Run, target)
+
+    def dies(self: Run, *a: Any, **k: Any) -> Any:
+        if where == "write":
+            real(self, *a, **k)  # the staged partitions are written, then the process dies
+        raise KeyboardInterrupt("stopped")
+
+    monkeypatch.setattr(Run, target, dies)
+    visible = _rows(spark, db, "aggregates")
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(spark, str(zone), str(out), database=db)
+    monkeypatch.undo()
+    assert _rows(spark, db, "aggregates") == visible  # readers saw nothing of it
+    seen: list[str] = []
+    s = run_batch(spark, str(zone), str(out), database=db, progress=seen.append)
+    assert any(m.startswith("recovering") for m in seen), seen
+    assert s.files == (1 if where == "write" else 0)
+    clean = new_database()
+    run_batch(spark, str(zone), str(tmp_path / "clean"), database=clean, full=True)
+    for t in COMPARED:
+        assert _rows(spark, db, t) == _rows(spark, clean, t), t
+    assert not list(out.glob("*/_staging/r*"))
+
+
+def test_a_file_changed_after_it_was_read_is_reported_not_read_twice(
+    spark: Any, tmp_path: Path
+) -> None:
+    zone, out, db = tmp_path / "landing", tmp_path / "out", new_database()
+    (path,) = write_zone(zone, [list(steady(0, 60))])
+    run_batch(spark, str(zone), str(out), database=db)
+    with open(path, "a") as fh:
+        fh.write(msg(65, P3, "pico-03/heartbeat", {"seq": "x"}).to_json() + "\n")
+    s = run_batch(spark, str(zone), str(out), opts=Options(database=db))
+    assert [p.rsplit("/", 1)[-1] for p in s.changed] == [path.name] and s.files == 0
+    assert "changed since read 1" in s.render()
