@@ -18,9 +18,9 @@ consumer endpoint.
   exponential backoff (initial * 2^n, capped, times a random factor in [0.5, 1]). A
   consumer endpoint that starts failing is one WARNING with the error (`consumer_failing`:
   connection refused, timeout, HTTP 503...), its recovery another (`consumer_recovered`);
-  at most STATE_LOG_BURST such lines in a row, then one per second with a count of the
-  ones left out. Each subscription keeps its endpoint's last error and the time of its
-  last 2xx (`state`).
+  at most STATE_LOG_BURST (gateway/delivery_statelog.py) such lines in a row, then one per
+  second with a count of the ones left out. Each subscription keeps its endpoint's last
+  error and the time of its last 2xx (`state`).
 - Bounds: at most --max-delivery-connections outgoing connections in all and
   --max-consumer-connections per consumer host (gateway/delivery_http.py).
 - Isolation: each endpoint has its own asyncio task and HTTP timeout, so a slow or dead
@@ -49,14 +49,13 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
-from dataclasses import dataclass, field
 from operator import itemgetter
-
-from lxml import etree
 
 from gateway import loops, oplog
 from gateway.consumer_policy import ConsumerPolicy
 from gateway.delivery_acks import RowDeletions
+from gateway.delivery_endpoints import Endpoint, Queue
+from gateway.delivery_endpoints import Target as Target  # re-exported: callers build it
 from gateway.delivery_http import (
     LIMIT_PER_HOST,
     LIMIT_TOTAL,
@@ -65,83 +64,15 @@ from gateway.delivery_http import (
     message_id,
 )
 from gateway.delivery_pacing import Pacer
+from gateway.delivery_statelog import StateLog
 from gateway.metrics import Metrics
 from gateway.storage import Storage
-from gateway.wire import ns
-from gateway.wire.addressing import Epr
 
 log = logging.getLogger("gateway.delivery")
 
 #: seconds between two "backlog full" lines of one subscription (the later one has the count)
 DROP_LOG_INTERVAL = 60.0
-#: consumer_failing / consumer_recovered lines logged in a row before one per second
-STATE_LOG_BURST = 20
 _seq_of = itemgetter(0)
-
-
-@dataclass
-class Target:
-    """Where and how one subscription's messages go."""
-
-    sub_id: str
-    consumer: Epr
-    raw: bool
-    soap_version: str = ns.SOAP12
-
-    def endpoint_key(self) -> Hashable:
-        """Equal for subscriptions whose messages may share one Notify request."""
-        if self.raw:
-            return ("raw", self.sub_id)
-        # exclusive c14n: namespace declarations the parameter does not use (they differ with
-        # the envelope a client happened to send) do not split one consumer in two
-        rps = tuple(
-            etree.tostring(rp, method="c14n", exclusive=True).decode()
-            for rp in self.consumer.reference_parameters
-        )
-        return ("wrapped", self.consumer.address, self.soap_version, rps)
-
-
-@dataclass
-class _Queue:
-    """One subscription's pending messages (seq order) and counters."""
-
-    target: Target
-    endpoint: _Endpoint
-    items: list[tuple[int, str]] = field(default_factory=list)  # (seq, xml) sorted by seq
-    paused: bool = False
-    dead: bool = False  # reported to on_dead; never sent again
-    delivered: int = 0
-    dropped: int = 0
-    #: monotonic time each seq was queued (for wsn_delivery_latency_seconds); seqs reloaded
-    #: after a restart have none and are not observed
-    queued_at: dict[int, float] = field(default_factory=dict)
-    last_delivery: float | None = None  # wall-clock epoch seconds of the last 2xx answer
-    drop_logged_at: float | None = None  # monotonic time of the last "backlog full" line
-    drops_unlogged: int = 0  # dropped since that line
-
-    @property
-    def sendable(self) -> bool:
-        return bool(self.items) and not self.paused and not self.dead
-
-
-@dataclass
-class _Endpoint:
-    """One consumer endpoint: the worker, its backoff state and its subscriptions."""
-
-    key: Hashable
-    target: Target  # address, SOAP version, reference parameters (any member's)
-    queues: dict[str, _Queue] = field(default_factory=dict)
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
-    failing_since: float | None = None
-    attempts: int = 0
-    requests: int = 0
-    failures: int = 0  # failed requests so far (attempts: the current streak)
-    peer: str | None = None  # the broker id it answered with (gateway/loops.py)
-    started: float | None = None  # monotonic time the last request started
-    window: int = -1  # the pacing window in which it last started one
-    last_error: str | None = None  # why the last failed request failed
-    last_error_at: float | None = None  # wall-clock epoch seconds of it
 
 
 def _tagged(sub_id: str, items: list[tuple[int, str]]) -> Iterator[tuple[int, str, str]]:
@@ -182,12 +113,12 @@ class DeliveryManager:
         self.loop_id = loop_id or loops.new_loop_id()
         # seq -> the brokers a queued message went through (edge:Via); in memory only
         self._via: dict[int, tuple[str, ...]] = {}
-        self._queues: dict[str, _Queue] = {}
-        self._endpoints: dict[Hashable, _Endpoint] = {}
+        self._queues: dict[str, Queue] = {}
+        self._endpoints: dict[Hashable, Endpoint] = {}
         self._sender = NotifySender(
             self.policy, self.loop_id, timeout, max_answer_bytes, max_connections, max_per_consumer
         )
-        self._state_log = _StateLog()
+        self._state_log = StateLog()
         self._closing = False
         self._bg: set[asyncio.Future[None]] = set()  # on_dead calls
         self._rows = RowDeletions(storage)
@@ -215,10 +146,10 @@ class DeliveryManager:
         key = target.endpoint_key()
         ep = self._endpoints.get(key)
         if ep is None:
-            ep = _Endpoint(key, target)
+            ep = Endpoint(key, target)
             self._endpoints[key] = ep
             ep.task = asyncio.create_task(self._worker(ep), name=f"deliver-{target.sub_id}")
-        q = _Queue(target, ep, paused=paused)
+        q = Queue(target, ep, paused=paused)
         self._queues[target.sub_id] = q
         ep.queues[target.sub_id] = q
 
@@ -353,13 +284,13 @@ class DeliveryManager:
         if gone:
             self._rows.forget(gone)
 
-    def _dropped(self, q: _Queue, seqs: list[int]) -> None:
+    def _dropped(self, q: Queue, seqs: list[int]) -> None:
         for s in seqs:
             q.queued_at.pop(s, None)
         self.metrics.delivered("dropped", len(seqs))
         self._log_dropped(q, len(seqs))
 
-    def _log_dropped(self, q: _Queue, n: int) -> None:
+    def _log_dropped(self, q: Queue, n: int) -> None:
         """One WARNING when the subscription starts dropping, then at most one per
         DROP_LOG_INTERVAL with the count since the previous line (as gateway.http_limits
         does for dropped clients); `remove` logs what is left uncounted."""
@@ -384,7 +315,7 @@ class DeliveryManager:
             )  # fmt: skip
 
     # ---- the worker ----
-    def _next_batch(self, ep: _Endpoint) -> list[tuple[int, str, str]]:
+    def _next_batch(self, ep: Endpoint) -> list[tuple[int, str, str]]:
         """Up to one request's worth of (seq, sub_id, xml), oldest first over the
         endpoint's sendable subscriptions: a prefix of each one's queue, so each
         subscription's order is kept."""
@@ -396,7 +327,7 @@ class DeliveryManager:
         streams = [_tagged(sid, items) for sid, items in ready]
         return list(itertools.islice(heapq.merge(*streams), n))
 
-    async def _worker(self, ep: _Endpoint) -> None:
+    async def _worker(self, ep: Endpoint) -> None:
         while not self._closing:
             batch = self._next_batch(ep)
             if not batch:
@@ -453,7 +384,7 @@ class DeliveryManager:
             )
             await asyncio.sleep(delay)
 
-    def _delivered(self, ep: _Endpoint, batch: list[tuple[int, str, str]]) -> None:
+    def _delivered(self, ep: Endpoint, batch: list[tuple[int, str, str]]) -> None:
         """The consumer answered 2xx for `batch`: out of the queues, counted, rows deleted."""
         via = self._via
         if via:
@@ -498,7 +429,7 @@ class DeliveryManager:
         ep.failing_since = None
         self._rows.ack([seq for seq, _, _ in batch])
 
-    def _dead(self, ep: _Endpoint, failing_for: float, why: str) -> None:
+    def _dead(self, ep: Endpoint, failing_for: float, why: str) -> None:
         """End the subscriptions that were waiting on this dead consumer. Paused ones (and
         ones with nothing queued) were not trying to deliver and stay; they start a fresh
         failure window."""
@@ -524,38 +455,3 @@ class DeliveryManager:
                 fut.add_done_callback(self._bg.discard)
         ep.failing_since = None
         ep.attempts = 0
-
-
-class _StateLog:
-    """consumer_failing / consumer_recovered lines (WARNING), STATE_LOG_BURST in a row, then
-    at most one per second; what is left out is summed up in one line a second later
-    (`consumer_lines_left_out`): 1,200 consumers that fail at once are not 1,200 lines."""
-
-    def __init__(self) -> None:
-        self._tokens = float(STATE_LOG_BURST)
-        self._at = time.monotonic()
-        self._left_out: dict[str, int] = {}
-        self._summary: asyncio.TimerHandle | None = None
-
-    def line(self, name: str, message: str, **fields: object) -> None:
-        now = time.monotonic()
-        self._tokens = min(float(STATE_LOG_BURST), self._tokens + (now - self._at))
-        self._at = now
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
-            oplog.event(name, message, level=logging.WARNING, **fields)
-            return
-        self._left_out[name] = self._left_out.get(name, 0) + 1
-        if self._summary is None:
-            self._summary = asyncio.get_running_loop().call_later(1.0, self._summarize)
-
-    def _summarize(self) -> None:
-        self._summary = None
-        counts, self._left_out = self._left_out, {}
-        if counts:
-            oplog.event(
-                "consumer_lines_left_out",
-                "more consumer endpoints changed state than are logged one by one (/status)",
-                level=logging.WARNING,
-                **counts,
-            )

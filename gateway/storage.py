@@ -30,14 +30,19 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from gateway.storage_accept import Accept, accept_shared
 from gateway.storage_accept import AcceptBatch as AcceptBatch  # re-exported: callers build it
 from gateway.storage_accept import AcceptResult as AcceptResult
 from gateway.storage_demand import DemandTables
+from gateway.storage_landing import LandingTables
+from gateway.storage_rows import Pending as Pending  # re-exported: callers name the rows here
+from gateway.storage_rows import RegistrationRow as RegistrationRow
+from gateway.storage_rows import Snapshot as Snapshot
+from gateway.storage_rows import StorageError as StorageError
+from gateway.storage_rows import SubscriptionRow as SubscriptionRow
 from gateway.storage_schema import AFTER_SUBREF, prepare
 from gateway.storage_seen import SEEN_SCHEMA, SeenKey, is_seen, record_seen
 
@@ -59,59 +64,7 @@ def free_bytes(d: Path) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
-class Pending(NamedTuple):
-    """A stored message not yet delivered or taken (gateway/storage_schema.py)."""
-
-    seq: int
-    owner: str  # the subscription (deliveries) or pull point (pp_messages)
-    sub_id: str | None  # the subscription it was rendered for (None: a Notify to a pull point)
-    xml: str
-    #: `xml` is what follows the subscription's wsnt:SubscriptionReference in its
-    #: NotificationMessage (notify.wrapped_message makes the whole); else the whole message
-    after_subref: bool
-
-
-class StorageError(Exception):
-    """A storage operation failed (disk full, database locked...); str(e) says why."""
-
-
-@dataclass
-class SubscriptionRow:
-    id: str
-    consumer: str
-    filter: str | None
-    policy: str | None
-    raw: bool
-    created: float
-    termination: float | None
-    paused: bool
-    pullpoint: str | None
-    dialect: str | None
-    soap: str | None = None
-
-
-@dataclass
-class RegistrationRow:
-    id: str
-    publisher: str | None
-    topics: str  # JSON
-    demand: bool
-    created: float
-    termination: float | None
-    device_id: str | None
-
-
-@dataclass
-class Snapshot:
-    subscriptions: list[SubscriptionRow]
-    deliveries: list[Pending]  # seq order
-    pullpoints: list[tuple[str, float, int]]  # (id, created, queued count)
-    registrations: list[RegistrationRow]
-    current: list[tuple[str, str, str]]
-    grown: list[tuple[str, str]]
-
-
-class Storage(DemandTables):
+class Storage(DemandTables, LandingTables):
     def __init__(
         self,
         path: Path,
@@ -247,6 +200,11 @@ class Storage(DemandTables):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._tx, fn)
 
+    def _sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn` in one transaction on the writer thread and wait (start and recovery
+        only: it blocks the caller)."""
+        return self._executor.submit(self._tx, fn).result()
+
     def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn = self._conn
         if conn is None:
@@ -280,19 +238,9 @@ class Storage(DemandTables):
         """Raise StorageError unless a transaction can run now."""
         await self._run(lambda c: c.execute("SELECT 1").fetchone())
 
-    async def landing_lag(self) -> tuple[int, str | None]:
-        """(rows in the JSON-lines landing outbox, the oldest row's line or None)."""
-
-        def fn(c: sqlite3.Connection) -> tuple[int, str | None]:
-            n = int(c.execute("SELECT count(*) FROM landing_outbox").fetchone()[0])
-            row = c.execute("SELECT line FROM landing_outbox ORDER BY seq LIMIT 1").fetchone()
-            return n, (str(row[0]) if row else None)
-
-        return await self._run(fn)
-
     # ---- load everything at start ----
     def load(self) -> Snapshot:
-        return self._executor.submit(self._tx, self._load).result()
+        return self._sync(self._load)
 
     @staticmethod
     def _load(c: sqlite3.Connection) -> Snapshot:
@@ -512,94 +460,3 @@ class Storage(DemandTables):
                 "UPDATE registrations SET termination=? WHERE id=?", (termination, reg_id)
             )
         )
-
-    # ---- landing outbox ----
-    async def landing_pending(self, limit: int) -> list[tuple[int, str, str]]:
-        def fn(c: sqlite3.Connection) -> list[tuple[int, str, str]]:
-            return [
-                (r[0], r[1], r[2])
-                for r in c.execute(
-                    "SELECT seq, msg_id, line FROM landing_outbox ORDER BY seq LIMIT ?", (limit,)
-                )
-            ]
-
-        return await self._run(fn)
-
-    async def landing_done(self, up_to_seq: int) -> None:
-        """Delete the outbox rows up to `up_to_seq` (written to a landing file). Joins the
-        group commit (`_grouped`): the landing writer runs about once per group of
-        Notify, and a transaction of its own would cost a second fsync each time."""
-
-        def fn(c: sqlite3.Connection) -> None:
-            c.execute("DELETE FROM landing_outbox WHERE seq<=?", (up_to_seq,))
-
-        await self._grouped(fn)
-
-    async def landing_forget_ids(self, ids: Sequence[str]) -> None:
-        def fn(c: sqlite3.Connection) -> None:
-            c.executemany("DELETE FROM landing_outbox WHERE msg_id=?", [(i,) for i in ids])
-
-        await self._run(fn)
-
-    def landing_forget_ids_sync(self, ids: Sequence[str]) -> None:
-        def fn(c: sqlite3.Connection) -> None:
-            c.executemany("DELETE FROM landing_outbox WHERE msg_id=?", [(i,) for i in ids])
-
-        self._executor.submit(self._tx, fn).result()
-
-    # ---- Parquet landing outbox (gateway.landing_parquet) ----
-    async def parquet_outbox_stats(self) -> tuple[int, int, int]:
-        """(rows, bytes of their JSON lines, highest seq or 0) waiting in the outbox."""
-
-        def fn(c: sqlite3.Connection) -> tuple[int, int, int]:
-            r = c.execute(
-                "SELECT count(*), coalesce(sum(length(line)), 0), coalesce(max(seq), 0)"
-                " FROM landing_outbox_parquet"
-            ).fetchone()
-            return int(r[0]), int(r[1]), int(r[2])
-
-        return await self._run(fn)
-
-    async def parquet_pending(
-        self, after_seq: int, up_to_seq: int, limit: int
-    ) -> list[tuple[int, str, str]]:
-        def fn(c: sqlite3.Connection) -> list[tuple[int, str, str]]:
-            return [
-                (r[0], r[1], r[2])
-                for r in c.execute(
-                    "SELECT seq, msg_id, line FROM landing_outbox_parquet"
-                    " WHERE seq>? AND seq<=? ORDER BY seq LIMIT ?",
-                    (after_seq, up_to_seq, limit),
-                )
-            ]
-
-        return await self._run(fn)
-
-    async def parquet_file_written(self, tmp_name: str, up_to_seq: int) -> None:
-        """One transaction: the complete temporary file `tmp_name` now owns the outbox rows
-        up to `up_to_seq` (they are deleted; recovery publishes the file)."""
-
-        def fn(c: sqlite3.Connection) -> None:
-            c.execute("DELETE FROM landing_outbox_parquet WHERE seq<=?", (up_to_seq,))
-            c.execute("INSERT OR REPLACE INTO landing_parquet_files VALUES (?)", (tmp_name,))
-
-        await self._run(fn)
-
-    async def parquet_file_published(self, tmp_name: str) -> None:
-        await self._run(
-            lambda c: c.execute("DELETE FROM landing_parquet_files WHERE name=?", (tmp_name,))
-        )
-
-    def parquet_files_sync(self) -> list[str]:
-        """Temporary Parquet files recorded complete but maybe not renamed yet (recovery)."""
-
-        def fn(c: sqlite3.Connection) -> list[str]:
-            return [r[0] for r in c.execute("SELECT name FROM landing_parquet_files")]
-
-        return self._executor.submit(self._tx, fn).result()
-
-    def parquet_file_published_sync(self, tmp_name: str) -> None:
-        def fn(c: sqlite3.Connection) -> None:
-            c.execute("DELETE FROM landing_parquet_files WHERE name=?", (tmp_name,))
-
-        self._executor.submit(self._tx, fn).result()

@@ -28,8 +28,10 @@ LAYERS: list[tuple[str, set[str]]] = [
     }),
     ("state/store/delivery", {
         "state", "followers", "longpoll", "oplog", "render", "dedupe", "metrics",
-        "storage", "storage_accept", "storage_demand", "storage_schema", "storage_seen",
-        "delivery", "delivery_acks", "delivery_http", "delivery_pacing",
+        "storage", "storage_accept", "storage_demand", "storage_landing", "storage_rows",
+        "storage_schema", "storage_seen",
+        "delivery", "delivery_acks", "delivery_endpoints", "delivery_http", "delivery_pacing",
+        "delivery_statelog",
         "landing", "landing_files", "landing_parquet", "landing_record",
         "demand_messages", "demand_client",
     }),
