@@ -20,9 +20,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(entry)
 
 
-@pytest.fixture(scope="session", params=sorted(FIRMWARES))
+# module scope, not session: an idle QEMU board spins a host core, and a session-scoped
+# board stayed up through every later test (the Spark suite ran on one core)
+@pytest.fixture(scope="module", params=sorted(FIRMWARES))
 def board(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any]]:
-    """A booted QEMU board per firmware variant (default heap, 64 KiB heap); always killed."""
+    """A booted QEMU board per firmware variant (default heap, 64 KiB heap), killed when
+    the module's tests are done."""
     variant: str = request.param
     fw = firmware_path(variant)
     with qemu_run.QemuBoard(fw, boot_timeout=30) as b:
