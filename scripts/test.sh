@@ -12,4 +12,7 @@ ruff format --check gateway spark_ingest wsncli tests scripts tools
 echo "== mypy"
 mypy
 echo "== pytest"
-exec python -m pytest "$@"
+# Two workers (the machine's two cores), one test module per worker at a time: module
+# fixtures (a batch run, a QEMU board, a Spark cluster) start once; each worker has its own
+# SparkSession. WSN_TEST_WORKERS=0 runs in one process; "$@" comes last, so `-n 0` works too.
+exec python -m pytest -n "${WSN_TEST_WORKERS:-2}" --dist loadscope "$@"
