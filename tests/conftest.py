@@ -1,4 +1,4 @@
-"""The terminal summaries of board runs under pytest-xdist (scripts/test.sh runs `-n 2`).
+"""The terminal summaries of board runs under pytest-xdist (WSN_TEST_WORKERS=2 scripts/test.sh).
 
 tests/qemu and tests/flash collect each board run's summary line in a module list
 (mpboard.summaries, flash_report.flash_summaries) and print it from their conftest's
