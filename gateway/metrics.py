@@ -306,7 +306,8 @@ class StateCollector(Collector):
         )
         seen = GaugeMetricFamily(
             "wsn_device_last_seen_timestamp_seconds",
-            "When a registered device last published through its registration (Unix time): "
+            "When a registered device was last heard from (a message attributed to it, its "
+            "registration or renewal; Unix time): "
             "alert on time() minus it for a silent sensor",
             labels=["device"],
         )

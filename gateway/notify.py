@@ -369,6 +369,7 @@ async def publish(
         p.batch.drop_deliveries.extend(ctx.delivery.overflow(sid, n))
     res = await persist(ctx, p.batch)
     apply(ctx, p, res, via)
+    ctx.state.devices_seen([(it[1].address if it[1] else None, it[0]) for it in pubs], now)
 
 
 class _Both(NamedTuple):
