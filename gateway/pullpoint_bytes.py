@@ -43,7 +43,7 @@ def bound(ctx: Context, batch: AcceptBatch) -> None:
         return
     q = ctx.quotas
     added: dict[str, int] = {}
-    sizes: dict[int, int] = {}
+    sizes = batch.pp_sizes  # measured once: storage counts the same (storage_accept)
     for pp, _sub, i in batch.pp_messages:
         n = sizes.get(i)
         if n is None:

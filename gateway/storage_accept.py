@@ -32,6 +32,9 @@ class AcceptBatch:
     #: pull point -> a lower bytes bound than pp_max_bytes for this Notify (what its
     #: client's and the total pull-point bytes quota leave it: gateway.pullpoint_bytes)
     pp_bytes_limits: dict[str, int] = field(default_factory=dict)
+    #: index in `renderings` -> its UTF-8 length, for those pull points reference (filled
+    #: by gateway.pullpoint_bytes; what is missing is measured here)
+    pp_sizes: dict[int, int] = field(default_factory=dict)
     #: (namespace, path) of `grown` -> the client address whose topic quota holds it,
     #: stored with it (gateway.quotas; not there: NULL, counted in no topic quota)
     grown_clients: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -117,9 +120,12 @@ def accept_rest(c: sqlite3.Connection, b: AcceptBatch) -> AcceptResult:
     dropped: dict[str, int] = {}
     grew: dict[str, int] = {}
     if b.pp_messages:
-        sizes = [len(xml.encode()) for _kind, xml in b.renderings]
+        sizes = b.pp_sizes
         for pp, _s, i in b.pp_messages:
-            grew[pp] = grew.get(pp, 0) + sizes[i]
+            n = sizes.get(i)
+            if n is None:
+                n = sizes[i] = len(b.renderings[i][1].encode())
+            grew[pp] = grew.get(pp, 0) + n
         c.executemany(
             "INSERT INTO pp_messages(pp_id, sub_id, ref) VALUES (?,?,?)",
             [(pp_id, sub_id, ids[i]) for pp_id, sub_id, i in b.pp_messages],
