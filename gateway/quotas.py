@@ -91,6 +91,11 @@ class Quotas:
             return self._total[kind]
         return self._per_client[kind][client]
 
+    def most_held(self, kind: str) -> int:
+        """The most any one client address holds of `kind` (0: nobody holds any)."""
+        per = self._per_client[kind]
+        return max(per.values(), default=0)
+
     def hold(self, kind: str, client: str, key: str, amount: int = 1) -> None:
         if key in self._held[kind]:
             self.release(kind, key)

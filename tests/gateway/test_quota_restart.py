@@ -70,6 +70,16 @@ async def _refused_then_other_client(url: str, consumer: str) -> None:
     assert (await _from("127.0.0.2", url, _topics("c"))).status == 202
 
 
+async def _metrics(url: str) -> dict[str, float]:
+    async with aiohttp.ClientSession() as s, s.get(url) as r:
+        text = await r.text()
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("wsn_quota_")
+    }
+
+
 FLAGS = (
     "--max-client-subscriptions", "2",
     "--max-client-pullpoints", "1",
@@ -86,6 +96,12 @@ async def test_a_full_client_is_still_full_after_a_restart(tmp_path: Path, consu
         assert stop_gateway(gw) == 0
     gw = start_gateway(data, *FLAGS)  # a new process on the same SQLite file
     try:
+        # the account is read back: /metrics shows what the fullest client holds
+        metrics = await _metrics(gw.url.replace("/wsn/broker", "/metrics"))
+        assert metrics['wsn_quota_client_held_max{quota="subscriptions"}'] == 2
+        assert metrics['wsn_quota_client_held_max{quota="pull points"}'] == 1
+        assert metrics['wsn_quota_client_held_max{quota="topics"}'] == 2
+        assert metrics['wsn_quota_bound{quota="subscriptions",scope="client"}'] == 2
         await _refused_then_other_client(gw.url, consumer.url)
     finally:
         assert stop_gateway(gw) == 0
