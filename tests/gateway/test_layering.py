@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     # publishing through notify.publish
     ("roles", {
         "context", "notify", "producer", "manager", "pullpoints", "registrations", "wsrf",
-        "upkeep", "demand", "onvif", "cameras",
+        "upkeep", "demand", "onvif", "cameras", "attribution", "pullpoint_bytes",
     }),
     ("state/store/delivery", {
         "state", "followers", "longpoll", "oplog", "render", "dedupe", "metrics",
