@@ -45,7 +45,7 @@ from gateway.followers import DeliveryQueues, Publishers, PullCounts, QuotaAccou
 from gateway.landing_parquet import ParquetLandingWriter  # imports pyarrow only when used
 from gateway.landing_record import RecordBuilder
 from gateway.longpoll import LongPolls
-from gateway.metrics import Metrics
+from gateway.metrics import Metrics, QuotaCollector
 from gateway.onvif import CameraConfig, Cameras, webhook
 from gateway.oplog import OperatorLog
 from gateway.quotas import for_config as quotas_for
@@ -124,6 +124,7 @@ def build(cfg: Config, clock: Clock = utcnow) -> Gateway:
     state = BrokerState(ts, clock, xpath)
     quotas = quotas_for(cfg)  # the quotas with names
     quotas.on_refused = lambda kind, scope: metrics.quota_refusals.labels(kind, scope).inc()
+    metrics.registry.register(QuotaCollector(quotas))  # what they hold, at scrape
     render = Renderer(
         cfg.public_url or f"http://{cfg.host}:{cfg.port}",
         cfg.requires_registration,

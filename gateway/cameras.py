@@ -15,7 +15,12 @@ A caller may rely on:
 * its landing line has `device_id` = the camera's id (the camera's producer address is
   made known to the landing lines' device lookup as that device);
 * a camera's topic set (GetEventProperties) is grown into the broker's Topic Set under
-  both names at each (re)connection.
+  both names at each (re)connection;
+* its topics and events are accounted to the camera's own address (the host of its
+  configured URL) in the topic quota (--max-client-topics, gateway.quotas), as a Notify
+  from that address would be: cameras do not share one quota. Its topic set is the
+  operator's configuration and is held without refusal; an event on a topic beyond it is
+  refused at the quota like a Notify's (counted, logged once per interval).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from datetime import UTC, datetime
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gateway import notify, topics
+from gateway import notify, quotas, topics
 from gateway.config import Config
 from gateway.context import Context
 from gateway.onvif import (
@@ -67,9 +72,11 @@ def configured(cfg: Config) -> list[CameraConfig]:
 class BrokerSink:
     """gateway.onvif.EventSink that publishes into the broker of `ctx`."""
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, cams: Sequence[CameraConfig] = ()) -> None:
         self.ctx = ctx
         self._known: set[str] = set()  # producer addresses told to the landing lookup
+        #: camera id -> its address's host: its client address for the quotas
+        self.hosts = {c.id: c.host for c in cams}
 
     def camera_topics(self, camera_id: str, cam_topics: Sequence[CameraTopic]) -> None:
         """WS-Topics 1.3 §9 (a producer's topics grow the broker's Topic Set): the camera's
@@ -80,10 +87,17 @@ class BrokerSink:
             grown.append(t.topic)
             with contextlib.suppress(topics.TopicError):
                 grown.append(device_topic(camera_id, t.topic))
+        ts = self.ctx.state.ts
+        lacking = [g for g in grown if g not in ts]
         try:
             self.ctx.state.grow_topics(grown)
         except topics.TopicError as e:
             log.warning("camera %s: its topic set is not taken in whole: %s", camera_id, e)
+        client = self.hosts.get(camera_id, "")
+        for g in lacking:  # configured by the operator: held, never refused (module docstring)
+            if g in ts:
+                key = quotas.topic_key(g.namespace, "/".join(g.path))
+                self.ctx.quotas.hold(quotas.TOPICS, client, key)
 
     async def camera_events(self, camera_id: str, events: Sequence[CameraEvent]) -> None:
         pubs: list[notify.Publication] = []
@@ -105,7 +119,8 @@ class BrokerSink:
                 second = device_topic(camera_id, e.topic)
             also.append(second)
         if pubs:
-            await notify.publish(self.ctx, pubs, also=also)
+            client = self.hosts.get(camera_id, "")
+            await notify.publish(self.ctx, pubs, also=also, client=client)
 
     def _know(self, camera_id: str, address: str) -> None:
         """The landing lines' device lookup (landing_record.RecordBuilder, a publisher
@@ -166,7 +181,7 @@ def sources(
     """One CameraSource per camera, publishing through `ctx` (its Notify endpoint under
     the broker's address, now fixed: call after gateway.app.listening), its state files
     (a slot a killed process left) under --data-dir/onvif."""
-    sink = BrokerSink(ctx)
+    sink = BrokerSink(ctx, cams)
     cfg = ctx.cfg
     state_dir = cfg.data_dir / "onvif"
     state_dir.mkdir(parents=True, exist_ok=True)

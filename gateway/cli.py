@@ -102,6 +102,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="bytes of messages per pull point; the oldest are dropped beyond (16 MiB)",
     )
     g.add_argument(
+        "--max-pullpoint-bytes",
+        type=int,
+        default=512 * 1024 * 1024,
+        help="bytes of messages in all pull points; beyond, the oldest of the pull point "
+        "added to are dropped (512 MiB)",
+    )
+    g.add_argument(
+        "--max-client-pullpoint-bytes",
+        type=int,
+        default=128 * 1024 * 1024,
+        help="bytes of messages in the pull points made from one client address; beyond, "
+        "the oldest of the pull point added to are dropped (128 MiB)",
+    )
+    g.add_argument(
         "--max-topics",
         type=int,
         default=10_000,
@@ -337,6 +351,8 @@ def config_from_args(ns: argparse.Namespace) -> Config:
         max_client_subscriptions=ns.max_client_subscriptions,
         max_client_pullpoints=ns.max_client_pullpoints,
         pullpoint_max_bytes=ns.pullpoint_max_bytes,
+        max_pullpoint_bytes=ns.max_pullpoint_bytes,
+        max_client_pullpoint_bytes=ns.max_client_pullpoint_bytes,
         max_topics=ns.max_topics,
         max_client_topics=ns.max_client_topics,
         max_getmessages=ns.max_getmessages,

@@ -29,6 +29,10 @@ class Config:
     max_client_pullpoints: int = 100
     #: the bytes of the messages one pull point holds (the oldest dropped beyond)
     pullpoint_max_bytes: int = 16 * 1024 * 1024
+    #: the bytes of the messages all pull points hold, and those one client address's hold
+    #: (gateway.pullpoint_bytes: the oldest of the pull point added to are dropped beyond)
+    max_pullpoint_bytes: int = 512 * 1024 * 1024
+    max_client_pullpoint_bytes: int = 128 * 1024 * 1024
     #: topics the Topic Set may grow by (WS-Topics 1.3 §9), in all and per client address
     max_topics: int = 10_000
     max_client_topics: int = 1_000

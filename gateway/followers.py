@@ -12,12 +12,14 @@ from gateway.metrics import Counts
 from gateway.publishers import PublisherObserver
 from gateway.quotas import Quotas
 from gateway.state import (
+    BrokerState,
     DemandChanged,
     Event,
     PullPointChanged,
     RegistrationChanged,
     SubscriptionChanged,
 )
+from gateway.storage_rows import Snapshot
 
 
 class DeliveryQueues:
@@ -61,24 +63,36 @@ class Publishers:
 
 
 class QuotaAccount:
-    """Gives a subscription's or pull point's quota back when it ends, for any reason
-    (expiry included), and counts those restored at start in the totals (under no client:
-    the client address is not stored). The handlers hold what they create."""
+    """Gives a subscription's or pull point's quota (and its pull-point bytes) back when it
+    ends, for any reason (expiry included). The handlers hold what they create;
+    `restore_account` holds what is restored at start."""
 
     def __init__(self, quotas: Quotas) -> None:
         self.quotas = quotas
 
     def __call__(self, event: Event) -> None:
-        if isinstance(event, SubscriptionChanged):
-            kind, key = quotas.SUBSCRIPTIONS, event.subscription.id
-        elif isinstance(event, PullPointChanged):
-            kind, key = quotas.PULLPOINTS, event.pullpoint.id
-        else:
-            return
-        if event.step.target is Phase.ENDED:
-            self.quotas.release(kind, key)
-        elif event.step is lc.RESTORE_SUBSCRIPTION or event.step is lc.RESTORE_PULLPOINT:
-            self.quotas.hold(kind, "", key)
+        if isinstance(event, SubscriptionChanged) and event.step.target is Phase.ENDED:
+            self.quotas.release(quotas.SUBSCRIPTIONS, event.subscription.id)
+        elif isinstance(event, PullPointChanged) and event.step.target is Phase.ENDED:
+            self.quotas.release(quotas.PULLPOINTS, event.pullpoint.id)
+            self.quotas.release(quotas.PULLPOINT_BYTES, event.pullpoint.id)
+
+
+def restore_account(q: Quotas, snap: Snapshot, state: BrokerState) -> None:
+    """Hold, under the client address stored with each, the subscriptions, pull points (and
+    their messages' bytes) and Notify-grown topics restored at start: a client's quota does
+    not start again at a restart. Rows of an older gateway are held under "" (no client,
+    gateway/storage_schema.py); a topic grown by a registration (client NULL) under none."""
+    for row in snap.subscriptions:
+        if row.id in state.subscriptions:
+            q.hold(quotas.SUBSCRIPTIONS, row.client, row.id)
+    for pp_id, (client, held) in snap.pullpoint_owners.items():
+        if pp_id in state.pullpoints:
+            q.hold(quotas.PULLPOINTS, client, pp_id)
+            q.hold(quotas.PULLPOINT_BYTES, client, pp_id, held)
+    for (tns, path), grower in snap.grown_by.items():
+        if grower is not None:
+            q.hold(quotas.TOPICS, grower, quotas.topic_key(tns, path))
 
 
 class PullCounts:

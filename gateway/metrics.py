@@ -37,6 +37,7 @@ from prometheus_client.registry import Collector
 
 from gateway.quotas import KINDS as QUOTA_KINDS
 from gateway.quotas import SCOPES as QUOTA_SCOPES
+from gateway.quotas import Quotas
 
 #: outcomes of `wsn_deliveries_total` (messages, not requests)
 DELIVERY_OUTCOMES = ("ok", "retried", "failed", "dropped")
@@ -149,7 +150,9 @@ class Metrics:
         self.quota_refusals = Counter(
             "wsn_quota_refusals",
             "Requests refused at a quota (gateway.quotas), by quota (subscriptions, pull "
-            "points, topics) and scope (client: the client address's own bound; total)",
+            "points, topics; pull-point bytes: a Notify whose pull point dropped its oldest "
+            "to stay within the bound) and scope (client: the client address's own bound; "
+            "total)",
             ["quota", "scope"],
             registry=r,
         )
@@ -233,6 +236,39 @@ class StateSample:
     devices_last_seen: list[tuple[str, float]] = field(default_factory=list)
 
 
+class QuotaCollector(Collector):
+    """What the quotas with names hold, read at scrape: per kind in all, the most one
+    client address holds, and the bounds (docs/gateway.md "Quotas"); no label per client,
+    so the series stay bounded."""
+
+    def __init__(self, quotas: Quotas) -> None:
+        self.quotas = quotas
+
+    def describe(self) -> list[Metric]:
+        return []  # read at scrape
+
+    def collect(self) -> Iterator[Metric]:
+        q = self.quotas
+        held = GaugeMetricFamily(
+            "wsn_quota_held", "What all clients hold of each quota's kind", labels=["quota"]
+        )
+        most = GaugeMetricFamily(
+            "wsn_quota_client_held_max",
+            "The most one client address holds of each quota's kind",
+            labels=["quota"],
+        )
+        bound = GaugeMetricFamily(
+            "wsn_quota_bound", "Each quota's bound (absent: none)", labels=["quota", "scope"]
+        )
+        for kind, quota in q.quotas.items():
+            held.add_metric([kind], float(q.held(kind)))
+            most.add_metric([kind], float(q.most_held(kind)))
+            for scope, b in (("client", quota.per_client), ("total", quota.total)):
+                if b is not None:
+                    bound.add_metric([kind, scope], float(b))
+        yield from (held, most, bound)
+
+
 class StateCollector(Collector):
     """Gauges from a `StateSample` produced by `sample()` at scrape time."""
 
@@ -306,7 +342,8 @@ class StateCollector(Collector):
         )
         seen = GaugeMetricFamily(
             "wsn_device_last_seen_timestamp_seconds",
-            "When a registered device last published through its registration (Unix time): "
+            "When a registered device was last heard from (a message attributed to it, its "
+            "registration or renewal; Unix time): "
             "alert on time() minus it for a silent sensor",
             labels=["device"],
         )

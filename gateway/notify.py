@@ -28,7 +28,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
-from gateway import filters, landing, loops, publishers, quotas, topics
+from gateway import (
+    attribution,
+    filters,
+    landing,
+    loops,
+    publishers,
+    pullpoint_bytes,
+    quotas,
+    topics,
+)
 from gateway.context import Context, Reply
 from gateway.metrics import Counts
 from gateway.publishers import Registration
@@ -118,7 +127,7 @@ def parse_notify(ctx: Context, req: SoapRequest, reg: Registration | None) -> li
         # registration) the one its ProducerReference names
         r = reg
         if r is None and ctx.cfg.requires_registration:
-            r = registration_for(ctx.state, producer, topic)
+            r = attribution.registration_for(ctx.state, producer, topic)
             if r is None:
                 raise faults.br(
                     "PublisherRegistrationRejectedFault",
@@ -187,21 +196,6 @@ def _read_topic(tel: Element) -> tuple[topics.ConcreteTopic, dict[str, str]]:
         _topics_read[key] = (topic, expr.prefixes_used())
         return _topics_read[key]
     return topic, expr.prefixes_used()
-
-
-def registration_for(
-    state: BrokerState, producer: Epr | None, topic: topics.ConcreteTopic | None = None
-) -> Registration | None:
-    """The registration a Notify naming `producer` is attributed to: of that publisher's
-    registrations (it may have several: WS-BrokeredNotification 1.0 §5.4 makes a new one on
-    each RegisterPublisher), the newest that allows `topic`, else its newest."""
-    if producer is None:
-        return None
-    regs = sorted(state.registrations_of(producer.address), key=lambda r: r.created)
-    for r in reversed(regs):
-        if r.allows(publishers.map_device_topic(topic, r.device_id) if topic else None, state.ts):
-            return r
-    return regs[-1] if regs else None
 
 
 async def notify_broker(ctx: Context, req: SoapRequest, _broker: None) -> Reply:
@@ -342,7 +336,7 @@ async def publish(
     except topics.TopicError as e:
         raise faults.from_topic_error(e) from None
     for t in grown:
-        ctx.quotas.hold(quotas.TOPICS, client, f"{t.namespace} {'/'.join(t.path)}")
+        ctx.quotas.hold(quotas.TOPICS, client, quotas.topic_key(t.namespace, "/".join(t.path)))
     # XPath that is not proven linear (topic expressions, filters): off the event loop
     await state.index.prepare()
     render, ts = ctx.render, state.ts
@@ -369,12 +363,13 @@ async def publish(
         judge=judge,
         also=also,
     )
-    p.batch.seen = seen
-    p.batch.pp_max_bytes = ctx.cfg.pullpoint_max_bytes
+    p.batch.seen = seen  # and the topics `client` holds, stored as its (quotas)
+    p.batch.grown_clients = ctx.quotas.topics_held(client, p.batch.grown)
     for sid, n in p.deliveries_per_sub.items():  # the backlog bound, in the same commit
         p.batch.drop_deliveries.extend(ctx.delivery.overflow(sid, n))
     res = await persist(ctx, p.batch)
     apply(ctx, p, res, via)
+    ctx.state.devices_seen([(it[1].address if it[1] else None, it[0]) for it in pubs], now)
 
 
 class _Both(NamedTuple):
@@ -511,11 +506,15 @@ def plan(
 
 async def persist(ctx: Context, batch: AcceptBatch) -> AcceptResult:
     """Commit `batch` in one transaction (the group commit's); a storage failure is the
-    fault of a Notify not accepted (its publisher may send it again)."""
+    fault of a Notify not accepted (its publisher may send it again). The pull points'
+    bytes are bounded and accounted (gateway.pullpoint_bytes)."""
+    pullpoint_bytes.bound(ctx, batch)
     try:
-        return await ctx.storage.accept(batch)
+        res = await ctx.storage.accept(batch)
     except StorageError as e:
         raise WsnFault(ns.BF, "BaseFault", f"notification not accepted: {e}", RECEIVER) from None
+    pullpoint_bytes.account(ctx, res)
+    return res
 
 
 def apply(ctx: Context, p: Plan, res: AcceptResult, via: tuple[str, ...] = ()) -> None:

@@ -114,6 +114,7 @@ async def subscribe(ctx: Context, req: SoapRequest, _broker: None) -> Reply:
                 pp_id,
                 sub.dialect,
                 sub.soap,
+                req.client,  # its quota is held again after a restart
             )
         )
     except StorageError as e:

@@ -1,10 +1,13 @@
 """PullPoint (WS-BaseNotification 1.3 §5): a broker-hosted NotificationConsumer that
 stores NotificationMessages until a client takes them with GetMessages.
 
-Overflow policy: a pull point holds at most --pullpoint-max-messages; beyond that the
-OLDEST messages are dropped (and counted), so a forgotten pull point cannot exhaust the
-disk and a client that comes back gets the newest data. Messages live in SQLite, so they
-survive a restart; GetMessages removes what it returns in the same transaction.
+Overflow policy: a pull point holds at most --pullpoint-max-messages and
+--pullpoint-max-bytes, and the pull points of one client address and of all clients at most
+--max-client-pullpoint-bytes and --max-pullpoint-bytes (gateway.pullpoint_bytes); beyond
+that the OLDEST messages of the pull point added to are dropped (and counted), so a
+forgotten pull point cannot exhaust the disk and a client that comes back gets the newest
+data. Messages live in SQLite, so they survive a restart; GetMessages removes what it
+returns in the same transaction.
 
 The handlers: CreatePullPoint (§5.2), GetMessages (§5.1.2, with the edge:Wait long poll of
 gateway.longpoll), DestroyPullPoint (§5.1.4) and a Notify posted to the pull point
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 from lxml import etree
 
-from gateway import notify, quotas, wsrf
+from gateway import notify, pullpoint_bytes, quotas, wsrf
 from gateway.context import Context, Reply
 from gateway.resource import new_id
 from gateway.state import PullPoint
@@ -46,11 +49,14 @@ async def create_pullpoint(ctx: Context, req: SoapRequest, _broker: None) -> Rep
             RECEIVER,
         )
     pp = PullPoint(new_id(), ctx.clock())
-    ctx.quotas.hold(quotas.PULLPOINTS, req.client, pp.id)  # given back when it ends
+    # given back when it ends; its bytes follow its messages (gateway.pullpoint_bytes)
+    ctx.quotas.hold(quotas.PULLPOINTS, req.client, pp.id)
+    ctx.quotas.hold(quotas.PULLPOINT_BYTES, req.client, pp.id, 0)
     try:
-        await ctx.storage.add_pullpoint(pp.id, pp.created.timestamp())
+        await ctx.storage.add_pullpoint(pp.id, pp.created.timestamp(), req.client)
     except StorageError as e:
         ctx.quotas.release(quotas.PULLPOINTS, pp.id)
+        ctx.quotas.release(quotas.PULLPOINT_BYTES, pp.id)
         raise faults.wsnt(
             "UnableToCreatePullPointFault", f"could not store the pull point: {e}", RECEIVER
         ) from None
@@ -98,6 +104,7 @@ async def get_messages(ctx: Context, req: SoapRequest, pp: PullPoint) -> Reply:
             raise faults.wsnt(
                 "UnableToGetMessagesFault", f"could not read messages: {e}", RECEIVER
             ) from None
+    pullpoint_bytes.taken(ctx, pp.id, msgs)
     ctx.state.messages_taken(pp.id, len(msgs), ctx.clock())
     resp = etree.Element(ns.q(ns.WSNT, "GetMessagesResponse"), nsmap={"wsnt": ns.WSNT})
     for m in msgs:
@@ -147,9 +154,8 @@ async def notify_pullpoint(ctx: Context, req: SoapRequest, pp: PullPoint) -> Rep
 async def _accept(ctx: Context, pp: PullPoint, msgs: list[Element], seen: SeenKey | None) -> None:
     """Commit `msgs` into `pp` (with the seen-set key, in the same transaction), then
     count them in the state."""
-    batch = AcceptBatch(
-        pp_limit=ctx.cfg.pullpoint_max_messages, pp_max_bytes=ctx.cfg.pullpoint_max_bytes, seen=seen
-    )
+    # --pullpoint-max-bytes and the bytes quotas: notify.persist (gateway.pullpoint_bytes)
+    batch = AcceptBatch(pp_limit=ctx.cfg.pullpoint_max_messages, seen=seen)
     for i, nm in enumerate(msgs):  # kept whole, as received
         batch.renderings.append((WHOLE, serialize(nm)))  # only the namespaces it uses
         batch.pp_messages.append((pp.id, None, i))

@@ -11,8 +11,9 @@ A caller may rely on:
 * `hold(kind, client, key, amount)` and `release(kind, key)` keep the account: what each
   resource `key` holds and for which client; `adjust` changes a held amount (the bytes of a
   pull point as messages come and go); holding again under a key replaces;
-* the account is in memory: the broker holds its resources again when it reloads them at
-  start (a client's address is part of each resource's stored state).
+* the account is in memory: it is filled again at start from what storage reloads (each
+  subscription, pull point and grown topic is stored with the client address that made
+  it: gateway.followers.restore_account).
 
 `for_config(cfg)` builds the gateway's quotas from its flags (docs/gateway.md "Security"
 lists them); `on_refused(kind, scope)` is told of each refusal (gateway.metrics counts them).
@@ -26,20 +27,27 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gateway.config import Config
 
 log = logging.getLogger("gateway.quotas")
 
-#: the kinds the gateway bounds (the bytes of pull points are bounded per pull point, by
-#: --pullpoint-max-bytes, in storage: the oldest dropped, as for --pullpoint-max-messages)
+#: the kinds the gateway bounds (the bytes of pull points are also bounded per pull point,
+#: by --pullpoint-max-bytes, in storage; at each bytes bound the oldest are dropped, as
+#: for --pullpoint-max-messages: gateway.pullpoint_bytes)
 SUBSCRIPTIONS = "subscriptions"
 PULLPOINTS = "pull points"
+PULLPOINT_BYTES = "pull-point bytes"
 TOPICS = "topics"
-KINDS = (SUBSCRIPTIONS, PULLPOINTS, TOPICS)
+KINDS = (SUBSCRIPTIONS, PULLPOINTS, PULLPOINT_BYTES, TOPICS)
 SCOPES = ("client", "total")
+
+
+def topic_key(namespace: str, path: str) -> str:
+    """The account's key of a topic (`path`: its steps joined by "/")."""
+    return f"{namespace} {path}"
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,11 @@ class Quotas:
             return self._total[kind]
         return self._per_client[kind][client]
 
+    def most_held(self, kind: str) -> int:
+        """The most any one client address holds of `kind` (0: nobody holds any)."""
+        per = self._per_client[kind]
+        return max(per.values(), default=0)
+
     def hold(self, kind: str, client: str, key: str, amount: int = 1) -> None:
         if key in self._held[kind]:
             self.release(kind, key)
@@ -111,9 +124,40 @@ class Quotas:
             del self._per_client[kind][client]
         self._total[kind] -= amount
 
+    def topics_held(
+        self, client: str, named: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], str]:
+        """Of the topics `named` ((namespace, path) pairs), those `client` holds."""
+        held = self._held[TOPICS]
+        out = {}
+        for tns, path in named:
+            got = held.get(topic_key(tns, path))
+            if got is not None and got[0] == client:
+                out[tns, path] = client
+        return out
+
     def client_of(self, kind: str, key: str) -> str | None:
         got = self._held[kind].get(key)
         return got[0] if got is not None else None
+
+    def amount(self, kind: str, key: str) -> int:
+        """What `key` holds of `kind` (0 when it holds nothing)."""
+        got = self._held[kind].get(key)
+        return got[1] if got is not None else 0
+
+    def room(self, kind: str, client: str) -> int | None:
+        """How much more of `kind` `client` may hold before a bound (None: no bound; may
+        be negative when the flags were lowered since the account was filled)."""
+        q = self.quotas[kind]
+        left = [
+            bound - held
+            for bound, held in (
+                (q.per_client, self._per_client[kind][client]),
+                (q.total, self._total[kind]),
+            )
+            if bound is not None
+        ]
+        return min(left) if left else None
 
     # ---- the bounds ----
     def refuse(self, kind: str, client: str, amount: int = 1) -> str | None:
@@ -169,6 +213,14 @@ def for_config(cfg: Config) -> Quotas:
                 "--max-pullpoints",
                 cfg.max_client_pullpoints,
                 "--max-client-pullpoints",
+            ),
+            Quota(
+                PULLPOINT_BYTES,
+                cfg.max_pullpoint_bytes,
+                "--max-pullpoint-bytes",
+                cfg.max_client_pullpoint_bytes,
+                "--max-client-pullpoint-bytes",
+                "bytes",
             ),
             Quota(
                 TOPICS, cfg.max_topics, "--max-topics", cfg.max_client_topics, "--max-client-topics"

@@ -148,7 +148,7 @@ async def set_termination(ctx: Context, req: SoapRequest, reg: Registration) -> 
         await ctx.storage.set_registration_termination(reg.id, epoch(new))
     except StorageError as e:
         raise faults.rl("UnableToSetTerminationTimeFault", str(e), RECEIVER) from None
-    ctx.state.renew_registration(reg.id, new)
+    ctx.state.renew_registration(reg.id, new, now)  # the publisher was seen (/metrics)
     return wsrf.set_tt_response(new, now)
 
 

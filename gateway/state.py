@@ -36,6 +36,7 @@ from gateway.lifecycle import Phase, Step, Why
 from gateway.publishers import Registration
 from gateway.subscriptions import Subscription
 from gateway.topics.xpath_budget import XPathBudget
+from gateway.wire import ns
 from gateway.wire.xmlutil import Clock, utcnow
 
 log = logging.getLogger("gateway.state")
@@ -131,6 +132,10 @@ class BrokerState:
         self._no_topic: set[str] = set()  # subscriptions without a topic filter: every topic
         self._pps: dict[str, PullPoint] = {}
         self._regs: dict[str, Registration] = {}
+        #: registrations of devices by publisher address and by device id, rebuilt when
+        #: the registrations change (devices_seen)
+        self._devices: tuple[dict[str, list[Registration]], dict[str, list[Registration]]]
+        self._devices_stale = True
         self._current: dict[topics.ConcreteTopic, str] = {}
         #: (registration id, topic) -> demanded, as last told (DemandChanged)
         self._demand: dict[tuple[str, topics.ConcreteTopic], bool] = {}
@@ -216,6 +221,31 @@ class BrokerState:
             if r.publisher is not None and r.publisher.address == address
         ]
 
+    def devices_seen(
+        self, sources: Iterable[tuple[str | None, topics.ConcreteTopic | None]], now: datetime
+    ) -> None:
+        """Messages from these (producer address, topic) were accepted: each registered
+        device they are attributed to was seen at `now` (Registration.last_seen, the
+        per-device last-seen of /metrics). The attribution is the landing zone's
+        (landing_record.RecordBuilder.device_id): the device registered with the producer's
+        address, else the device whose id roots a `dev:<id>/...` topic."""
+        if self._devices_stale:
+            by_address: dict[str, list[Registration]] = {}
+            by_device: dict[str, list[Registration]] = {}
+            for r in self._regs.values():
+                if r.device_id:
+                    by_device.setdefault(r.device_id, []).append(r)
+                    if r.publisher is not None:
+                        by_address.setdefault(r.publisher.address, []).append(r)
+            self._devices, self._devices_stale = (by_address, by_device), False
+        by_address, by_device = self._devices
+        for address, topic in set(sources):
+            regs = by_address.get(address) if address is not None else None
+            if not regs and topic is not None and topic.namespace == ns.DEVICES_NS and topic.path:
+                regs = by_device.get(topic.path[0])
+            for r in regs or ():
+                r.last_seen = now
+
     def expired(self, now: datetime) -> tuple[list[str], list[str]]:
         """(subscriptions, registrations) whose TerminationTime is not after `now`."""
         subs = [s.id for s in self._subs.values() if s.expired(now)]
@@ -251,6 +281,7 @@ class BrokerState:
             lc.RESTORE_REGISTRATION.check(Phase.NEW)
             reg.restored = True
             self._regs[reg.id] = reg
+            self._devices_stale = True
             events.append(RegistrationChanged(lc.RESTORE_REGISTRATION, reg))
         for sub in r.subscriptions:
             self._add(sub)
@@ -384,15 +415,23 @@ class BrokerState:
         lc.REGISTER.check(Phase.ACTIVE if reg.id in self._regs else Phase.NEW)
         events = self._end_registrations(replaces, lc.END_REGISTRATION, Why.REGISTERED_AGAIN)
         self._regs[reg.id] = reg
+        self._devices_stale = True
+        if reg.last_seen is None:  # registering (again) is a request of the device's own
+            reg.last_seen = reg.created
         events.append(RegistrationChanged(lc.REGISTER, reg))
         self._emit(events)
 
-    def renew_registration(self, reg_id: str, termination: datetime | None) -> None:
-        """SetTerminationTime on a registration (WS-ResourceLifetime 1.2 §5.2)."""
+    def renew_registration(
+        self, reg_id: str, termination: datetime | None, now: datetime | None = None
+    ) -> None:
+        """SetTerminationTime on a registration (WS-ResourceLifetime 1.2 §5.2), asked at
+        `now` (its publisher was seen then: Registration.last_seen)."""
         reg = self._regs.get(reg_id)
         lc.RENEW_REGISTRATION.check(Phase.ACTIVE if reg is not None else Phase.ENDED)
         assert reg is not None
         reg.termination = termination
+        if now is not None:
+            reg.last_seen = now
         self._emit([RegistrationChanged(lc.RENEW_REGISTRATION, reg)])
 
     def registration_seen(self, reg_id: str, now: datetime) -> None:
@@ -414,6 +453,7 @@ class BrokerState:
                 continue
             step.check(Phase.ACTIVE, why)
             del self._regs[rid]
+            self._devices_stale = True
             for k in [k for k in self._demand if k[0] == rid]:
                 del self._demand[k]
             events.append(RegistrationChanged(step, reg, why))

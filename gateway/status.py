@@ -20,13 +20,11 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
-import logging
 import os
 import shutil
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 from importlib import metadata
 from typing import Any
 
@@ -41,6 +39,7 @@ from gateway.metrics import StateCollector, StateSample
 from gateway.onvif.model import CameraStatus
 from gateway.oplog import RefusalLog
 from gateway.publishers import Registration
+from gateway.status_feeds import Rates, RecentErrors, iso
 from gateway.storage import StorageError
 from gateway.subscriptions import Subscription
 
@@ -61,73 +60,12 @@ def _version() -> str:
         return "unknown"
 
 
-def _iso(t: datetime | float | None) -> str | None:
-    if t is None:
-        return None
-    if isinstance(t, float | int):
-        t = datetime.fromtimestamp(t, UTC)
-    return t.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 def _is_loopback(host: str | None) -> bool:
     if not host:
         return False
     with contextlib.suppress(ValueError):
         return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
     return False
-
-
-class RecentErrors(logging.Handler):
-    """The last `keep` WARNING and ERROR lines of the gateway's and aiohttp's loggers, for
-    /status (a bounded deque; attached while the application runs)."""
-
-    LOGGERS = ("gateway", "aiohttp")
-
-    def __init__(self, keep: int = 20) -> None:
-        super().__init__(logging.WARNING)
-        self.lines: deque[dict[str, Any]] = deque(maxlen=keep)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        with contextlib.suppress(Exception):  # a log handler never raises
-            msg = record.getMessage()
-            self.lines.append(
-                {
-                    "time": _iso(record.created),
-                    "level": record.levelname,
-                    "logger": record.name,
-                    "event": getattr(record, "wsn_event", None),
-                    "message": msg if len(msg) <= 300 else msg[:300] + "...",
-                }
-            )
-
-    def attach(self) -> None:
-        for name in self.LOGGERS:
-            logging.getLogger(name).addHandler(self)
-
-    def detach(self) -> None:
-        for name in self.LOGGERS:
-            logging.getLogger(name).removeHandler(self)
-
-
-class Rates:
-    """Per-second rates of counters over about the last minute, from the samples taken at
-    each status or metrics request (since the start until a sample is old enough)."""
-
-    WINDOW = 60.0
-
-    def __init__(self) -> None:
-        self._samples: deque[tuple[float, dict[str, float]]] = deque(maxlen=256)
-
-    def rates(self, now: float, values: dict[str, float]) -> dict[str, float]:
-        self._samples.append((now, values))
-        while len(self._samples) > 2 and now - self._samples[1][0] >= self.WINDOW:
-            self._samples.popleft()
-        t0, v0 = self._samples[0]
-        dt = now - t0
-        out: dict[str, float] = {"window_s": round(dt, 1)}
-        for k, v in values.items():
-            out[f"{k}_per_s"] = round((v - v0.get(k, 0.0)) / dt, 2) if dt > 0 else 0.0
-        return out
 
 
 def _last_seen(regs: Iterable[Registration]) -> list[tuple[str, float]]:
@@ -219,7 +157,7 @@ class StatusView:
                 "depth": pp.queued,
                 "dropped": pp.dropped,
                 "waiting_clients": ctx.polls.waiting(pp.id),
-                "created": _iso(pp.created),
+                "created": iso(pp.created),
                 "subscriptions": sorted(state.feeding(pp.id)),
             }
             for pp in sorted(state.pullpoints.values(), key=lambda p: p.created)
@@ -229,9 +167,9 @@ class StatusView:
                 "gateway_id": ctx.cfg.gateway_id,
                 "version": self.version,
                 "broker": ctx.render.broker_url,
-                "started": _iso(self.started),
+                "started": iso(self.started),
                 "uptime_s": round(time.time() - self.started, 1),
-                "now": _iso(now),
+                "now": iso(now),
                 "storage_bytes": self._storage_bytes(),
                 "free_disk_bytes": self._free_bytes(),
                 "accepted": ctx.counts.accepted,
@@ -277,11 +215,11 @@ class StatusView:
             "dropped": st.get("dropped", 0),
             "failures": st.get("failures", 0),
             "failing": st.get("failing", 0),
-            "last_delivery": _iso(st.get("last_delivery")),
+            "last_delivery": iso(st.get("last_delivery")),
             "last_error": err[0] if err else None,
-            "last_error_at": _iso(err[1]) if err else None,
-            "created": _iso(s.created),
-            "expires": _iso(s.termination),
+            "last_error_at": iso(err[1]) if err else None,
+            "created": iso(s.created),
+            "expires": iso(s.termination),
         }
 
     def _registration(self, r: Registration) -> dict[str, Any]:
@@ -315,9 +253,9 @@ class StatusView:
                 {"topic": e["topic"], "paused": e["paused"], "failures": e["failures"]}
                 for e in remote
             ],
-            "last_seen": _iso(r.last_seen),
-            "created": _iso(r.created),
-            "expires": _iso(r.termination),
+            "last_seen": iso(r.last_seen),
+            "created": iso(r.created),
+            "expires": iso(r.termination),
         }
 
     def _storage_bytes(self) -> int:

@@ -245,12 +245,10 @@ class Storage(DemandTables, LandingTables):
     @staticmethod
     def _load(c: sqlite3.Connection) -> Snapshot:
         subs = [
-            SubscriptionRow(
-                r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], bool(r[7]), r[8], r[9], r[10]
-            )
+            SubscriptionRow.of(r)
             for r in c.execute(
                 "SELECT id, consumer, filter, policy, raw, created, termination, paused,"
-                " pullpoint, dialect, soap FROM subscriptions ORDER BY created"
+                " pullpoint, dialect, soap, client FROM subscriptions ORDER BY created"
             )
         ]
         dels = [
@@ -275,14 +273,28 @@ class Storage(DemandTables, LandingTables):
             )
         ]
         cur = [(r[0], r[1], r[2]) for r in c.execute("SELECT * FROM current_messages")]
-        grown = [(r[0], r[1]) for r in c.execute("SELECT * FROM grown_topics ORDER BY rowid")]
-        return Snapshot(subs, dels, pps, regs, cur, grown)
+        grown_rows = c.execute(
+            "SELECT topic_ns, topic_path, client FROM grown_topics ORDER BY rowid"
+        ).fetchall()
+        grown = [(r[0], r[1]) for r in grown_rows]
+        owners = {
+            r[0]: (r[1] or "", int(r[2]))
+            for r in c.execute(
+                "SELECT p.id, p.client, (SELECT COALESCE(SUM(length(CAST(r.xml AS BLOB))), 0)"
+                " FROM pp_messages m JOIN renderings r ON r.id = m.ref WHERE m.pp_id=p.id)"
+                " FROM pullpoints p"
+            )
+        }
+        by = {(r[0], r[1]): r[2] for r in grown_rows}
+        return Snapshot(subs, dels, pps, regs, cur, grown, owners, by)
 
     # ---- subscriptions ----
     async def add_subscription(self, s: SubscriptionRow) -> None:
         def fn(c: sqlite3.Connection) -> None:
             c.execute(
-                "INSERT INTO subscriptions VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO subscriptions(id, consumer, filter, policy, raw, created,"
+                " termination, paused, pullpoint, dialect, soap, client)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     s.id,
                     s.consumer,
@@ -295,6 +307,7 @@ class Storage(DemandTables, LandingTables):
                     s.pullpoint,
                     s.dialect,
                     s.soap,
+                    s.client,
                 ),
             )
 
@@ -388,9 +401,13 @@ class Storage(DemandTables, LandingTables):
         await self._grouped(fn)
 
     # ---- pull points ----
-    async def add_pullpoint(self, pp_id: str, created: float) -> None:
+    async def add_pullpoint(self, pp_id: str, created: float, client: str = "") -> None:
+        """Store a pull point made by `client` (its address, for its quota after a restart)."""
         await self._run(
-            lambda c: c.execute("INSERT INTO pullpoints VALUES (?,?)", (pp_id, created))
+            lambda c: c.execute(
+                "INSERT INTO pullpoints(id, created, client) VALUES (?,?,?)",
+                (pp_id, created, client),
+            )
         )
 
     async def delete_pullpoint(self, pp_id: str, sub_ids: Sequence[str]) -> None:
@@ -446,7 +463,11 @@ class Storage(DemandTables, LandingTables):
                 "INSERT INTO registrations VALUES (?,?,?,?,?,?,?)",
                 (r.id, r.publisher, r.topics, int(r.demand), r.created, r.termination, r.device_id),
             )
-            c.executemany("INSERT OR IGNORE INTO grown_topics VALUES (?,?)", list(grown))
+            c.executemany(  # client NULL: a registration's topics count in no topic quota
+                "INSERT OR IGNORE INTO grown_topics(topic_ns, topic_path, client)"
+                " VALUES (?,?,NULL)",
+                list(grown),
+            )
             c.executemany("DELETE FROM registrations WHERE id=?", [(i,) for i in replaces])
 
         await self._run(fn)

@@ -29,6 +29,15 @@ class AcceptBatch:
     #: the storage's upper bound of the bytes each pull point holds (storage.Storage.accept
     #: sets it): the bound is checked against the rows only when it may be passed
     pp_held: dict[str, int] | None = None
+    #: pull point -> a lower bytes bound than pp_max_bytes for this Notify (what its
+    #: client's and the total pull-point bytes quota leave it: gateway.pullpoint_bytes)
+    pp_bytes_limits: dict[str, int] = field(default_factory=dict)
+    #: index in `renderings` -> its UTF-8 length, for those pull points reference (filled
+    #: by gateway.pullpoint_bytes; what is missing is measured here)
+    pp_sizes: dict[int, int] = field(default_factory=dict)
+    #: (namespace, path) of `grown` -> the client address whose topic quota holds it,
+    #: stored with it (gateway.quotas; not there: NULL, counted in no topic quota)
+    grown_clients: dict[tuple[str, str], str] = field(default_factory=dict)
     landing: list[tuple[str, str]] = field(default_factory=list)  # (msg_id, json line)
     # the same records for the Parquet landing writer (gateway.landing_parquet)
     landing_parquet: list[tuple[str, str]] = field(default_factory=list)
@@ -40,6 +49,9 @@ class AcceptBatch:
 class AcceptResult:
     delivery_seqs: list[int]
     pp_dropped: dict[str, int]
+    #: pull point -> how many bytes its messages grew by (added less dropped; exact: the
+    #: UTF-8 length of each text, as --pullpoint-max-bytes counts them)
+    pp_bytes: dict[str, int] = field(default_factory=dict)
 
 
 def accept_shared(c: sqlite3.Connection, batches: Sequence[AcceptBatch]) -> None:
@@ -47,13 +59,20 @@ def accept_shared(c: sqlite3.Connection, batches: Sequence[AcceptBatch]) -> None
     statement per table for the whole group: grown topics and current messages once
     per topic (the last Notify's message wins, as row by row it would), landing rows
     in the order of the Notify (the outbox's seq order is the landing order)."""
-    grown = dict.fromkeys(g for b in batches for g in b.grown)
+    grown: dict[tuple[str, str], str | None] = {}
+    for b in batches:
+        for g in b.grown:
+            if grown.get(g) is None:
+                grown[g] = b.grown_clients.get(g)
     current: dict[tuple[str, str], str] = {}
     for b in batches:
         for topic_ns, topic_path, xml in b.current:
             current[topic_ns, topic_path] = xml
     if grown:
-        c.executemany("INSERT OR IGNORE INTO grown_topics VALUES (?,?)", list(grown))
+        c.executemany(
+            "INSERT OR IGNORE INTO grown_topics(topic_ns, topic_path, client) VALUES (?,?,?)",
+            [(tns, path, client) for (tns, path), client in grown.items()],
+        )
     if current:
         c.executemany(
             "INSERT OR REPLACE INTO current_messages VALUES (?,?,?)",
@@ -99,7 +118,14 @@ def accept_rest(c: sqlite3.Connection, b: AcceptBatch) -> AcceptResult:
     if b.drop_deliveries:
         c.executemany("DELETE FROM deliveries WHERE seq=?", [(s,) for s in b.drop_deliveries])
     dropped: dict[str, int] = {}
+    grew: dict[str, int] = {}
     if b.pp_messages:
+        sizes = b.pp_sizes
+        for pp, _s, i in b.pp_messages:
+            n = sizes.get(i)
+            if n is None:
+                n = sizes[i] = len(b.renderings[i][1].encode())
+            grew[pp] = grew.get(pp, 0) + n
         c.executemany(
             "INSERT INTO pp_messages(pp_id, sub_id, ref) VALUES (?,?,?)",
             [(pp_id, sub_id, ids[i]) for pp_id, sub_id, i in b.pp_messages],
@@ -112,16 +138,31 @@ def accept_rest(c: sqlite3.Connection, b: AcceptBatch) -> AcceptResult:
                     (pp, b.pp_limit - 1),
                 ).fetchone()
                 if row is not None:
+                    grew[pp] -= _bytes_before(c, pp, row[0])
                     cur = c.execute("DELETE FROM pp_messages WHERE pp_id=? AND seq<?", (pp, row[0]))
                     if cur.rowcount:
                         dropped[pp] = cur.rowcount
-        if b.pp_max_bytes > 0:
-            _bytes_bound(c, b, dropped)
-    return AcceptResult(seqs, dropped)
+        if b.pp_max_bytes > 0 or b.pp_bytes_limits:
+            _bytes_bound(c, b, dropped, grew)
+    return AcceptResult(seqs, dropped, grew)
 
 
-def _bytes_bound(c: sqlite3.Connection, b: AcceptBatch, dropped: dict[str, int]) -> None:
-    """--pullpoint-max-bytes for the pull points `b` adds to. `b.pp_held` keeps an upper
+def _bytes_before(c: sqlite3.Connection, pp: str, seq: int) -> int:
+    """The bytes of the messages of `pp` older than `seq` (those about to be dropped)."""
+    return int(
+        c.execute(
+            "SELECT COALESCE(SUM(length(CAST(r.xml AS BLOB))), 0) FROM pp_messages m"
+            " JOIN renderings r ON r.id = m.ref WHERE m.pp_id=? AND m.seq<?",
+            (pp, seq),
+        ).fetchone()[0]
+    )
+
+
+def _bytes_bound(
+    c: sqlite3.Connection, b: AcceptBatch, dropped: dict[str, int], grew: dict[str, int]
+) -> None:
+    """--pullpoint-max-bytes (or the lower `b.pp_bytes_limits`) for the pull points `b`
+    adds to; what is dropped is taken off `grew`. `b.pp_held` keeps an upper
     bound of what each holds (grown by what is added, never lowered by what is taken: a
     rolled-back transaction leaves it too high, never too low); the rows are read only
     when the bound may be passed, and then it is set to what they hold."""
@@ -132,25 +173,32 @@ def _bytes_bound(c: sqlite3.Connection, b: AcceptBatch, dropped: dict[str, int])
         # bytes in UTF-8: at most 4 per character, 1 for ASCII (isascii is one C pass)
         added[pp] = added.get(pp, 0) + (len(text) if text.isascii() else 4 * len(text))
     for pp, n in added.items():
+        limit = b.pp_bytes_limits.get(pp, b.pp_max_bytes)
+        if b.pp_max_bytes > 0:
+            limit = min(limit, b.pp_max_bytes)
+        if limit <= 0:
+            continue
         bound = held.get(pp)
-        if bound is not None and bound + n <= b.pp_max_bytes:
+        if bound is not None and bound + n <= limit:
             held[pp] = bound + n
             continue
-        gone, held[pp] = _drop_over_bytes(c, pp, b.pp_max_bytes)
+        gone, gone_bytes, held[pp] = _drop_over_bytes(c, pp, limit)
         if gone:
             dropped[pp] = dropped.get(pp, 0) + gone
+            grew[pp] = grew.get(pp, 0) - gone_bytes
 
 
-def _drop_over_bytes(c: sqlite3.Connection, pp: str, max_bytes: int) -> tuple[int, int]:
+def _drop_over_bytes(c: sqlite3.Connection, pp: str, max_bytes: int) -> tuple[int, int, int]:
     """Drop the oldest messages of `pp` until the rest hold at most `max_bytes` bytes of
-    text (the newest is always kept); -> (how many were dropped, the bytes left)."""
+    text (the newest is always kept); -> (how many were dropped, their bytes, the bytes
+    left)."""
     total = c.execute(
         "SELECT COALESCE(SUM(length(CAST(r.xml AS BLOB))), 0) FROM pp_messages m"
         " JOIN renderings r ON r.id = m.ref WHERE m.pp_id=?",
         (pp,),
     ).fetchone()[0]
     if total <= max_bytes:
-        return 0, int(total)
+        return 0, 0, int(total)
     # the newest message past the bound, counting from the newest (a window over the pull
     # point's own rows: its index is (pp_id, seq))
     row = c.execute(
@@ -161,7 +209,7 @@ def _drop_over_bytes(c: sqlite3.Connection, pp: str, max_bytes: int) -> tuple[in
         (pp, max_bytes),
     ).fetchone()
     if row is None:
-        return 0, int(total)
+        return 0, 0, int(total)
     newest = c.execute("SELECT MAX(seq) FROM pp_messages WHERE pp_id=?", (pp,)).fetchone()[0]
     cut = min(row[0], newest - 1)
     gone_bytes = c.execute(
@@ -170,7 +218,7 @@ def _drop_over_bytes(c: sqlite3.Connection, pp: str, max_bytes: int) -> tuple[in
         (pp, cut),
     ).fetchone()[0]
     cur = c.execute("DELETE FROM pp_messages WHERE pp_id=? AND seq<=?", (pp, cut))
-    return cur.rowcount, int(total - gone_bytes)
+    return cur.rowcount, int(gone_bytes), int(total - gone_bytes)
 
 
 class Accept:

@@ -4,8 +4,9 @@ one error every storage operation raises. Plain data: no SQL, no I/O."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NamedTuple
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 
 class Pending(NamedTuple):
@@ -37,6 +38,16 @@ class SubscriptionRow:
     pullpoint: str | None
     dialect: str | None
     soap: str | None = None
+    #: the client address that made it ("" when not known: stored by an older gateway)
+    client: str = ""
+
+    @classmethod
+    def of(cls, r: Sequence[Any]) -> SubscriptionRow:
+        """From a row of the `subscriptions` columns, in the order of this class's fields."""
+        return cls(
+            r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], bool(r[7]), r[8], r[9], r[10],
+            r[11] or "",
+        )  # fmt: skip
 
 
 @dataclass
@@ -58,3 +69,9 @@ class Snapshot:
     registrations: list[RegistrationRow]
     current: list[tuple[str, str, str]]
     grown: list[tuple[str, str]]
+    #: pull point -> (the client address that made it, the bytes of its messages: the
+    #: UTF-8 length of each message's stored text, as --pullpoint-max-bytes counts them)
+    pullpoint_owners: dict[str, tuple[str, int]] = field(default_factory=dict)
+    #: grown topic (namespace, path) -> the client address whose Notify grew it (None: a
+    #: publisher registration or the gateway's own configuration grew it)
+    grown_by: dict[tuple[str, str], str | None] = field(default_factory=dict)

@@ -19,16 +19,25 @@ by GetMessages, its subscription or pull point destroyed) and deletes the render
 its last reference, in the same transaction, so the file does not grow.
 
 The version is SQLite's `PRAGMA user_version`: 0 (the files written before it: the text in
-every `deliveries` / `pp_messages` row) and 1 (this schema). `prepare` migrates a version 0
-file in one transaction, keeping every pending row's seq (so its order and its exactly-once
-delivery), and refuses a file of a newer version than it knows.
+every `deliveries` / `pp_messages` row), 1 (renderings) and 2 (this schema: `client`, the
+client address that made each subscription and pull point, and whose topic quota holds each
+grown topic, so each client's quota (gateway.quotas) is held again after a restart; NULL
+for a topic no client's quota holds: grown by a publisher registration, or named by a
+Notify that did not grow it). `prepare` migrates older files in place, in one transaction,
+keeping every pending row's seq (so its order and its exactly-once delivery): version 0 to
+1 as below, 1 to 2 by adding the `client` columns, whose old rows get "" (held under no
+client address: logged once, with how many); it refuses a file of a newer version than it
+knows.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 
-SCHEMA_VERSION = 1
+log = logging.getLogger("gateway.storage")
+
+SCHEMA_VERSION = 2
 
 #: rendering kinds (renderings.kind)
 WHOLE = 0
@@ -38,7 +47,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS subscriptions(
   id TEXT PRIMARY KEY, consumer TEXT NOT NULL, filter TEXT, policy TEXT,
   raw INTEGER NOT NULL, created REAL NOT NULL, termination REAL, paused INTEGER NOT NULL,
-  pullpoint TEXT, dialect TEXT, soap TEXT);
+  pullpoint TEXT, dialect TEXT, soap TEXT, client TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS renderings(
   id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, xml TEXT NOT NULL, refs INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS deliveries(
@@ -48,7 +57,8 @@ CREATE TRIGGER IF NOT EXISTS deliveries_unref AFTER DELETE ON deliveries BEGIN
   UPDATE renderings SET refs = refs - 1 WHERE id = OLD.ref;
   DELETE FROM renderings WHERE id = OLD.ref AND refs <= 0;
 END;
-CREATE TABLE IF NOT EXISTS pullpoints(id TEXT PRIMARY KEY, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS pullpoints(
+  id TEXT PRIMARY KEY, created REAL NOT NULL, client TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS pp_messages(
   seq INTEGER PRIMARY KEY AUTOINCREMENT, pp_id TEXT NOT NULL, sub_id TEXT,
   ref INTEGER NOT NULL);
@@ -64,7 +74,8 @@ CREATE TABLE IF NOT EXISTS current_messages(
   topic_ns TEXT NOT NULL, topic_path TEXT NOT NULL, xml TEXT NOT NULL,
   PRIMARY KEY(topic_ns, topic_path));
 CREATE TABLE IF NOT EXISTS grown_topics(
-  topic_ns TEXT NOT NULL, topic_path TEXT NOT NULL, PRIMARY KEY(topic_ns, topic_path));
+  topic_ns TEXT NOT NULL, topic_path TEXT NOT NULL, client TEXT DEFAULT '',
+  PRIMARY KEY(topic_ns, topic_path));
 CREATE TABLE IF NOT EXISTS landing_outbox(
   seq INTEGER PRIMARY KEY AUTOINCREMENT, msg_id TEXT NOT NULL, line TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS landing_outbox_parquet(
@@ -92,6 +103,8 @@ def prepare(c: sqlite3.Connection) -> None:
         else:  # a new file, or tables a file of version 1 does not have yet
             for stmt in _statements(SCHEMA):
                 c.execute(stmt)
+        if version < 2:
+            _migrate_v1(c)
         # no index on deliveries(sub_id): kept per row, it doubled the work of writing and
         # deleting a row; a subscription's rows are deleted by seq (storage.Storage
         # .delete_subscriptions, gateway.delivery); the first files of version 1 had it
@@ -123,6 +136,27 @@ def _statements(script: str) -> list[str]:
             out.append(buf.strip())
             buf = ""
     return out
+
+
+#: the tables whose rows name the client address that made them (schema version 2)
+CLIENT_TABLES = ("subscriptions", "pullpoints", "grown_topics")
+_NAMES = {"subscriptions": "subscriptions", "pullpoints": "pull points", "grown_topics": "topics"}
+
+
+def _migrate_v1(c: sqlite3.Connection) -> None:
+    """Schema 1 -> 2: a `client` column on CLIENT_TABLES (tables made just now by SCHEMA have
+    it already); the rows already there get "" (their client is not known), said once."""
+    old: dict[str, int] = {}
+    for table in CLIENT_TABLES:
+        if "client" not in _columns(c, table):
+            c.execute(f"ALTER TABLE {table} ADD COLUMN client TEXT DEFAULT ''")
+            old[table] = int(c.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+    if any(old.values()):
+        log.warning(
+            "database upgraded to schema version 2: %s stored before client addresses were "
+            'kept are held under no client address ("") by the per-client quotas',
+            ", ".join(f"{n} {_NAMES[t]}" for t, n in old.items()),
+        )
 
 
 def _migrate_v0(c: sqlite3.Connection) -> None:

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 from gateway import manager, publishers, registrations, subscriptions, topics
 from gateway.context import Context
+from gateway.followers import restore_account
 from gateway.lifecycle import Why
 from gateway.publishers import Registration
 from gateway.resource import from_epoch
@@ -74,6 +75,7 @@ async def restore(ctx: Context) -> None:
             log.warning("dropping subscription %s that no longer compiles: %s", row.id, e)
             unusable.append(row.id)
     ctx.state.restore(r)
+    restore_account(ctx.quotas, snap, ctx.state)  # each client's quota, as it was
     by_sub: dict[str, list[tuple[int, str]]] = {}
     for m in snap.deliveries:
         by_sub.setdefault(m.owner, []).append((m.seq, ctx.render.stored(m)))

@@ -46,6 +46,12 @@ class CameraConfig:
     #: most messages per PullMessages
     message_limit: int = 100
 
+    @property
+    def host(self) -> str:
+        """The host of `address`: the client address its events are accounted to (the
+        topic quota, gateway.quotas), as a Notify from it would be."""
+        return urlsplit(self.address).hostname or ""
+
     def __repr__(self) -> str:  # never the password
         return (
             f"CameraConfig(id={self.id!r}, address={self.address!r}, user={self.user!r}, "

@@ -41,14 +41,16 @@ position. Whether such a path selects a topic depends only on the topic's own pa
 subtree, so a new topic needs its own check and its ancestors', not a new evaluation over
 the whole Topic Set (gateway/topics/index.py).
 
-The parser is XPath 1.0's grammar (§3) with the lexical rules of §3.7; a text it cannot
-read is not linear ("not understood"), and whether it is XPath at all is lxml's verdict.
+The parser is XPath 1.0's grammar (§3) over the tokens of §3.7 (gateway/topics/xpath_lexer.py);
+a text it cannot read is not linear ("not understood"), and whether it is XPath at all is
+lxml's verdict.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
+
+from .xpath_lexer import AXES, Unreadable, tokens
 
 MAX_PREDICATE_DEPTH = 8
 MAX_PAREN_DEPTH = 32
@@ -56,28 +58,9 @@ MAX_PAREN_DEPTH = 32
 #: translate() proven linear (the naive search costs pattern x text)
 MAX_PATTERN_CHARS = 256
 
-# XPath 1.0 §3.7 ExprToken, longest first where prefixes overlap
-_TOKEN = re.compile(
-    r"""\s*(?:
-      (?P<literal>"[^"]*"|'[^']*')
-    | (?P<number>\d+(?:\.\d*)?|\.\d+)
-    | (?P<punct>\.\.|//|::|!=|<=|>=|[./()\[\]@,|+\-=<>*$])
-    | (?P<name>[^\W\d][\w.\-]*(?::(?:[^\W\d][\w.\-]*|\*))?)
-    )""",
-    re.VERBOSE,
-)
-
-_AXES = {
-    "ancestor", "ancestor-or-self", "attribute", "child", "descendant", "descendant-or-self",
-    "following", "following-sibling", "namespace", "parent", "preceding",
-    "preceding-sibling", "self",
-}  # fmt: skip
 #: axes that append without a duplicate check: linear from any number of nodes
 _APPENDING = {"child", "attribute", "self"}
 _DOWNWARD = {"child", "attribute", "self", "descendant", "descendant-or-self"}
-_NODE_TYPES = {"comment", "text", "processing-instruction", "node"}
-_OPERATOR_NAMES = {"and", "or", "mod", "div"}
-_SYMBOL_OPERATORS = {"+", "-", "=", "!=", "<", "<=", ">", ">="}
 _COMPARISONS = {"=", "!=", "<", "<=", ">", ">="}
 
 #: the core function library (XPath 1.0 §4): name -> the type it returns
@@ -121,10 +104,6 @@ class Analysis:
     local: list[LocalPath] | None
 
 
-class _Unreadable(Exception):
-    pass
-
-
 @dataclass
 class _Val:
     """A sub-expression: its type (nodeset, number, string, boolean), for a node-set
@@ -146,7 +125,7 @@ class _Val:
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
-        self.toks = _tokens(text)  # (kind, text, start, end)
+        self.toks = tokens(text)  # (kind, text, start, end)
         self.i = 0
         self.problem: str | None = None
         self.preds = 0  # predicate nesting
@@ -161,10 +140,10 @@ class _Parser:
 
     def take(self, want: str | None = None) -> str:
         if self.i >= len(self.toks):
-            raise _Unreadable
+            raise Unreadable
         tok = self.toks[self.i][1]
         if want is not None and tok != want:
-            raise _Unreadable
+            raise Unreadable
         self.i += 1
         return tok
 
@@ -211,7 +190,7 @@ class _Parser:
             self.take()
             w = self.path_expr()
             if not (v.nodeset and w.nodeset):
-                raise _Unreadable
+                raise Unreadable
             self.refuse("'|' unites node-sets with a duplicate check per node (quadratic)")
             local = v.local + w.local if v.local is not None and w.local is not None else None
             v = _Val(
@@ -227,7 +206,7 @@ class _Parser:
             v = self.filter_expr()
             if self.peek() in ("/", "//"):
                 if not v.nodeset:
-                    raise _Unreadable
+                    raise Unreadable
                 w = self.relative(v.single, start=-1, continued=True)
                 w.positional = v.positional or w.positional
                 w.nonlocal_ = v.nonlocal_ or w.nonlocal_
@@ -239,7 +218,7 @@ class _Parser:
         v = self.primary()
         while self.peek() == "[":
             if not v.nodeset:
-                raise _Unreadable
+                raise Unreadable
             self.predicate()
             v = _Val("nodeset", positional=v.positional, nonlocal_=v.nonlocal_)
         return v
@@ -268,7 +247,7 @@ class _Parser:
             return _Val(v.type, positional=v.positional, nonlocal_=v.nonlocal_)
         if kind == "func":
             return self.function()
-        raise _Unreadable
+        raise Unreadable
 
     def function(self) -> _Val:
         name = self.take()
@@ -426,8 +405,8 @@ class _Parser:
             axis = "attribute"
         elif kind == "axis":
             axis = self.take()
-            if axis not in _AXES:
-                raise _Unreadable
+            if axis not in AXES:
+                raise Unreadable
             self.take("::")
         one = self._axis_from(axis, single)
         tok, kind = self.peek(), self.kind()
@@ -440,7 +419,7 @@ class _Parser:
         elif kind == "name" or tok == "*":
             self.take()
         else:
-            raise _Unreadable
+            raise Unreadable
         if axis == "child" and after_root:
             one = True  # the root has one element child
         return axis, one, self.end_of_previous()
@@ -459,56 +438,6 @@ class _Parser:
         return v
 
 
-def _tokens(text: str) -> list[tuple[str, str, int, int]]:
-    """XPath 1.0 tokens with §3.7's disambiguation: (kind, text, start, end); kind is
-    literal, number, op (an Operator but '/', '//' and '|'), punct, var, func, nodetype,
-    axis or name."""
-    raw: list[tuple[str, str, int, int]] = []
-    pos = 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None or m.end() == pos:
-            if not text[pos:].strip():
-                break
-            raise _Unreadable
-        pos = m.end()
-        group = m.lastgroup or "punct"
-        raw.append((group, m.group(group), m.start(group), m.end(group)))
-    out: list[tuple[str, str, int, int]] = []
-    skip = False
-    for i, (group, tok, s, e) in enumerate(raw):
-        if skip:
-            skip = False
-            continue
-        prev = out[-1] if out else None
-        after_value = prev is not None and not (
-            prev[1] in ("@", "::", "(", "[", ",") or prev[0] == "op" or prev[1] in ("/", "//", "|")
-        )
-        nxt = raw[i + 1] if i + 1 < len(raw) else None
-        if group == "punct":
-            if tok == "$":
-                if nxt is None or nxt[0] != "name":
-                    raise _Unreadable
-                out.append(("var", "$" + nxt[1], s, nxt[3]))
-                skip = True
-            elif (tok == "*" and after_value) or tok in _SYMBOL_OPERATORS:
-                out.append(("op", tok, s, e))
-            else:
-                out.append(("punct", tok, s, e))
-        elif group == "name":
-            if after_value and tok in _OPERATOR_NAMES:
-                out.append(("op", tok, s, e))
-            elif nxt is not None and nxt[1] == "(":
-                out.append(("nodetype" if tok in _NODE_TYPES else "func", tok, s, e))
-            elif nxt is not None and nxt[1] == "::":
-                out.append(("axis", tok, s, e))
-            else:
-                out.append(("name", tok, s, e))
-        else:
-            out.append((group, tok, s, e))
-    return out
-
-
 def analyze(text: str) -> Analysis:
     """Whether `text` is proven linear (module docstring), why not if it is not, and its
     local-path form for a topic expression."""
@@ -516,8 +445,8 @@ def analyze(text: str) -> Analysis:
         p = _Parser(text)
         v = p.expr()
         if p.i != len(p.toks):
-            raise _Unreadable
-    except (_Unreadable, RecursionError):
+            raise Unreadable
+    except (Unreadable, RecursionError):
         return Analysis(False, "not understood by the cost analysis", None)
     return Analysis(p.problem is None, p.problem, v.local if v.nodeset else None)
 

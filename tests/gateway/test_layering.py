@@ -17,14 +17,14 @@ GATEWAY = Path(__file__).resolve().parents[2] / "gateway"
 #: Subpackages count as one unit each.
 LAYERS: list[tuple[str, set[str]]] = [
     ("app", {"app", "cli", "__main__"}),
-    ("http", {"http", "status", "http_limits"}),
+    ("http", {"http", "status", "status_feeds", "http_limits"}),
     ("dispatch", {"dispatch"}),
     # the roles: request handlers on gateway.context, and what runs beside them
     # (demand-based publishing, restore and sweeps); onvif: producers inside the gateway,
     # publishing through notify.publish
     ("roles", {
         "context", "notify", "producer", "manager", "pullpoints", "registrations", "wsrf",
-        "upkeep", "demand", "onvif", "cameras",
+        "upkeep", "demand", "onvif", "cameras", "attribution", "pullpoint_bytes",
     }),
     ("state/store/delivery", {
         "state", "followers", "longpoll", "oplog", "render", "dedupe", "metrics",

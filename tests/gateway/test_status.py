@@ -78,7 +78,7 @@ async def test_status_json_lists_what_the_broker_holds(
     assert reg["id"] == ids["registration"] and reg["device_id"] == "esp32-07"
     assert reg["producer"] == "http://127.0.0.1:9/wsn/producer"
     assert reg["topics"] == ["{urn:wsn-edge:devices}esp32-07/temperature"]
-    assert reg["state"] == "pushing" and reg["last_seen"] is None
+    assert reg["state"] == "pushing" and reg["last_seen"] == reg["created"]  # registered
     subs = {x["id"]: x for x in s["subscriptions"]}
     push = subs[ids["subscription"]]
     assert push["consumer"] == dead.url and push["dialect"] == "Concrete"
