@@ -48,6 +48,8 @@ class Catalog:
         self.out = out.rstrip("/")
         self.db = database
         self._arity: dict[str, int] = {}
+        #: tables this process created (with the configuration of its run)
+        self.created: set[str] = set()
 
     def name(self, table: str) -> str:
         return f"{_q(self.db)}.{_q(table)}"
@@ -98,6 +100,7 @@ class Catalog:
                     self._check(table, config)
                 continue
             self._create(table, where, config)
+            self.created.add(table.name)
 
     def _create(self, table: Table, where: str, config: dict[str, Any]) -> None:
         # the location first: Hive logs a stack trace for a table whose directory is missing

@@ -125,6 +125,9 @@ class Run:
         self.catalog = Catalog(spark, self.out, opts.database)
         self.config = config_of(opts)
         self.inputs = Inputs(landings=self.landings)
+        #: whether a table may carry another configuration than this run's (a full run then
+        #: records its own in every table: 8 metastore updates, not needed otherwise)
+        self._config_stale = True
 
     def execute(self) -> RunResult:
         t0 = time.monotonic()
@@ -142,6 +145,8 @@ class Run:
                     f"{self.config}: run again with --full to rebuild every table"
                 )
             self.catalog.ensure(self.config, self.hfs.qualify, check=not self.opts.full)
+            made_now = self.catalog.created >= set(TABLES)
+            self._config_stale = not (made_now or (state.run and state.config == self.config))
             self.inputs = resolve(self.hfs, self.landings)
             listed = self.inputs.files
             if self.only is not None:
@@ -195,7 +200,7 @@ class Run:
                 self.hfs.mkdirs(dst.rsplit("/", 1)[0])
                 if not self.hfs.rename(src, dst):
                     raise RuntimeError(f"run {rec.run}: could not rename {src} to {dst}")
-        if rec.full:
+        if rec.full and (existed is None or self._config_stale):
             self.catalog.set_config(rec.config)
         self.catalog.apply(rec.parts, existed)
         self.manifest.mark_applied(rec.run)

@@ -121,6 +121,8 @@ class Stored:
         them out before it adds the new ones)."""
         keys = {part_of(w) for w in self.windows}
         have = set(self._parts("device_quality"))
+        if not have:  # nothing stored (a full run, a first run): no job to find the hours
+            return self.read("device_quality", set())
         extra = {
             part_of(int(r["w"]))
             for r in dq_rows.select(F.unix_micros("window_start").alias("w")).distinct().collect()
