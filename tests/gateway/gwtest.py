@@ -191,6 +191,14 @@ async def call(
     return await post(url, data, version, http_headers)
 
 
+async def call_from(src: str, url: str, body: str, action: str | None = None) -> Reply:
+    """`call` (SOAP 1.2) from the local address `src`: another loopback address
+    (127.0.0.2, ...) stands for another client address."""
+    conn = aiohttp.TCPConnector(local_addr=(src, 0))
+    async with aiohttp.ClientSession(connector=conn) as s:
+        return await post(url, envelope(body, 12, action), 12, session=s)
+
+
 # ---------------------------------------------------------------- schemas
 def _onvif_wsdl_dir() -> Path:
     """The official OASIS schemas shipped in onvif-zeep-async, found without importing

@@ -20,33 +20,27 @@ from gwtest import (
     WSNT,
     Reply,
     call,
-    envelope,
+    call_from,
     notify_body,
-    post,
     reading,
     subscribe_body,
     topic_filter,
 )
 
 from gateway import quotas
+from tests.wsdl_actions import action
 
-A_CREATE_PP = "http://docs.oasis-open.org/wsn/bw-2/CreatePullPoint/CreatePullPointRequest"
+A_CREATE_PP = action("CreatePullPoint", "CreatePullPoint")
 KIND = quotas.PULLPOINT_BYTES
 PAD = "x" * 2000  # each stored message is about 2.3 KB
 
 
-async def _from(src: str, url: str, body: str, action: str | None = None) -> Reply:
-    conn = aiohttp.TCPConnector(local_addr=(src, 0))
-    async with aiohttp.ClientSession(connector=conn) as s:
-        return await post(url, envelope(body, 12, action), 12, session=s)
-
-
 async def _pullpoint(gw, src: str, topic: str = "tns:t") -> str:  # type: ignore[no-untyped-def]
     """A pull point made from `src`, fed by a subscription (from `src` too) to `topic`."""
-    r = await _from(src, gw.url, "<wsnt:CreatePullPoint/>", A_CREATE_PP)
+    r = await call_from(src, gw.url, "<wsnt:CreatePullPoint/>", A_CREATE_PP)
     assert r.status == 200, r.text
     pp = str(r.body.findtext(f"{{{WSNT}}}PullPoint/{{{WSA}}}Address"))
-    r = await _from(src, gw.url, subscribe_body(pp, topic_filter(topic)))
+    r = await call_from(src, gw.url, subscribe_body(pp, topic_filter(topic)))
     assert r.status == 200, r.text
     return pp
 
@@ -111,7 +105,7 @@ async def test_pullpoint_bytes_bounded_per_client_and_in_all(make_gateway, caplo
     c = await _pullpoint(gw, "127.0.0.2")
     with caplog.at_level(logging.WARNING, logger="gateway.quotas"):
         for v in range(20):  # each message goes to all three pull points
-            r = await _from("127.0.0.3", gw.url, notify_body(("tns:t", _big(v))))
+            r = await call_from("127.0.0.3", gw.url, notify_body(("tns:t", _big(v))))
             assert r.status == 202, r.text  # the publisher is never refused for it
     stored = _assert_account_is_storage(gw)
     one = max(len(_big(19)), 1) + 200  # a message's stored size, at most

@@ -15,10 +15,8 @@ import aiohttp
 from gwtest import (
     WSA,
     WSNT,
-    Reply,
-    envelope,
+    call_from,
     notify_body,
-    post,
     reading,
     start_gateway,
     stop_gateway,
@@ -28,14 +26,9 @@ from gwtest import (
 
 from gateway import quotas
 from gateway.storage_schema import SCHEMA_VERSION
+from tests.wsdl_actions import action
 
-A_CREATE_PP = "http://docs.oasis-open.org/wsn/bw-2/CreatePullPoint/CreatePullPointRequest"
-
-
-async def _from(src: str, url: str, body: str, action: str | None = None) -> Reply:
-    conn = aiohttp.TCPConnector(local_addr=(src, 0))
-    async with aiohttp.ClientSession(connector=conn) as s:
-        return await post(url, envelope(body, 12, action), 12, session=s)
+A_CREATE_PP = action("CreatePullPoint", "CreatePullPoint")
 
 
 def _topics(*names: str) -> str:
@@ -45,29 +38,29 @@ def _topics(*names: str) -> str:
 async def _fill(url: str, consumer: str) -> None:
     """From 127.0.0.1: 2 subscriptions, 1 pull point, 2 topics: its whole quota."""
     for _ in range(2):
-        r = await _from("127.0.0.1", url, subscribe_body(consumer, topic_filter("tns:t")))
+        r = await call_from("127.0.0.1", url, subscribe_body(consumer, topic_filter("tns:t")))
         assert r.status == 200, r.text
-    r = await _from("127.0.0.1", url, "<wsnt:CreatePullPoint/>", A_CREATE_PP)
+    r = await call_from("127.0.0.1", url, "<wsnt:CreatePullPoint/>", A_CREATE_PP)
     assert r.status == 200, r.text
     assert r.body.findtext(f"{{{WSNT}}}PullPoint/{{{WSA}}}Address")
-    assert (await _from("127.0.0.1", url, _topics("a", "b"))).status == 202
+    assert (await call_from("127.0.0.1", url, _topics("a", "b"))).status == 202
 
 
 async def _refused_then_other_client(url: str, consumer: str) -> None:
     sub = subscribe_body(consumer, topic_filter("tns:t"))
-    r = await _from("127.0.0.1", url, sub)
+    r = await call_from("127.0.0.1", url, sub)
     assert r.fault_name == "SubscribeCreationFailedFault", r.text
     assert "--max-client-subscriptions 2 reached for 127.0.0.1" in r.text
-    r = await _from("127.0.0.1", url, "<wsnt:CreatePullPoint/>", A_CREATE_PP)
+    r = await call_from("127.0.0.1", url, "<wsnt:CreatePullPoint/>", A_CREATE_PP)
     assert r.fault_name == "UnableToCreatePullPointFault", r.text
     assert "--max-client-pullpoints 1 reached for 127.0.0.1" in r.text
-    r = await _from("127.0.0.1", url, _topics("c"))
+    r = await call_from("127.0.0.1", url, _topics("c"))
     assert r.fault_name == "TopicNotSupportedFault", r.text
     assert "--max-client-topics 2 reached for 127.0.0.1" in r.text
     # another client is not
-    assert (await _from("127.0.0.2", url, sub)).status == 200
-    assert (await _from("127.0.0.2", url, "<wsnt:CreatePullPoint/>", A_CREATE_PP)).status == 200
-    assert (await _from("127.0.0.2", url, _topics("c"))).status == 202
+    assert (await call_from("127.0.0.2", url, sub)).status == 200
+    assert (await call_from("127.0.0.2", url, "<wsnt:CreatePullPoint/>", A_CREATE_PP)).status == 200
+    assert (await call_from("127.0.0.2", url, _topics("c"))).status == 202
 
 
 async def _metrics(url: str) -> dict[str, float]:
@@ -150,7 +143,7 @@ async def test_a_version_1_database_is_upgraded_in_place(make_gateway, tmp_path,
     assert q.client_of(quotas.PULLPOINTS, "old-pp") == ""
     assert q.held(quotas.PULLPOINTS, "") == 1 and q.held(quotas.TOPICS, "") == 1
     # new rows get their client
-    r = await _from("127.0.0.1", gw.url, "<wsnt:CreatePullPoint/>", A_CREATE_PP)
+    r = await call_from("127.0.0.1", gw.url, "<wsnt:CreatePullPoint/>", A_CREATE_PP)
     assert r.status == 200, r.text
     await asyncio.sleep(0)
     db = sqlite3.connect(data / "broker.sqlite3")

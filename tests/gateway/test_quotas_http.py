@@ -20,22 +20,16 @@ from gwtest import (
     WSNT,
     Reply,
     call,
-    envelope,
+    call_from,
     notify_body,
-    post,
     reading,
     subscribe_body,
     topic_filter,
 )
 
-A_CREATE_PP = "http://docs.oasis-open.org/wsn/bw-2/CreatePullPoint/CreatePullPointRequest"
+from tests.wsdl_actions import action
 
-
-async def call_from(src: str, url: str, body: str, action: str | None = None) -> Reply:
-    """`call`, from the local address `src`."""
-    conn = aiohttp.TCPConnector(local_addr=(src, 0))
-    async with aiohttp.ClientSession(connector=conn) as s:
-        return await post(url, envelope(body, 12, action), 12, session=s)
+A_CREATE_PP = action("CreatePullPoint", "CreatePullPoint")
 
 
 async def _metric(url: str, name: str, **labels: str) -> float:
