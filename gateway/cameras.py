@@ -36,6 +36,7 @@ from prometheus_client.registry import Collector
 from gateway import notify, quotas, topics
 from gateway.config import Config
 from gateway.context import Context
+from gateway.notification_message import Publication
 from gateway.onvif import (
     CameraConfig,
     CameraEvent,
@@ -100,7 +101,7 @@ class BrokerSink:
                 self.ctx.quotas.hold(quotas.TOPICS, client, key)
 
     async def camera_events(self, camera_id: str, events: Sequence[CameraEvent]) -> None:
-        pubs: list[notify.Publication] = []
+        pubs: list[Publication] = []
         also: list[topics.ConcreteTopic | None] = []
         render = self.ctx.render
         for e in events:
@@ -113,7 +114,7 @@ class BrokerSink:
                     producer = parse_epr(e.producer_epr)
             if producer is None or producer.address != e.producer:
                 producer = Epr(e.producer)
-            pubs.append(notify.Publication(e.topic, producer, e.message, None))
+            pubs.append(Publication(e.topic, producer, e.message, None))
             second: topics.ConcreteTopic | None = None
             with contextlib.suppress(topics.TopicError):
                 second = device_topic(camera_id, e.topic)

@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -48,6 +49,137 @@ def _consumer_rule(text: str) -> str:
     return text
 
 
+#: the limits group, as data: (flag, type, default, help); flags with a metavar in _METAVARS
+_LIMITS: list[tuple[str, Callable[[str], object], object, str | None]] = [
+    ("--max-request-bytes", int, 1024 * 1024, None),
+    ("--max-subscriptions", int, 10_000, "subscriptions in all (10000)"),
+    ("--max-client-subscriptions", int, 1_000, "subscriptions made from one client address (1000)"),
+    ("--max-pullpoints", int, 1_000, "pull points in all (1000)"),
+    ("--max-client-pullpoints", int, 100, "pull points made from one client address (100)"),
+    (
+        "--pullpoint-max-bytes",
+        int,
+        16 * 1024 * 1024,
+        "bytes of messages per pull point; the oldest are dropped beyond (16 MiB)",
+    ),
+    (
+        "--max-pullpoint-bytes",
+        int,
+        512 * 1024 * 1024,
+        "bytes of messages in all pull points; beyond, the oldest of the pull point "
+        "added to are dropped (512 MiB)",
+    ),
+    (
+        "--max-client-pullpoint-bytes",
+        int,
+        128 * 1024 * 1024,
+        "bytes of messages in the pull points made from one client address; beyond, "
+        "the oldest of the pull point added to are dropped (128 MiB)",
+    ),
+    ("--max-topics", int, 10_000, "topics a Notify may add to the Topic Set, in all (10000)"),
+    ("--max-client-topics", int, 1_000, "topics the Notify of one client address may add (1000)"),
+    (
+        "--max-getmessages",
+        int,
+        1_000,
+        "messages one GetMessages answers at most, MaximumNumber or not (1000)",
+    ),
+    (
+        "--max-getmessages-bytes",
+        int,
+        4 * 1024 * 1024,
+        "bytes one GetMessages answers at most, past its first message (4 MiB)",
+    ),
+    (
+        "--pullpoint-idle-expiry",
+        _seconds,
+        86_400.0,
+        "a pull point nobody has read for this long is destroyed; 0: never (86400 s)",
+    ),
+    (
+        "--quota-log-interval",
+        _seconds,
+        60.0,
+        "a refusal at a quota is logged at most once per client and kind per interval",
+    ),
+    ("--max-registrations", int, 10_000, None),
+    ("--pullpoint-max-messages", int, 10_000, "per pull point; the oldest are dropped beyond"),
+    (
+        "--max-backlog",
+        int,
+        1_000,
+        "undelivered messages per subscription; the oldest are dropped beyond",
+    ),
+    (
+        "--default-termination",
+        _duration,
+        timedelta(hours=1),
+        "subscription lifetime when Subscribe gives none (default PT1H; 'none' = no expiry)",
+    ),
+    (
+        "--max-termination",
+        _duration,
+        timedelta(days=1),
+        "longest lifetime granted (default P1D; 'none' = unlimited, nil accepted)",
+    ),
+    ("--min-termination", _duration, timedelta(seconds=1), None),
+    ("--registration-default-termination", _duration, timedelta(hours=1), None),
+    ("--max-wait", _seconds, 60.0, "cap of edge:Wait long polls"),
+    (
+        "--request-timeout",
+        _seconds,
+        10.0,
+        "a request's head and its body must each arrive within this (default 10 s; 408)",
+    ),
+    (
+        "--max-connections",
+        int,
+        512,
+        "concurrent client connections; more get 503 (default 512, lowered to fit the "
+        "open-file limit)",
+    ),
+    (
+        "--max-client-connections",
+        int,
+        128,
+        "concurrent connections from one client address; more get 503 (default 128)",
+    ),
+    (
+        "--max-consumer-answer-bytes",
+        int,
+        64 * 1024,
+        "the most of a consumer's answer body read to a delivery (discarded); beyond "
+        "it the connection is closed (default 65536)",
+    ),
+    (
+        "--filter-timeout",
+        _seconds,
+        0.25,
+        "the longest one evaluation of an XPath filter or topic expression that is not "
+        "proven linear may take (in a worker process); past it: no match (default 0.25 s)",
+    ),
+    (
+        "--filter-max-memory",
+        int,
+        512,
+        "address space of that worker process (default 512 MiB); past it: no match",
+    ),
+    (
+        "--max-delivery-connections",
+        int,
+        256,
+        "outgoing connections to consumers in all; beyond, a delivery waits for one (default 256)",
+    ),
+    (
+        "--max-consumer-connections",
+        int,
+        8,
+        "outgoing connections to one consumer host:port (default 8)",
+    ),
+]
+_METAVARS = {"--filter-max-memory": "MIB"}
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="wsn-gateway",
@@ -78,160 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="Notify only from registered publishers (br:RequiresRegistration=true)",
     )
     g = p.add_argument_group("limits")
-    g.add_argument("--max-request-bytes", type=int, default=1024 * 1024)
-    g.add_argument(
-        "--max-subscriptions", type=int, default=10_000, help="subscriptions in all (10000)"
-    )
-    g.add_argument(
-        "--max-client-subscriptions",
-        type=int,
-        default=1_000,
-        help="subscriptions made from one client address (1000)",
-    )
-    g.add_argument("--max-pullpoints", type=int, default=1_000, help="pull points in all (1000)")
-    g.add_argument(
-        "--max-client-pullpoints",
-        type=int,
-        default=100,
-        help="pull points made from one client address (100)",
-    )
-    g.add_argument(
-        "--pullpoint-max-bytes",
-        type=int,
-        default=16 * 1024 * 1024,
-        help="bytes of messages per pull point; the oldest are dropped beyond (16 MiB)",
-    )
-    g.add_argument(
-        "--max-pullpoint-bytes",
-        type=int,
-        default=512 * 1024 * 1024,
-        help="bytes of messages in all pull points; beyond, the oldest of the pull point "
-        "added to are dropped (512 MiB)",
-    )
-    g.add_argument(
-        "--max-client-pullpoint-bytes",
-        type=int,
-        default=128 * 1024 * 1024,
-        help="bytes of messages in the pull points made from one client address; beyond, "
-        "the oldest of the pull point added to are dropped (128 MiB)",
-    )
-    g.add_argument(
-        "--max-topics",
-        type=int,
-        default=10_000,
-        help="topics a Notify may add to the Topic Set, in all (10000)",
-    )
-    g.add_argument(
-        "--max-client-topics",
-        type=int,
-        default=1_000,
-        help="topics the Notify of one client address may add (1000)",
-    )
-    g.add_argument(
-        "--max-getmessages",
-        type=int,
-        default=1_000,
-        help="messages one GetMessages answers at most, MaximumNumber or not (1000)",
-    )
-    g.add_argument(
-        "--max-getmessages-bytes",
-        type=int,
-        default=4 * 1024 * 1024,
-        help="bytes one GetMessages answers at most, past its first message (4 MiB)",
-    )
-    g.add_argument(
-        "--pullpoint-idle-expiry",
-        type=_seconds,
-        default=86_400.0,
-        help="a pull point nobody has read for this long is destroyed; 0: never (86400 s)",
-    )
-    g.add_argument(
-        "--quota-log-interval",
-        type=_seconds,
-        default=60.0,
-        help="a refusal at a quota is logged at most once per client and kind per interval",
-    )
-    g.add_argument("--max-registrations", type=int, default=10_000)
-    g.add_argument(
-        "--pullpoint-max-messages",
-        type=int,
-        default=10_000,
-        help="per pull point; the oldest are dropped beyond",
-    )
-    g.add_argument(
-        "--max-backlog",
-        type=int,
-        default=1_000,
-        help="undelivered messages per subscription; the oldest are dropped beyond",
-    )
-    g.add_argument(
-        "--default-termination",
-        type=_duration,
-        default=timedelta(hours=1),
-        help="subscription lifetime when Subscribe gives none (default PT1H; 'none' = no expiry)",
-    )
-    g.add_argument(
-        "--max-termination",
-        type=_duration,
-        default=timedelta(days=1),
-        help="longest lifetime granted (default P1D; 'none' = unlimited, nil accepted)",
-    )
-    g.add_argument("--min-termination", type=_duration, default=timedelta(seconds=1))
-    g.add_argument("--registration-default-termination", type=_duration, default=timedelta(hours=1))
-    g.add_argument("--max-wait", type=_seconds, default=60.0, help="cap of edge:Wait long polls")
-    g.add_argument(
-        "--request-timeout",
-        type=_seconds,
-        default=10.0,
-        help="a request's head and its body must each arrive within this (default 10 s; 408)",
-    )
-    g.add_argument(
-        "--max-connections",
-        type=int,
-        default=512,
-        help="concurrent client connections; more get 503 (default 512, lowered to fit the "
-        "open-file limit)",
-    )
-    g.add_argument(
-        "--max-client-connections",
-        type=int,
-        default=128,
-        help="concurrent connections from one client address; more get 503 (default 128)",
-    )
-    g.add_argument(
-        "--max-consumer-answer-bytes",
-        type=int,
-        default=64 * 1024,
-        help="the most of a consumer's answer body read to a delivery (discarded); beyond "
-        "it the connection is closed (default 65536)",
-    )
-    g.add_argument(
-        "--filter-timeout",
-        type=_seconds,
-        default=0.25,
-        help="the longest one evaluation of an XPath filter or topic expression that is not "
-        "proven linear may take (in a worker process); past it: no match (default 0.25 s)",
-    )
-    g.add_argument(
-        "--filter-max-memory",
-        type=int,
-        default=512,
-        metavar="MIB",
-        help="address space of that worker process (default 512 MiB); past it: no match",
-    )
-    g.add_argument(
-        "--max-delivery-connections",
-        type=int,
-        default=256,
-        help="outgoing connections to consumers in all; beyond, a delivery waits for one "
-        "(default 256)",
-    )
-    g.add_argument(
-        "--max-consumer-connections",
-        type=int,
-        default=8,
-        help="outgoing connections to one consumer host:port (default 8)",
-    )
+    for flag, kind, default, text in _LIMITS:
+        g.add_argument(flag, type=kind, default=default, help=text, metavar=_METAVARS.get(flag))
     d = p.add_argument_group("delivery")
     d.add_argument("--delivery-timeout", type=_seconds, default=10.0)
     d.add_argument("--delivery-batch", type=int, default=100)

@@ -279,10 +279,9 @@ class ConsumerPolicy:
         if t.port != self.own_port:
             return False
         try:
-            infos = await asyncio.wait_for(
-                asyncio.get_running_loop().getaddrinfo(t.host, t.port, type=socket.SOCK_STREAM),
-                resolve_timeout,
-            )
+            async with asyncio.timeout(resolve_timeout):
+                loop = asyncio.get_running_loop()
+                infos = await loop.getaddrinfo(t.host, t.port, type=socket.SOCK_STREAM)
         except (OSError, TimeoutError, UnicodeError):
             return False
         for *_x, sa in infos:

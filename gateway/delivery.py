@@ -33,7 +33,9 @@ consumer endpoint.
   --consumer-dead-after seconds ends its subscriptions that were waiting to be delivered
   (the broker destroys them and their backlogs).
 - Durability: queued messages are rows in SQLite until the consumer acknowledged them, so
-  they are sent again after a restart (at-least-once). The rows a 2xx answer acknowledged
+  they are sent again after a restart (at-least-once). A clean stop lets the requests in
+  flight have their answers (at most STOP_DRAIN_S), so only a crash sends a message the
+  consumer took again. The rows a 2xx answer acknowledged
   and the dropped ones are deleted in the background (gateway/delivery_acks.py).
 - The request itself (envelope, HTTP client) is gateway/delivery_http.py.
 """
@@ -67,6 +69,9 @@ from gateway.delivery_pacing import Pacer
 from gateway.delivery_statelog import StateLog
 from gateway.metrics import Metrics
 from gateway.storage import Storage
+
+#: how long a clean stop waits for the answers to the requests in flight (`Delivery.stop`)
+STOP_DRAIN_S = 5.0
 
 log = logging.getLogger("gateway.delivery")
 
@@ -126,9 +131,18 @@ class DeliveryManager:
     async def start(self) -> None:
         await self._sender.start()
 
-    async def stop(self) -> None:
+    async def stop(self, drain: float = STOP_DRAIN_S) -> None:
+        """Stop every worker. A request already sent gets up to `drain` seconds for its
+        answer first: cancelled, a message the consumer took would be sent again after the
+        restart (it stays unacknowledged); an idle or backing-off worker stops at once."""
         self._closing = True
         tasks = [e.task for e in self._endpoints.values() if e.task is not None]
+        sending = [e.task for e in self._endpoints.values() if e.task is not None and e.sending]
+        for t in tasks:
+            if t not in sending:
+                t.cancel()
+        if sending and drain > 0:
+            await asyncio.wait(sending, timeout=drain)
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -348,13 +362,20 @@ class DeliveryManager:
                 via.extend(self._via.get(seq, ()))
             t = ep.target
             ids = [message_id(sid, seq) for seq, sid, _x in batch]
-            ok, why, peer = await self._sender.send(
-                ep.key, t.consumer, t.soap_version, t.raw, [x for _, _, x in batch], tuple(via), ids
-            )
+            ep.sending = True
+            try:
+                ok, why, peer = await self._sender.send(
+                    ep.key, t.consumer, t.soap_version, t.raw, [x for _, _, x in batch],
+                    tuple(via), ids,
+                )  # fmt: skip
+            finally:
+                ep.sending = False
             ep.peer = peer or ep.peer
             if ok:
                 self._delivered(ep, batch)
                 continue
+            if self._closing:  # stopping (the request was let finish): no retry now
+                return
             now = time.monotonic()
             ep.last_error, ep.last_error_at = why, time.time()
             if ep.failing_since is None:

@@ -76,6 +76,7 @@ class Endpoint:
     failures: int = 0  # failed requests so far (attempts: the current streak)
     peer: str | None = None  # the broker id it answered with (gateway/loops.py)
     started: float | None = None  # monotonic time the last request started
+    sending: bool = False  # a request is in flight (Delivery.stop lets it finish)
     window: int = -1  # the pacing window in which it last started one
     last_error: str | None = None  # why the last failed request failed
     last_error_at: float | None = None  # wall-clock epoch seconds of it

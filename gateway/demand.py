@@ -294,7 +294,8 @@ class DemandManager(PublisherClient):
                 await pub.wake.wait()
             else:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(pub.wake.wait(), max(0.0, delay))
+                    async with asyncio.timeout(max(0.0, delay)):  # not wait_for: onvif/client.py
+                        await pub.wake.wait()
 
     async def _pass(self, pub: _Pub) -> tuple[float | None, bool]:
         """Bring every topic of `pub` to its wanted state. -> (seconds until the next

@@ -104,7 +104,8 @@ class OutboxWriter:
         tick = max(0.05, min(1.0, self.max_age / 4))
         while not self._stopping:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), tick)
+                async with asyncio.timeout(tick):  # not wait_for: gateway/onvif/client.py _call
+                    await self._wake.wait()
             self._wake.clear()
             if self._stopping:
                 return

@@ -46,7 +46,8 @@ class LongPolls:
         self._waiting[pullpoint_id] += 1
         t0 = time.monotonic()
         try:
-            await asyncio.wait_for(ev.wait(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: see gateway/onvif/client.py _call
+                await ev.wait()
         except TimeoutError:
             pass
         finally:

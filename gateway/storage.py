@@ -266,10 +266,10 @@ class Storage(DemandTables, LandingTables):
             )
         ]
         regs = [
-            RegistrationRow(r[0], r[1], r[2], bool(r[3]), r[4], r[5], r[6])
+            RegistrationRow(r[0], r[1], r[2], bool(r[3]), r[4], r[5], r[6], r[7])
             for r in c.execute(
-                "SELECT id, publisher, topics, demand, created, termination, device_id"
-                " FROM registrations ORDER BY created"
+                "SELECT id, publisher, topics, demand, created, termination, device_id,"
+                " last_seen FROM registrations ORDER BY created"
             )
         ]
         cur = [(r[0], r[1], r[2]) for r in c.execute("SELECT * FROM current_messages")]
@@ -460,8 +460,18 @@ class Storage(DemandTables, LandingTables):
 
         def fn(c: sqlite3.Connection) -> None:
             c.execute(
-                "INSERT INTO registrations VALUES (?,?,?,?,?,?,?)",
-                (r.id, r.publisher, r.topics, int(r.demand), r.created, r.termination, r.device_id),
+                "INSERT INTO registrations(id, publisher, topics, demand, created, termination,"
+                " device_id, last_seen) VALUES (?,?,?,?,?,?,?,?)",
+                (
+                    r.id,
+                    r.publisher,
+                    r.topics,
+                    int(r.demand),
+                    r.created,
+                    r.termination,
+                    r.device_id,
+                    r.last_seen,
+                ),
             )
             c.executemany(  # client NULL: a registration's topics count in no topic quota
                 "INSERT OR IGNORE INTO grown_topics(topic_ns, topic_path, client)"
@@ -474,6 +484,14 @@ class Storage(DemandTables, LandingTables):
 
     async def delete_registration(self, reg_id: str) -> None:
         await self._run(lambda c: c.execute("DELETE FROM registrations WHERE id=?", (reg_id,)))
+
+    async def set_last_seen(self, seen: Sequence[tuple[str, float]]) -> None:
+        """(registration id, when its device was last seen) for each: one transaction."""
+        await self._run(
+            lambda c: c.executemany(
+                "UPDATE registrations SET last_seen=? WHERE id=?", [(t, i) for i, t in seen]
+            )
+        )
 
     async def set_registration_termination(self, reg_id: str, termination: float | None) -> None:
         await self._run(

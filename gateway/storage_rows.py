@@ -59,6 +59,7 @@ class RegistrationRow:
     created: float
     termination: float | None
     device_id: str | None
+    last_seen: float | None = None  # None: not seen since it was made
 
 
 @dataclass

@@ -19,15 +19,18 @@ by GetMessages, its subscription or pull point destroyed) and deletes the render
 its last reference, in the same transaction, so the file does not grow.
 
 The version is SQLite's `PRAGMA user_version`: 0 (the files written before it: the text in
-every `deliveries` / `pp_messages` row), 1 (renderings) and 2 (this schema: `client`, the
+every `deliveries` / `pp_messages` row), 1 (renderings), 2 (`client`, the
 client address that made each subscription and pull point, and whose topic quota holds each
 grown topic, so each client's quota (gateway.quotas) is held again after a restart; NULL
 for a topic no client's quota holds: grown by a publisher registration, or named by a
-Notify that did not grow it). `prepare` migrates older files in place, in one transaction,
-keeping every pending row's seq (so its order and its exactly-once delivery): version 0 to
-1 as below, 1 to 2 by adding the `client` columns, whose old rows get "" (held under no
-client address: logged once, with how many); it refuses a file of a newer version than it
-knows.
+Notify that did not grow it), 3 (this schema: `registrations.last_seen`, when the device
+of each registration was last seen, so /status and /metrics keep it across a restart; written
+by the expiry sweeps and at shutdown, gateway.upkeep). `prepare` migrates older files in
+place, in one transaction, keeping every pending row's seq (so its order and its
+exactly-once delivery): version 0 to 1 as below, 1 to 2 by adding the `client` columns,
+whose old rows get "" (held under no client address: logged once, with how many), 2 to 3 by
+adding `last_seen` (NULL: the registration's creation time is used, as before); it refuses a
+file of a newer version than it knows.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import sqlite3
 
 log = logging.getLogger("gateway.storage")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: rendering kinds (renderings.kind)
 WHOLE = 0
@@ -69,7 +72,7 @@ CREATE TRIGGER IF NOT EXISTS pp_messages_unref AFTER DELETE ON pp_messages BEGIN
 END;
 CREATE TABLE IF NOT EXISTS registrations(
   id TEXT PRIMARY KEY, publisher TEXT, topics TEXT NOT NULL, demand INTEGER NOT NULL,
-  created REAL NOT NULL, termination REAL, device_id TEXT);
+  created REAL NOT NULL, termination REAL, device_id TEXT, last_seen REAL);
 CREATE TABLE IF NOT EXISTS current_messages(
   topic_ns TEXT NOT NULL, topic_path TEXT NOT NULL, xml TEXT NOT NULL,
   PRIMARY KEY(topic_ns, topic_path));
@@ -105,6 +108,8 @@ def prepare(c: sqlite3.Connection) -> None:
                 c.execute(stmt)
         if version < 2:
             _migrate_v1(c)
+        if "last_seen" not in _columns(c, "registrations"):  # version 2 to 3
+            c.execute("ALTER TABLE registrations ADD COLUMN last_seen REAL")
         # no index on deliveries(sub_id): kept per row, it doubled the work of writing and
         # deleting a row; a subscription's rows are deleted by seq (storage.Storage
         # .delete_subscriptions, gateway.delivery); the first files of version 1 had it

@@ -63,6 +63,7 @@ async def restore(ctx: Context) -> None:
                 from_epoch(rr.termination),
                 rr.device_id,
             )
+            reg.last_seen = from_epoch(rr.last_seen)
             publishers.compile_specs(reg)
             r.registrations.append(reg)
         except Exception:
@@ -127,11 +128,37 @@ async def sweep(ctx: Context) -> None:
 
 async def sweeper(ctx: Context) -> None:
     """Sweep every --sweep-interval seconds until cancelled; a failed sweep is logged and
-    tried again at the next."""
-    while True:
-        await asyncio.sleep(ctx.cfg.sweep_interval)
+    tried again at the next. With each sweep, and once more when cancelled, the devices'
+    last-seen times that moved are stored (`write_last_seen`)."""
+    written = {r.id: r.last_seen for r in ctx.state.registrations.values()}
+    try:
+        while True:
+            await asyncio.sleep(ctx.cfg.sweep_interval)
+            try:
+                await sweep(ctx)
+                await write_last_seen(ctx, written)
+            except Exception:
+                log.exception("expiry sweep failed; retrying")
+            ctx.counts.sweeps += 1
+    finally:
         try:
-            await sweep(ctx)
+            await write_last_seen(ctx, written)
         except Exception:
-            log.exception("expiry sweep failed; retrying")
-        ctx.counts.sweeps += 1
+            log.exception("could not store the devices' last-seen times at shutdown")
+
+
+async def write_last_seen(ctx: Context, written: dict[str, datetime | None]) -> None:
+    """Store the last-seen time of each registration whose time moved since `written` (what
+    was stored, updated here): one transaction per sweep, not one per message, so a restart
+    loses at most one --sweep-interval of it (docs/gateway.md "Devices")."""
+    regs = ctx.state.registrations
+    moved = [
+        (r.id, r.last_seen)
+        for r in regs.values()
+        if r.last_seen is not None and written.get(r.id) != r.last_seen
+    ]
+    for gone in [i for i in written if i not in regs]:
+        del written[gone]
+    if moved:
+        await ctx.storage.set_last_seen([(i, t.timestamp()) for i, t in moved])
+        written.update(moved)

@@ -15,11 +15,16 @@ producer), so a device whose address changes stays one series; `producer`, `gate
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_ingest.landing import device_of_key
 from spark_ingest.schema import AGGREGATES
+
+if TYPE_CHECKING:
+    from spark_ingest.consume import FileMap
 
 # A number, as JSON and XML Schema write one: optional sign, digits with an optional
 # fraction (or a bare fraction), optional exponent; surrounding blanks allowed. Only such
@@ -74,7 +79,7 @@ def measurements(messages: DataFrame) -> DataFrame:
     return exploded.withColumn("value", F.when(F.col("value_str").rlike(NUMBER_RE), finite))
 
 
-def window_aggregates(meas: DataFrame, window_us: int, fmap: DataFrame) -> DataFrame:
+def window_aggregates(meas: DataFrame, window_us: int, fmap: FileMap) -> DataFrame:
     """Tumbling-window aggregates per (window, key, topic_path, field): the `aggregates`
     table's columns.
 
@@ -96,8 +101,7 @@ def window_aggregates(meas: DataFrame, window_us: int, fmap: DataFrame) -> DataF
             F.struct("at", "id", "value_str", "value", "producer", "gateway_id", "file_id", "unit")
         ).alias("_last"),
     )
-    sites = F.broadcast(fmap.select(F.col("file_id").alias("_fid"), F.col("site").alias("_site")))
-    grouped = grouped.join(sites, F.col("_last.file_id") == F.col("_fid"), "left")
+    grouped = fmap.add(grouped, "_last.file_id", "site", "_site")
     return grouped.select(
         *window_bounds(F.col("w"), window_us),
         F.col("key").alias("device_key"),

@@ -134,23 +134,24 @@ def device_lines(spark: SparkSession, database: str) -> tuple[int, list[DeviceLi
     """The number of devices and the ones with the most gaps (then by name)."""
     df = spark.table(f"`{database}`.`devices`")
     iso = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
-    rows = (
-        df.crossJoin(F.broadcast(df.agg(F.count(F.lit(1)).alias("n"))))
-        .select(
-            "n",
-            F.coalesce("device_id", "producer", F.lit("(no device, no producer)")).alias("d"),
-            "producer",
-            "messages",
-            F.date_format("last_seen", iso).alias("last_seen"),
-            "gap_count",
-            "silent_s",
-            "clock_skew_s",
-        )
-        .orderBy(F.desc("gap_count"), "d")
-        .limit(DEVICES_SHOWN)
-        .collect()
+    # the count and the first rows in one aggregation: one Spark job (a broadcast join of
+    # the count and a sorted limit ran three); gap_count is never null, `d` never is
+    entry = F.struct(
+        (-F.col("gap_count")).alias("_g"),
+        F.coalesce("device_id", "producer", F.lit("(no device, no producer)")).alias("d"),
+        "producer",
+        "messages",
+        F.date_format("last_seen", iso).alias("last_seen"),
+        "gap_count",
+        "silent_s",
+        "clock_skew_s",
     )
-    n = int(rows[0]["n"]) if rows else 0
+    top = df.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.slice(F.sort_array(F.collect_list(entry)), 1, DEVICES_SHOWN).alias("top"),
+    ).collect()[0]
+    rows = top["top"] if top["n"] else []
+    n = int(top["n"])
     return n, [
         DeviceLine(r["d"], r["producer"], int(r["messages"]), r["last_seen"], int(r["gap_count"]),
                    r["silent_s"], r["clock_skew_s"])

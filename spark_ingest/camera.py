@@ -19,6 +19,8 @@ message's `at` (the gateway's `received_at`; with `--time event`, the camera's U
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -27,18 +29,19 @@ from spark_ingest.aggregate import partition_of, window_bounds
 from spark_ingest.landing import device_of_key
 from spark_ingest.schema import CAMERA_EVENTS, CAMERA_STATES
 
+if TYPE_CHECKING:
+    from spark_ingest.consume import FileMap
+
 SERIES = ["device_key", "topic_path", "source", "item"]
 TRUE_VALUES = ("true", "1")
 BOOLEAN_VALUES = ("true", "false", "1", "0")
 
 
-def events(msgs: DataFrame, fmap: DataFrame, time: str = "received") -> DataFrame:
+def events(msgs: DataFrame, fmap: FileMap, time: str = "received") -> DataFrame:
     """camera_events rows of the event messages (schema.MESSAGE, kind "event"); `fmap`
     (consume.file_map) names their sites."""
-    ev = (
-        msgs.where(F.col("kind") == "event")
-        .join(F.broadcast(fmap.select("file_id", "site")), "file_id", "left")
-        .withColumn("m", camera_xml.parse(F.col("payload")))
+    ev = fmap.add(msgs.where(F.col("kind") == "event"), "file_id", "site", "site").withColumn(
+        "m", camera_xml.parse(F.col("payload"))
     )
     utc = F.try_to_timestamp(F.col("m._UtcTime"))
     at = F.col("at") if time == "received" else F.coalesce(utc, F.col("at"))

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from spark_ingest import camera, devices, quality, sites, tables
 from spark_ingest.aggregate import measurements, window_aggregates
@@ -21,6 +22,7 @@ from spark_ingest.schema import TABLES
 from spark_ingest.stored import Stored
 
 if TYPE_CHECKING:
+    from spark_ingest.consume import FileMap
     from spark_ingest.engine import Run, RunResult
 
 
@@ -72,7 +74,7 @@ def compute(
     state: State,
     lines: DataFrame,
     rows: list[Any],
-    fmap: DataFrame,
+    fmap: FileMap,
     new_ids: set[int],
     site_of: dict[int, str],
     windows: list[int],
@@ -135,9 +137,10 @@ def compute(
         devices.partial(dq, devices.producers_of(msgs)),
         devices.partial(stored.replaced_dq(dq)),
     )
-    out["devices"] = devices.finish(
-        merged, known.withColumnRenamed("until", "last_at"), run.opts.gap_factor
-    )
+    # each site's newest time in µs, as the timestamps of `known` hold it
+    as_us = T.TimestampType().toInternal
+    last_at = {s: int(as_us(d)) for s, v in up.new_last.items() if (d := sites.dt(v)) is not None}
+    out["devices"] = devices.finish(merged, last_at, run.opts.gap_factor)
     out["sites"] = spark.createDataFrame(up.rows, TABLES["sites"].schema)
 
     res.messages = up.new_messages - up.old_messages

@@ -5,6 +5,7 @@ which times a file's lines lie, plan.py) and the `site_quality` table are made o
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -64,21 +65,65 @@ def damaged_lines(spark: SparkSession, hfs: HFS, bad: dict[str, str], window_us:
     return df.select(*[cols[c].cast(_TYPES[c]).alias(c) for c in CLASSIFIED])
 
 
-def file_map(spark: SparkSession, hfs: HFS, paths: list[str]) -> DataFrame:
-    """(file_id, source_file, site) of `paths` (numbered in order): source_file as Spark
-    reports a file's path, site its landing directory. A local table: broadcasting it runs
-    no job."""
+# up to this many files a run's file map is a literal in the plan (a few dozen bytes a
+# file): a lookup then needs no Spark job. A broadcast join of a driver-side table runs a
+# job per query (measured: ~10 of the 35 jobs of an incremental run of one small file);
+# a literal of 10,000 files costs seconds to plan instead (measured), so a large map stays
+# a table.
+LITERAL_FILES = 256
+
+
+class FileMap:
+    """(file_id, source_file, site) of the files a run reads, numbered 0.. in order:
+    source_file as Spark reports a file's path, site its landing directory."""
+
+    def __init__(self, spark: SparkSession, rows: list[tuple[int, str, str]]) -> None:
+        assert all(r[0] == i for i, r in enumerate(rows)), "file ids are 0.. in order"
+        self.spark = spark
+        self.rows = rows
+        self._df: DataFrame | None = None
+
+    @property
+    def literal(self) -> bool:
+        return len(self.rows) <= LITERAL_FILES
+
+    @property
+    def df(self) -> DataFrame:
+        """The map as a (driver-side) table."""
+        if self._df is None:
+            self._df = self.spark.createDataFrame(
+                self.rows, "file_id int, source_file string, site string"
+            )
+        return self._df
+
+    def add(self, df: DataFrame, file_id: str, which: str, alias: str) -> DataFrame:
+        """`df` with a column `alias`: the `which` ("source_file" or "site") of the file
+        whose id is the SQL expression `file_id` (null for none)."""
+        if self.literal:
+            i = ("file_id", "source_file", "site").index(which)
+            arr = F.from_json(F.lit(json.dumps([r[i] for r in self.rows])), "array<string>")
+            return df.withColumn(alias, F.try_element_at(arr, F.expr(file_id).cast("int") + 1))
+        right = self.df.select(F.col("file_id").alias("_fid"), F.col(which).alias(alias))
+        return df.join(F.broadcast(right), F.expr(file_id) == F.col("_fid"), "left").drop("_fid")
+
+
+def file_map(spark: SparkSession, hfs: HFS, paths: list[str]) -> FileMap:
+    """The FileMap of `paths` (numbered in order)."""
     rows = []
     for i, p in enumerate(paths):
         q = hfs.qualify(p)
         rows.append((i, q, q.rsplit("/", 1)[0]))
-    return spark.createDataFrame(rows, "file_id int, source_file string, site string")
+    return FileMap(spark, rows)
 
 
-def with_file_id(lines: DataFrame, fmap: DataFrame) -> DataFrame:
+def with_file_id(lines: DataFrame, fmap: FileMap) -> DataFrame:
     """`lines` (CLASSIFIED) with `source_file` replaced by its `file_id` (schema.MESSAGE)."""
-    ids = F.broadcast(fmap.select("file_id", "source_file"))
-    return lines.join(ids, "source_file", "left").drop("source_file")
+    if fmap.literal:
+        ids = json.dumps({q: i for i, q, _s in fmap.rows})
+        of = F.try_element_at(F.from_json(F.lit(ids), "map<string,int>"), F.col("source_file"))
+        return lines.withColumn("file_id", of).drop("source_file")
+    ids_df = F.broadcast(fmap.df.select("file_id", "source_file"))
+    return lines.join(ids_df, "source_file", "left").drop("source_file")
 
 
 def _skew() -> Column:

@@ -14,6 +14,8 @@ zone read long after it was written does not call every device silent.
 
 from __future__ import annotations
 
+import json
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -24,6 +26,9 @@ from spark_ingest.schema import DEVICES
 _PERIOD = T.StructType([T.StructField("w", T.TimestampType()), T.StructField("p", T.DoubleType())])
 _PERIODS = T.MapType(T.StringType(), _PERIOD)
 _STRS = T.ArrayType(T.StringType())
+
+# up to this many sites their newest times are a literal in the plan
+LITERAL_SITES = 256
 
 # the merged columns (everything but those finish() derives)
 PARTIAL = [
@@ -178,15 +183,21 @@ def merge(old: DataFrame, new: DataFrame, removed: DataFrame) -> DataFrame:
     )  # fmt: skip
 
 
-def finish(parts: DataFrame, sites: DataFrame, gap_factor: float) -> DataFrame:
-    """The devices table from PARTIAL rows and the sites' newest times (site, last_at):
-    `period_s` is the shortest of its topics' latest periods, `silent_s` the time from its
-    last message to its site's newest one, `silent` whether that exceeds gap_factor x
-    period_s."""
-    s = sites.select(F.col("site").alias("_site"), F.col("last_at").alias("_site_last"))
+def finish(parts: DataFrame, last_at: dict[str, int], gap_factor: float) -> DataFrame:
+    """The devices table from PARTIAL rows and the sites' newest times (site -> µs since
+    the epoch): `period_s` is the shortest of its topics' latest periods, `silent_s` the
+    time from its last message to its site's newest one, `silent` whether that exceeds
+    gap_factor x period_s."""
     period = F.array_min(F.transform(F.map_values("_periods"), lambda v: v["p"]))
-    silent_s = (F.unix_micros("_site_last") - F.unix_micros("last_seen")) / F.lit(1e6)
-    j = parts.join(F.broadcast(s), parts["site"].eqNullSafe(s["_site"]), "left")
+    if len(last_at) <= LITERAL_SITES:
+        # a literal in the plan: a broadcast join of a driver-side table is a Spark job
+        m = F.from_json(F.lit(json.dumps(last_at)), "map<string,bigint>")
+        j = parts.withColumn("_site_last_us", F.try_element_at(m, F.col("site")))
+    else:
+        spark = parts.sparkSession
+        s = spark.createDataFrame(list(last_at.items()), "_site string, _site_last_us long")
+        j = parts.join(F.broadcast(s), parts["site"].eqNullSafe(s["_site"]), "left")
+    silent_s = (F.col("_site_last_us") - F.unix_micros("last_seen")) / F.lit(1e6)
     return j.select(
         "device_key",
         device_of_key(F.col("device_key")).alias("device_id"),

@@ -39,6 +39,7 @@ from spark_ingest.manifest import FORMAT, Manifest, RunRecord, State, location, 
 from spark_ingest.options import Options, Progress, interval_us
 from spark_ingest.plan import days_of_windows, files_for_windows, new_files
 from spark_ingest.schema import TABLES
+from spark_ingest.stored import among
 
 # Landing bytes per partition of the by-device shuffle: about 120,000 messages in either
 # format (Parquet compresses the records about 15x). At least two per core.
@@ -58,9 +59,14 @@ KEEP_NEW_BYTES = 64 * 1024 * 1024
 # as a job of its own (measured: 40 jobs for an incremental run of two small files, 17 of
 # them such stages), and the run sizes its shuffles itself (`spark.sql.shuffle.partitions`
 # is set from the bytes it reads, engine.partitions_for).
+#
+# A `limit(n).collect()` scans every partition in its first job: by default it tries one
+# partition, then more in a second job (measured: two jobs for the duplicates' candidates of
+# a run of one small file, where one does).
 RUN_CONF = {
     "spark.sql.execution.useObjectHashAggregateExec": "false",
     "spark.sql.adaptive.enabled": "false",
+    "spark.sql.limit.initialNumPartitions": str(2**31 - 1),
 }
 SHUFFLE = "spark.sql.shuffle.partitions"
 
@@ -267,8 +273,7 @@ class Run:
                              f"{len(windows)} windows")  # fmt: skip
                     ids.update({f: len(fresh) + i for i, f in enumerate(again)})
                     fmap = consume.file_map(self.spark, self.hfs, fresh + again)
-                    w_df = self.spark.createDataFrame([(w,) for w in windows], "w long")
-                    old = self._read(again).join(F.broadcast(w_df), "w", "left_semi")
+                    old = among(self.spark, self._read(again), windows)
                     both = new.unionByName(consume.with_file_id(old, fmap))
             lines = materialize(self.spark, self._keyed(both, parts))
             kept.append(lines)

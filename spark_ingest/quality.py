@@ -25,6 +25,8 @@ again; the result equals judging the whole series at once (the full run does tha
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -32,6 +34,9 @@ from pyspark.sql import types as T
 from spark_ingest.aggregate import partition_of, window_bounds
 from spark_ingest.landing import device_of_key
 from spark_ingest.schema import DEVICE_QUALITY
+
+if TYPE_CHECKING:
+    from spark_ingest.consume import FileMap
 
 K = 3  # steps each side that judge a step
 STORED = 2 * K  # steps a row keeps at each end
@@ -133,7 +138,7 @@ def from_messages(
     window_us: int,
     burst_s: float,
     gap_factor: float,
-    fmap: DataFrame,
+    fmap: FileMap,
     stored: DataFrame | None = None,
 ) -> tuple[DataFrame, DataFrame | None]:
     """device_quality rows of the windows of `msgs` (schema.MESSAGE, every message of those
@@ -201,8 +206,7 @@ def from_messages(
         F.max(F.when(inner, F.col("nb"))).alias("_il"),
     )
     reading = F.col("kind") == "reading"
-    sites = F.broadcast(fmap.select(F.col("file_id").alias("_fid"), F.col("site").alias("_site")))
-    new = g.where(F.col("_is_msg")).join(sites, F.col("_last.file_id") == F.col("_fid"), "left")
+    new = fmap.add(g.where(F.col("_is_msg")), "_last.file_id", "site", "_site")
     new = new.select(
         *window_bounds(F.col("w"), window_us),
         F.col("key").alias("device_key"),

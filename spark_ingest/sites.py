@@ -112,7 +112,7 @@ def merged(
         prev = stored.read("site_quality", parts_of_windows(stored.windows)).withColumn(
             "w", F.unix_micros("window_start")
         )
-        removed = _per_site(prev.join(F.broadcast(stored.w_df), "w", "left_semi"))
+        removed = _per_site(stored.among(prev))
     up = SiteUpdate()
     up.new_messages = sum(int(v["messages"] or 0) for v in new.values())
     up.old_messages = sum(int(v["messages"] or 0) for v in removed.values())

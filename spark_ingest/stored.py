@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -40,6 +40,21 @@ HOUR_US = 3_600_000_000
 # how far around the recomputed windows a run looks for a series' stored neighbours first,
 # then (only for a series that has older or newer data than it found) further
 LOOKAROUND_US = (6 * HOUR_US, 7 * 24 * HOUR_US, 400 * 24 * HOUR_US)
+# up to this many windows a run's filter "in a recomputed window" is a literal set (no Spark
+# job; a broadcast join with a driver-side table of windows runs one per query); more are
+# a table (a literal of 10,000 costs seconds to plan: measured)
+LITERAL_WINDOWS = 256
+
+
+def among(spark: SparkSession, df: DataFrame, windows: list[int], inside: bool = True) -> DataFrame:
+    """Rows of `df` (with a column `w`, a window start in µs) whose window is one of
+    `windows` (`inside`), or the others (a null `w` counts as in none)."""
+    if len(windows) <= LITERAL_WINDOWS:
+        ws = ",".join(str(int(w)) for w in windows)
+        isin = F.coalesce(F.expr(f"`w` IN ({ws})"), F.lit(False)) if ws else F.lit(False)
+        return df.where(isin if inside else ~isin)
+    w_df = spark.createDataFrame([(w,) for w in windows], "w long")
+    return df.join(F.broadcast(w_df), "w", "left_semi" if inside else "left_anti")
 
 
 class Stored:
@@ -51,8 +66,9 @@ class Stored:
         self.state = state
         self.windows = windows
         self.window_us = run.window_us
-        self.w_df = self.spark.createDataFrame([(w,) for w in windows], "w long")
         self.cam_range: tuple[int, int] | None = None
+        #: the first and last time of the lines consumed before (manifest), once needed
+        self._zone: tuple[int, int] | None = None
         #: the device_quality partitions the context came from (dq_context)
         self.dq_keys: set[str] = set()
         #: frames kept (materialized) for this run; the caller releases them
@@ -80,6 +96,10 @@ class Stored:
         """All of an unpartitioned table (devices, sites) as it is now (empty before)."""
         return self.read(table, {""})
 
+    def among(self, df: DataFrame, inside: bool = True) -> DataFrame:
+        """Rows of `df` (with a column `w`) in the windows the run recomputes, or not."""
+        return among(self.spark, df, self.windows, inside)
+
     def _in_windows(self, ts: Column) -> Column:
         """Whether the window of time `ts` is one the run recomputes (a semi-join helper)."""
         us = F.unix_micros(ts)
@@ -105,7 +125,7 @@ class Stored:
         if not keys:
             return new
         old = self.read(table, keys).withColumn("w", self._in_windows(F.col(TIME_COLUMN[table])))
-        carried = old.join(F.broadcast(self.w_df), "w", "left_anti").drop("w")
+        carried = self.among(old, inside=False).drop("w")
         if table == "device_quality":
             # stored rows the run judged again come back with `new`
             keys_cols = ["device_key", "topic_path", "window_start"]
@@ -123,11 +143,10 @@ class Stored:
         have = set(self._parts("device_quality"))
         if not have:  # nothing stored (a full run, a first run): no job to find the hours
             return self.read("device_quality", set())
-        extra = {
-            part_of(int(r["w"]))
-            for r in dq_rows.select(F.unix_micros("window_start").alias("w")).distinct().collect()
-        }
-        old = self.read("device_quality", (keys | extra) & have)
+        # `dq_rows` are the recomputed windows' rows and the stored rows judged again, which
+        # come from the partitions the context was read from: the driver knows them all (a
+        # superset; the join below picks the rows), no Spark job needed to find them
+        old = self.read("device_quality", (keys | self.dq_keys) & have)
         cols = ["device_key", "topic_path", "window_start"]
         return old.join(
             dq_rows.select(*[F.col(c).alias(f"_{c}") for c in cols]),
@@ -175,19 +194,30 @@ class Stored:
                 self.spark, self._neighbours(series, keys), keep_partitioning=False
             )
             self.dq_keys = keys
+            if self._zone_within(lo - around, hi + around):
+                break  # no device has data beyond the range: none can be short of context
             if not self._deficient(picked, bounds, lo - around, hi + around):
                 break
         assert picked is not None
         self.kept.append(picked)
         return picked
 
+    def _zone_within(self, from_us: int, to_us: int) -> bool:
+        """Whether every line consumed before lies within [from_us, to_us] (the manifest's
+        index of the files: so does every stored message, and every device's data)."""
+        if self._zone is None:
+            spans = [x for e in self.state.files.values() for x in e.hours.values()]
+            lo = min((int(a) for a, _b in spans), default=0)
+            self._zone = (lo, max((int(b) for _a, b in spans), default=0))
+        return not self.state.files or (self._zone[0] >= from_us and self._zone[1] <= to_us)
+
     def _neighbours(self, series: DataFrame, keys: set[str]) -> DataFrame:
         rows = (
             self.read("device_quality", keys)
             .where(F.col("kind") == "reading")
             .withColumn("w", F.unix_micros("window_start"))
-            .join(F.broadcast(self.w_df), "w", "left_anti")
         )
+        rows = self.among(rows, inside=False)
         j = rows.join(
             F.broadcast(series),
             rows["device_key"].eqNullSafe(series["_k"])
@@ -253,9 +283,6 @@ class Stored:
         first = lo - horizon - (lo - horizon) % HOUR_US
         keys = {part_of(t) for t in range(first, hi + HOUR_US + 1, HOUR_US)}
         old = self.read("camera_events", keys & set(self._parts("camera_events")))
-        old = (
-            old.withColumn("w", self._in_windows(F.col("at")))
-            .join(F.broadcast(self.w_df), "w", "left_anti")
-            .drop("w")
-        )
+        old = self.among(old.withColumn("w", self._in_windows(F.col("at"))), inside=False)
+        old = old.drop("w")
         return camera.states(old.unionByName(ev), known, self.window_us, horizon, lo, hi)

@@ -12,13 +12,16 @@ and stream runs use this one rule, so they keep the same copy.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from spark_ingest.aggregate import partition_of
 from spark_ingest.schema import QUARANTINE
+
+if TYPE_CHECKING:
+    from spark_ingest.consume import FileMap
 
 # up to this many candidate pairs are collected and broadcast
 MANY = 100_000
@@ -28,7 +31,7 @@ def _name(path: Column) -> Column:
     return F.regexp_extract(path, r"([^/]*)$", 1)
 
 
-def losers(spark: SparkSession, valid: DataFrame, fmap: DataFrame) -> DataFrame | None:
+def losers(spark: SparkSession, valid: DataFrame, fmap: FileMap) -> DataFrame | None:
     """(rid, file_id, w) of the valid lines that are a duplicate of a kept one (see the
     module docstring), None when there are none. A first pass over (window, hash of id) pairs finds
     the candidates (almost always none); only those are compared whole."""
@@ -45,7 +48,7 @@ def losers(spark: SparkSession, valid: DataFrame, fmap: DataFrame) -> DataFrame 
         else candidates  # e.g. a `--landing-format both` zone: every message twice
     )
     rows = valid.withColumn("h", h).join(cand, ["w", "h"], "left_semi")
-    rows = rows.join(F.broadcast(fmap.select("file_id", "source_file")), "file_id", "left")
+    rows = fmap.add(rows, "file_id", "source_file", "source_file")
     rank = Window.partitionBy("w", "id").orderBy(
         _name(F.col("source_file")), "source_file", "at", "producer", "gateway_id", "key",
         "topic_path", F.to_json("fields"), "rid",
@@ -54,8 +57,9 @@ def losers(spark: SparkSession, valid: DataFrame, fmap: DataFrame) -> DataFrame 
     return ranked.where(F.col("_n") > 1).select("rid", "file_id", "w")
 
 
-def quarantine_rows(lines: DataFrame, fmap: DataFrame) -> DataFrame:
-    q = lines.where(F.col("reason").isNotNull()).join(F.broadcast(fmap), "file_id", "left")
+def quarantine_rows(lines: DataFrame, fmap: FileMap) -> DataFrame:
+    q = lines.where(F.col("reason").isNotNull())
+    q = fmap.add(fmap.add(q, "file_id", "source_file", "source_file"), "file_id", "site", "site")
     return q.select(
         "reason", "detail", "source_file", "site", "time", "raw", *partition_of(F.col("time"))
     ).select(*QUARANTINE.columns)  # fmt: skip

@@ -1,4 +1,11 @@
-"""The terminal summaries of board runs under pytest-xdist (WSN_TEST_WORKERS=2 scripts/test.sh).
+"""The two parts of the suite (`--part`), and the terminal summaries of board runs under
+pytest-xdist.
+
+`--part spark` keeps the tests that need a SparkSession or start a Spark JVM (a `spark` or
+`spark_test_conf` fixture, or the `spark` mark), with every other test of their modules, so
+a module fixture is set up in one part only; `--part rest` keeps every other test.
+scripts/test.sh runs the rest on several xdist workers (those tests mostly wait on
+subprocesses and timeouts) and the Spark part in one process of its own, side by side.
 
 tests/qemu and tests/flash collect each board run's summary line in a module list
 (mpboard.summaries, flash_report.flash_summaries) and print it from their conftest's
@@ -20,7 +27,49 @@ SUMMARY_LISTS = (
     ("flash_report", "flash_summaries", "flash.sh qemu: device self-test summaries"),
 )
 _KEY = "wsn_board_summaries"
+SPARK_FIXTURES = frozenset({"spark", "spark_test_conf"})
+PARTS = ("spark", "rest")
 _collected: dict[str, list[str]] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--part",
+        choices=PARTS,
+        default=None,
+        help="only the Spark tests (one SparkSession: never under xdist) or only the rest",
+    )
+
+
+def _needs_spark(item: pytest.Item) -> bool:
+    names = getattr(item, "fixturenames", ())
+    return item.get_closest_marker("spark") is not None or bool(SPARK_FIXTURES & set(names))
+
+
+# pytest's timeout (pyproject.toml) for a Spark test: its SIGALRM can land inside a py4j call,
+# after which the session answers other calls wrongly and every later Spark test fails; a
+# loaded machine (load 13 here) took one run_batch past 300 s
+SPARK_TIMEOUT = 900
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        mark = item.get_closest_marker("timeout")
+        limit = None if mark is None else (mark.args or [mark.kwargs.get("timeout")])[0]
+        if _needs_spark(item) and (limit is None or float(limit) < SPARK_TIMEOUT):
+            item.add_marker(pytest.mark.timeout(SPARK_TIMEOUT))
+    part = config.getoption("--part")
+    if part is None:
+        return
+    spark_modules = {item.nodeid.split("::", 1)[0] for item in items if _needs_spark(item)}
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        in_spark = item.nodeid.split("::", 1)[0] in spark_modules
+        (keep if in_spark == (part == "spark") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def _is_worker(config: pytest.Config) -> bool:

@@ -318,7 +318,12 @@ async def _call(aw: Awaitable[T], timeout: float, what: str, address: str = "") 
     from zeep import exceptions as zx
 
     try:
-        return await asyncio.wait_for(aw, timeout)
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the result of an
+        # exchange that completed in the same turn as a cancel of the task, swallowing the
+        # cancel (CPython gh-86296, fixed in 3.12); a camera source cancelled at that moment
+        # went on pulling for ever, and a gateway stop could not end it
+        async with asyncio.timeout(timeout):
+            return await aw
     except zx.Fault as f:
         subcodes = [getattr(s, "localname", str(s)) for s in (getattr(f, "subcodes", None) or [])]
         code = str(getattr(f, "code", "") or "")

@@ -342,7 +342,8 @@ class CameraSource:
     async def _release(self, client: CameraClient, address: str, kind: str) -> bool:
         """Unsubscribe; True when the camera holds it no more (also when it never knew it)."""
         try:
-            await asyncio.wait_for(client.unsubscribe(address, kind), self.timeout)
+            async with asyncio.timeout(self.timeout):  # not wait_for: client.py _call
+                await client.unsubscribe(address, kind)
         except Gone:
             pass
         except (CameraError, TimeoutError) as e:

@@ -54,6 +54,8 @@ STEPS = [
 ]
 
 stats: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0])
+#: step -> [first job, end) of each of its calls: its jobs, to time them
+spans: dict[str, list[tuple[int, int]]] = defaultdict(list)
 _sc: list[Any] = []
 
 
@@ -82,6 +84,7 @@ def wrap(modname: str, attr: str) -> None:
             s[0] += time.perf_counter() - t
             s[1] += 1
             s[2] += jobs_started() - j
+            spans[label].append((j, jobs_started()))
 
     setattr(owner, name, staticmethod(timed) if static else timed)
     if not path:  # modules that imported the function by name
@@ -92,12 +95,49 @@ def wrap(modname: str, attr: str) -> None:
                 setattr(m, name, timed)
 
 
+def job_times(j0: int) -> dict[int, tuple[float, float]]:
+    """job id -> (submitted, completed) in seconds, of the jobs from `j0` on."""
+    jobs = _sc[0]._jsc.sc().statusStore().jobsList(None)
+    out = {}
+    for i in range(jobs.size()):
+        jd = jobs.apply(i)
+        sub, end = jd.submissionTime(), jd.completionTime()
+        if int(jd.jobId()) >= j0 and sub.isDefined() and end.isDefined():
+            out[int(jd.jobId())] = (sub.get().getTime() / 1000, end.get().getTime() / 1000)
+    return out
+
+
+def busy(times: dict[int, tuple[float, float]], ids: set[int]) -> float:
+    """Seconds during which at least one of the jobs `ids` ran (jobs side by side once)."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(times[i] for i in ids if i in times):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
 def show(title: str, dt: float, j0: int) -> None:
-    print(f"== {title}: {dt:.1f} s, {jobs_started() - j0} Spark jobs", flush=True)
+    """Per step: wall time, calls, Spark jobs, the time some job of the step was running
+    ("in jobs") and the rest ("driver": planning, py4j calls, metastore, file system,
+    manifest, Python)."""
+    times = job_times(j0)
+    whole = busy(times, set(times))
+    print(
+        f"== {title}: {dt:.1f} s, {jobs_started() - j0} Spark jobs "
+        f"(in jobs {whole:.1f} s, driver {dt - whole:.1f} s)",
+        flush=True,
+    )
     for k, (s, n, j) in sorted(stats.items(), key=lambda x: -x[1][0]):
         if s >= 0.05:
-            print(f"   {k:<28} {s:7.2f} s  calls {int(n):2d}  jobs {int(j):3d}")
+            ids = {i for a, b in spans[k] for i in range(a, b)}
+            b = busy(times, ids)
+            print(
+                f"   {k:<28} {s:7.2f} s  calls {int(n):2d}  jobs {int(j):3d}"
+                f"  in jobs {b:6.2f} s  driver {s - b:6.2f} s"
+            )
     stats.clear()
+    spans.clear()
 
 
 def list_jobs(j0: int) -> None:
@@ -143,6 +183,7 @@ def main() -> int:
             conf={
                 "spark.ui.enabled": "false",
                 "spark.ui.showConsoleProgress": "false",
+                "spark.ui.retainedJobs": "100000",
                 "spark.driver.memory": args.memory,
                 "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
             },

@@ -17,7 +17,8 @@ import aiohttp
 import pytest
 from devtest import DeviceProcess
 
-pytestmark = pytest.mark.timeout(120)
+# generous: the module's fixture builds a firmware variant (make), minutes on a loaded machine
+pytestmark = pytest.mark.timeout(600)
 
 HALF = b"POST /wsn/producer HTTP/1.1\r\nHost: x\r\nContent-Le"
 

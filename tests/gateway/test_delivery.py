@@ -350,3 +350,32 @@ async def test_an_answer_that_is_not_http_is_retried_and_delivery_goes_on(gw):
         await until(lambda: gw.ctx.delivery.backlog(sid) == 0, "an empty backlog", timeout=5)
     finally:
         server.close()
+
+
+async def test_a_clean_stop_lets_the_request_in_flight_have_its_answer(
+    make_gateway, make_consumer, tmp_path
+):
+    """A stop while a consumer is answering: the answer is waited for (at most
+    delivery.STOP_DRAIN_S) and the message acknowledged, so the restarted gateway does not
+    send it again. On 9656bd0 the request was cancelled mid-flight, the row stayed, and the
+    consumer that had taken the message got it a second time after the restart (what
+    tests/device/test_gateway_batching.py's sleepy-mode test met under load)."""
+    hold = asyncio.Event()
+    c = await make_consumer(hold=hold)
+    data = tmp_path / "gw"
+    gw = await make_gateway(data_dir=data)
+    await subscribe(gw.url, c.url)
+    await publish(gw.url, *readings(1))
+    await until(lambda: c.requests == 1, "the request at the consumer", 5, 0.02)
+    stopping = asyncio.create_task(gw.stop())
+    await asyncio.sleep(0.3)  # the stop is waiting for the answer, not done without it
+    assert not stopping.done()
+    hold.set()
+    await asyncio.wait_for(stopping, 10)
+    assert len(c.received) == 1
+    again = await make_gateway(data_dir=data)
+    await publish(again.url, *readings(2))
+    await until(lambda: len(c.received) >= 2, "the next message", 5, 0.02)
+    await asyncio.sleep(0.3)
+    vals = [m.findtext(".//{urn:wsn-edge:reading}value") for m in c.messages()]
+    assert vals == ["1", "2"]  # 1 once: not sent again after the restart

@@ -8,11 +8,17 @@ every step here but the first Notify fails there."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sqlite3
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import aiohttp
 from gwtest import call, notify_body, reading, register
+
+from gateway.storage_schema import SCHEMA_VERSION
+from tests.polling import until
 
 PRODUCER = "http://127.0.0.1:9/wsn/producer"  # never called: Demand=false
 DEVICES = 'xmlns:dev="urn:wsn-edge:devices"'
@@ -86,3 +92,57 @@ async def test_last_seen_follows_what_is_attributed_to_the_device(make_gateway) 
     assert await _last_seen(gw) == {"s1": t}
     assert (await call(again, "<br:DestroyRegistration/>")).status == 200
     assert await _last_seen(gw) == {}
+
+
+def _stored(data_dir: Path) -> list[tuple[str | None, float | None]]:
+    with contextlib.closing(sqlite3.connect(data_dir / "broker.sqlite3")) as c:
+        return list(c.execute("SELECT device_id, last_seen FROM registrations"))
+
+
+async def test_last_seen_survives_a_restart(make_gateway, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Stored with the registration by the sweeps (a crash loses at most one interval) and
+    at shutdown: the restarted gateway shows the time from before, not none. On 9656bd0
+    the device had no series after a restart until it was heard from again."""
+    t0 = datetime.now(UTC).replace(microsecond=0)
+    clock = [t0]
+    data = tmp_path / "gw"
+    gw = await make_gateway(data_dir=data, clock=lambda: clock[0], sweep_interval=0.05)
+    await register(gw.url, publisher=PRODUCER, device_id="s1")
+    clock[0] = t0 + timedelta(seconds=10)
+    msg = notify_body(("tns:t", reading(1)), producer=PRODUCER)
+    assert (await call(gw.url, msg)).status == 202
+    seen = clock[0].timestamp()
+    # a sweep stores it, with the gateway running (what a kill -9 would keep)
+    await until(lambda: _stored(data) == [("s1", seen)], "last_seen stored by a sweep", 5, 0.02)
+    clock[0] = t0 + timedelta(seconds=20)
+    assert (await call(gw.url, msg)).status == 202
+    seen = clock[0].timestamp()
+    clock[0] = t0 + timedelta(seconds=21)
+    await gw.stop()  # and the shutdown stores the newest, whatever the sweeps did
+    assert _stored(data) == [("s1", seen)]
+    clock[0] = t0 + timedelta(minutes=5)
+    again = await make_gateway(data_dir=data, clock=lambda: clock[0])
+    assert await _last_seen(again) == {"s1": seen}
+
+
+async def test_a_schema_2_file_gains_last_seen(make_gateway, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A database written by the previous schema (2: no registrations.last_seen) is
+    upgraded in place; its registrations are kept, seen again from their next message."""
+    data = tmp_path / "gw"
+    gw = await make_gateway(data_dir=data)
+    await register(gw.url, publisher=PRODUCER, device_id="s1")
+    await gw.stop()
+    with contextlib.closing(sqlite3.connect(data / "broker.sqlite3")) as c:
+        c.execute("ALTER TABLE registrations DROP COLUMN last_seen")
+        c.execute("PRAGMA user_version=2")
+        c.commit()
+    gw = await make_gateway(data_dir=data)
+    assert len(gw.state.registrations) == 1
+    msg = notify_body(("tns:t", reading(1)), producer=PRODUCER)
+    assert (await call(gw.url, msg)).status == 202
+    assert list(await _last_seen(gw)) == ["s1"]
+    await gw.stop()
+    with contextlib.closing(sqlite3.connect(data / "broker.sqlite3")) as c:
+        assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        (stored,) = c.execute("SELECT last_seen FROM registrations").fetchone()
+    assert stored is not None

@@ -116,7 +116,14 @@ async def _restart_scenario(mnt: Path) -> dict[str, Any]:
              "--data-dir", str(mnt), "--landing-max-age", "0.5"],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=errf, text=True,
         )  # fmt: skip
-    await asyncio.sleep(4)
+    # until it says it waits (or exits), then through a retry: a condition, not a guess of
+    # how long a loaded machine takes to import the gateway
+    deadline = time.monotonic() + 120
+    while again.poll() is None and time.monotonic() < deadline:
+        if "waiting for room" in err.read_text():
+            await asyncio.sleep(2.5)  # its first retries are 1 s, then 2 s apart
+            break
+        await asyncio.sleep(0.1)
     exit_while_full = again.poll()
     (mnt / "filler").unlink()
     listening = False

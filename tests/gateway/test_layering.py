@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("roles", {
         "context", "notify", "producer", "manager", "pullpoints", "registrations", "wsrf",
         "upkeep", "demand", "onvif", "cameras", "attribution", "pullpoint_bytes",
+        "notification_message",
     }),
     ("state/store/delivery", {
         "state", "followers", "longpoll", "oplog", "render", "dedupe", "metrics",

@@ -10,7 +10,7 @@ from gwunit import reading, renderer, state, subscription, topic
 from lxml import etree
 
 from gateway import notify
-from gateway.notify import Publication
+from gateway.notification_message import Publication
 from gateway.state import PullPoint
 from gateway.storage_schema import AFTER_SUBREF, WHOLE
 from gateway.wire.addressing import Epr

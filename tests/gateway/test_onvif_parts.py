@@ -261,3 +261,23 @@ def test_camera_events_have_their_own_name_and_one_in_the_device_hierarchy():
     assert sel(topics.CONCRETE, "dev:front-door/tns1:RuleEngine/CellMotionDetector/Motion") == {dev}
     assert sel(topics.CONCRETE, "tns1:RuleEngine/CellMotionDetector/Motion") == {MOTION}
     assert topics.topic_text(dev) == "dev:front-door/tns1:RuleEngine/CellMotionDetector/Motion"
+
+
+# ---------------------------------------------------------------- cancelling
+async def test_a_cancel_in_the_turn_an_exchange_completes_is_not_swallowed():
+    """A camera source cancelled (gateway stop) just as a camera's answer arrived must stop.
+    On 9656bd0 (asyncio.wait_for on Python 3.11, CPython gh-86296) the exchange's result
+    was returned and the cancel lost: the source went on pulling, and a test's teardown
+    waited 300 s for it."""
+    import asyncio
+
+    from gateway.onvif.client import _call
+
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[str] = loop.create_future()
+    task = asyncio.create_task(_call(answer, 10.0, "PullMessages"))
+    await asyncio.sleep(0)  # the task waits for the answer
+    answer.set_result("messages")  # the answer arrives ...
+    task.cancel()  # ... and, in the same turn, the stop
+    with pytest.raises(asyncio.CancelledError):
+        await task

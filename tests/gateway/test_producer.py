@@ -77,7 +77,7 @@ async def test_one_notify_reads_each_wsnt_topic_in_its_own_namespace_context(gw)
 
 async def test_notify_after_notify_reads_each_wsnt_topic_in_its_own_namespace_context(gw):
     # the broker keeps the topics of the wsnt:Topic elements it has read, across Notify
-    # (gateway.notify._topic_of): a later Notify with the same text under another
+    # (gateway.notification_message._topic_of): a later Notify with the same text under another
     # declaration of its prefix names another topic (WS-Topics 1.3 §8)
     for uri, v in (("urn:first", 1), ("urn:second", 2), ("urn:first", 3)):
         body = (
@@ -204,11 +204,11 @@ async def test_get_current_message_resolves_aliases(make_gateway, tmp_path: Path
 
 
 def test_a_wsnt_topic_read_is_kept_only_when_its_key_is_small() -> None:
-    # gateway.notify keeps the topics of the wsnt:Topic elements it read, keyed with their
-    # in-scope declarations: one with a huge declaration in scope is read, not kept
+    # gateway.notification_message keeps the topics of the wsnt:Topic elements it read, keyed
+    # with their in-scope declarations: one with a huge declaration in scope is read, not kept
     from lxml import etree
 
-    from gateway import notify
+    from gateway import notification_message
 
     def topic_el(uri: str, dialect: str = CONCRETE) -> etree._Element:
         nm = etree.fromstring(
@@ -218,12 +218,12 @@ def test_a_wsnt_topic_read_is_kept_only_when_its_key_is_small() -> None:
         )
         return nm[0]
 
-    notify._topics_read.clear()
-    assert str(notify._topic_of(topic_el("urn:small"))) == "{urn:keep}k"
-    assert len(notify._topics_read) == 1
-    assert str(notify._topic_of(topic_el("urn:" + "x" * 100_000))) == "{urn:keep}k"
-    assert len(notify._topics_read) == 1
+    notification_message._topics_read.clear()
+    assert str(notification_message._topic_of(topic_el("urn:small"))) == "{urn:keep}k"
+    assert len(notification_message._topics_read) == 1
+    assert str(notification_message._topic_of(topic_el("urn:" + "x" * 100_000))) == "{urn:keep}k"
+    assert len(notification_message._topics_read) == 1
     # a Dialect padded with whitespace is the same dialect (its URI is stripped): read, not kept
     padded = CONCRETE + " " * 100_000
-    assert str(notify._topic_of(topic_el("urn:small", padded))) == "{urn:keep}k"
-    assert len(notify._topics_read) == 1
+    assert str(notification_message._topic_of(topic_el("urn:small", padded))) == "{urn:keep}k"
+    assert len(notification_message._topics_read) == 1

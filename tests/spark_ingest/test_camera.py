@@ -99,15 +99,22 @@ def _states(spark: Any, db: str) -> dict[datetime, Any]:
     return {r["window_start"]: r for r in rows}
 
 
-def test_motion_events_become_states_per_window(spark: Any, tmp_path: Path) -> None:
-    landing, db = tmp_path / "landing", new_database()
+@pytest.fixture(scope="module")
+def camera_run(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One run over the camera's events, a bad event and a thermometer at the same site (the
+    site's newest message, at 150 s, bounds the last state); the tests below only read it."""
+    root, db = tmp_path_factory.mktemp("camera"), new_database()
     events = [onvif_event(i, s, op, v) for i, (s, op, v) in enumerate(EVENTS)]
     bad = Bad(onvif_event(99, 5, "Changed", "true").to_json().replace("<tt:Data", "<tt:Data <"),
               "bad_camera_event")  # fmt: skip
-    # a thermometer at the same site: the site's newest message (150 s) bounds the last state
     readings = steady(0, 160, devices=("esp32-01",))
-    write_zone(landing, [[*events, bad, *readings]])
-    s = run_batch(spark, str(landing), str(tmp_path / "out"), database=db)
+    write_zone(root / "landing", [[*events, bad, *readings]])
+    s = run_batch(spark, str(root / "landing"), str(root / "out"), database=db)
+    return {"db": db, "summary": s}
+
+
+def test_motion_events_become_states_per_window(spark: Any, camera_run: dict[str, Any]) -> None:
+    db, s = camera_run["db"], camera_run["summary"]
     assert s.quarantined == {"bad_camera_event": 1}
     ev = spark.table(f"{db}.camera_events").collect()
     assert sorted((r["at"], r["operation"], r["item"], r["value"], r["source"]) for r in ev) == [
@@ -147,14 +154,10 @@ def test_a_later_event_updates_the_states_of_an_earlier_run(spark: Any, tmp_path
     assert _states(spark, db)[w1]["true_s"] == 50.0
 
 
-def test_the_documented_camera_query_runs(spark: Any, tmp_path: Path) -> None:
+def test_the_documented_camera_query_runs(spark: Any, camera_run: dict[str, Any]) -> None:
     import re
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "spark_ingest.md").read_text()
     (query,) = re.findall(r"```sql camera\n(.*?)```", docs, re.S)
-    landing, db = tmp_path / "landing", new_database()
-    events = [onvif_event(i, s, op, v) for i, (s, op, v) in enumerate(EVENTS)]
-    write_zone(landing, [[*events, *steady(0, 160, devices=("esp32-01",))]])
-    run_batch(spark, str(landing), str(tmp_path / "out"), database=db)
-    rows = spark.sql(query.replace("wsn.", f"{db}.")).collect()
+    rows = spark.sql(query.replace("wsn.", f"{camera_run['db']}.")).collect()
     assert [(r["device_id"], r["motion_minutes"], r["changes"]) for r in rows] == [(CAMERA, 1.5, 4)]
