@@ -20,7 +20,7 @@ it was read, in one run or in many. A run (manifest.py has the order of its step
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +37,7 @@ from spark_ingest.keep import materialize, release
 from spark_ingest.landing import read_classified
 from spark_ingest.manifest import FORMAT, Manifest, RunRecord, State, location, now_ms, staging
 from spark_ingest.options import Options, Progress, interval_us
-from spark_ingest.plan import files_for_windows, new_files
+from spark_ingest.plan import days_of_windows, files_for_windows, new_files
 from spark_ingest.schema import TABLES
 from spark_ingest.stored import among
 
@@ -121,6 +121,9 @@ class Run:
         self.spark = spark
         #: the files this run may read (a stream's micro-batch); None: every listed file
         self.only = None if only is None else set(only)
+        #: their bytes, when the caller listed them (the stream's file source): the run
+        #: then does not list the landing zone, whose size grows with the history
+        self.sizes = dict(only) if isinstance(only, Mapping) else None
         self.landings = list(landings)
         self.out = out.rstrip("/")
         self.opts = opts
@@ -153,11 +156,15 @@ class Run:
             self.catalog.ensure(self.config, self.hfs.qualify, check=not self.opts.full)
             made_now = self.catalog.created >= set(TABLES)
             self._config_stale = not (made_now or (state.run and state.config == self.config))
-            self.inputs = resolve(self.hfs, self.landings)
+            if self.sizes is not None:
+                self.inputs = Inputs(landings=self.landings, files=dict(sorted(self.sizes.items())))
+            else:
+                self.inputs = resolve(self.hfs, self.landings)
             listed = self.inputs.files
             if self.only is not None:
                 listed = {p: b for p, b in listed.items() if p in self.only}
-            fresh, changed = new_files(listed, state, self.opts.full, self.opts.max_files)
+            known = None if self.opts.full else self.manifest.known(state, listed)
+            fresh, changed = new_files(listed, state, self.opts.full, self.opts.max_files, known)
             if fresh or self.opts.full:
                 result = self.work(state, fresh)
             else:
@@ -257,7 +264,8 @@ class Run:
                     kept.append(new)
                     both = new
                 windows = sorted(int(r["w"]) for r in new.select("w").distinct().collect())
-                again = files_for_windows(state.files, windows, self.window_us, set(fresh))
+                consumed = self.manifest.with_days(state, days_of_windows(windows, self.window_us))
+                again = files_for_windows(consumed, windows, self.window_us, set(fresh))
                 res.reread = len(again)
                 both = new
                 if again:
@@ -284,10 +292,7 @@ class Run:
             cameras_now = {site_of[int(r["file_id"])] for r in rows if int(r["events"] or 0)}
             for site in cameras_now:
                 marks.setdefault(site, {})["cameras"] = True
-            files = dict(entries) if full else {**state.files, **entries}
-            per_site: dict[str, int] = {}
-            for e in files.values():
-                per_site[e.site] = per_site.get(e.site, 0) + 1
+            per_site = state.files_per_site(entries, full)
             new_ids = {ids[f] for f in fresh}
             computed = compute(
                 self, state, lines, rows, fmap, new_ids, site_of, windows, res,
@@ -385,7 +390,8 @@ def run_once(
     only: Collection[str] | None = None,
 ) -> RunResult:
     """One run (see the module docstring); with `only` (qualified paths, as Spark names
-    files), of those of the new files only: a stream's micro-batch."""
+    files), of those of the new files only: a stream's micro-batch (a mapping path ->
+    bytes: those files, not listed again)."""
     landings = [landing] if isinstance(landing, str) else list(landing)
     say = progress or (lambda _m: None)
     return Run(spark, landings, out, opts or Options(), say, only).execute()

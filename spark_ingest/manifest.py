@@ -16,16 +16,28 @@ A run N (engine.py) goes through these steps; each is safe to repeat:
    `applied.json` says N. A run that finds the last record not applied repeats 4 and 5.
 
 State is the last compacted `state-M.json` plus the records after it; a record is small
-(this run's files and partitions), so a run's cost does not grow with the history until
-a compaction (every COMPACT_EVERY runs) writes the whole state once.
+(this run's files and partitions). A compaction (every COMPACT_EVERY runs) writes the state
+whole, but for the files consumed long ago: the state keeps the entries of the files with
+lines in the last FOLD_AFTER_HOURS of data (the newest line of any consumed file counts as
+now); older entries are *folded* into day shards, `files/<day>-<M>.json` (a file's day is
+the one in its landing name, `landing-<yyyymmdd>T...`), and the state keeps of each shard
+only its summary: which days its files' lines lie in, how many files, bytes and files per
+site. A run loads a shard only when it needs it: for windows of those days (late data), or
+to tell whether a listed file of that day was consumed when the listing does not match the
+summary. So what every run loads is bounded by FOLD_AFTER_HOURS of traffic plus one line
+per day of history, not by every file ever consumed.
 """
 
 from __future__ import annotations
 
+import calendar
+import hashlib
 import json
 import os
+import re
 import socket
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -33,6 +45,10 @@ from spark_ingest.hfs import HFS
 
 INGEST_DIR = "_ingest"
 COMPACT_EVERY = 50
+#: a consumed file's entry stays in the state while it has lines within this many hours of
+#: the newest consumed line; then it is folded into its day's shard (module docstring)
+FOLD_AFTER_HOURS = 48
+_DAY = re.compile(r"landing-(\d{8})T")
 #: the format of what is kept here; a run refuses a state of another format
 FORMAT = 1
 
@@ -70,9 +86,14 @@ class State:
     #: site -> {"last_file_at": ms, "cameras": bool}: when the site last published a file
     #: (its newest file's modification time), and whether it has cameras
     sites: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: shard (a day, "20261121", or "other") -> its summary: "v" (the compaction that wrote
+    #: it), "files", "bytes", "days" (the days, "2026-11-21", its files' lines lie in),
+    #: "sites" (site -> files)
+    folded: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        d = asdict(self)
+        d = {k: v for k, v in vars(self).items() if k != "files"}
+        d["files"] = {p: vars(e) for p, e in self.files.items()}
         d["format"] = FORMAT
         return json.dumps(d, separators=(",", ":"))
 
@@ -83,6 +104,19 @@ class State:
             raise ValueError("the ingest state under _ingest/ has an unknown format")
         d["files"] = {p: FileEntry.of(e) for p, e in d["files"].items()}
         return State(**d)
+
+    def files_per_site(self, new: dict[str, FileEntry], full: bool) -> dict[str, int]:
+        """Consumed files per site once `new` (the run's entries) are consumed too."""
+        out: dict[str, int] = {}
+        if not full:
+            for e in self.files.values():
+                out[e.site] = out.get(e.site, 0) + 1
+            for summary in self.folded.values():
+                for site, n in summary.get("sites", {}).items():
+                    out[site] = out.get(site, 0) + int(n)
+        for e in new.values():
+            out[e.site] = out.get(e.site, 0) + 1
+        return out
 
 
 @dataclass
@@ -118,6 +152,7 @@ def apply(state: State, rec: RunRecord) -> State:
     """The state after `rec` (pure)."""
     files = {} if rec.full else dict(state.files)
     files.update(rec.files)
+    folded = {} if rec.full else dict(state.folded)
     parts = {t: dict(p) for t, p in state.parts.items()}
     for table, changes in rec.parts.items():
         mine = parts.setdefault(table, {})
@@ -129,7 +164,38 @@ def apply(state: State, rec: RunRecord) -> State:
     expired = set(rec.expired)
     superseded = [s for s in state.superseded if s[0] not in expired] + rec.superseded
     sites = {**state.sites, **rec.sites}
-    return State(rec.run, dict(rec.config), files, parts, superseded, sites)
+    return State(rec.run, dict(rec.config), files, parts, superseded, sites, folded)
+
+
+def shard_of(path: str) -> str:
+    """The shard a consumed file is folded into: the day in its landing name."""
+    m = _DAY.search(path.rsplit("/", 1)[-1])
+    return m.group(1) if m else "other"
+
+
+def _days(e: FileEntry) -> list[str]:
+    """The days (UTC, "2026-11-21") of a file's lines."""
+    return sorted({h[:10] for h in e.hours})
+
+
+def _newest_hour(e: FileEntry) -> str:
+    return max(e.hours) if e.hours else ""
+
+
+def to_fold(files: dict[str, FileEntry], hours: int = FOLD_AFTER_HOURS) -> list[str]:
+    """The files (of `files`) to fold (pure): those whose newest line is more than `hours`
+    before the newest line of any of them; a file without lines (empty, damaged) folds at
+    once."""
+    newest = max((_newest_hour(e) for e in files.values()), default="")
+    if not newest:
+        return sorted(files)
+    t = calendar.timegm(time.strptime(newest, "%Y-%m-%dT%H")) - hours * 3600
+    cut = time.strftime("%Y-%m-%dT%H", time.gmtime(t))
+    return sorted(p for p, e in files.items() if _newest_hour(e) < cut)
+
+
+def _digest(names: Iterable[str]) -> str:
+    return hashlib.sha1("\n".join(sorted(names)).encode()).hexdigest()
 
 
 def part_key(date: Any, hour: Any) -> str:
@@ -231,7 +297,9 @@ class Manifest:
         self.hfs.write_once(f"{self.dir}/runs/r{rec.run:010d}.json", rec.to_json())
         new = apply(state, rec)
         if rec.full or rec.run % COMPACT_EVERY == 0:
+            new = self._fold(new)
             self.hfs.write_once(f"{self.dir}/state-{rec.run:010d}.json", new.to_json())
+            self._clean_shards(new)
             # what the compaction covers is no longer needed (the last records are kept for
             # a human reading what recent runs did)
             for n in self._compactions():
@@ -241,6 +309,96 @@ class Manifest:
                 if n <= rec.run - COMPACT_EVERY:
                     self.hfs.delete(f"{self.dir}/runs/r{n:010d}.json")
         return new
+
+    # -- folded entries (the module docstring) -------------------------------------------
+    def _shard_path(self, key: str, version: int) -> str:
+        return f"{self.dir}/files/{key}-{version:010d}.json"
+
+    def shard(self, state: State, key: str) -> dict[str, FileEntry]:
+        """The entries folded into shard `key` ({} when there is none)."""
+        summary = state.folded.get(key)
+        if summary is None:
+            return {}
+        text = self.hfs.read_text(self._shard_path(key, int(summary["v"])))
+        if text is None:
+            raise RuntimeError(f"{self.dir}: the shard {key} of the state is missing")
+        return {p: FileEntry.of(e) for p, e in json.loads(text).items()}
+
+    def _fold(self, state: State) -> State:
+        """`state` with its old entries folded into their shards (written here, as version
+        `state.run`; the state that names them is written after)."""
+        by_key: dict[str, list[str]] = {}
+        for p in to_fold(state.files):
+            by_key.setdefault(shard_of(p), []).append(p)
+        if not by_key:
+            return state
+        files = dict(state.files)
+        folded = dict(state.folded)
+        self.hfs.mkdirs(f"{self.dir}/files")
+        for key, paths in sorted(by_key.items()):
+            entries = self.shard(state, key)
+            for p in paths:
+                entries[p] = files.pop(p)
+            text = json.dumps({p: vars(e) for p, e in entries.items()}, separators=(",", ":"))
+            # replaced, not write_once: a compaction that crashed before its state was
+            # written may have left this name with other entries
+            self.hfs.write_text(self._shard_path(key, state.run), text)
+            sites: dict[str, int] = {}
+            for e in entries.values():
+                sites[e.site] = sites.get(e.site, 0) + 1
+            folded[key] = {
+                "v": state.run,
+                "files": len(entries),
+                "bytes": sum(e.bytes for e in entries.values()),
+                "names": _digest(entries),
+                "days": sorted({d for e in entries.values() for d in _days(e)}),
+                "sites": sites,
+            }
+        return State(
+            state.run, state.config, files, state.parts, state.superseded, state.sites, folded
+        )
+
+    def _clean_shards(self, state: State) -> None:
+        """Delete the shard versions `state` does not name (replaced, or left by a crash)."""
+        keep = {
+            self._shard_path(k, int(v["v"])).rsplit("/", 1)[-1] for k, v in state.folded.items()
+        }
+        for n in self.hfs.names(f"{self.dir}/files"):
+            if n.endswith(".json") and n not in keep:
+                self.hfs.delete(f"{self.dir}/files/{n}")
+
+    def known(self, state: State, listed: dict[str, int]) -> dict[str, int]:
+        """Of the `listed` files (path -> bytes), those consumed before, with their bytes
+        then. A folded day is read only when its listed files are not exactly the ones its
+        summary counts (same names, same total bytes)."""
+        out = {p: state.files[p].bytes for p in listed if p in state.files}
+        by_key: dict[str, list[str]] = {}
+        for p in listed:
+            if p not in out:
+                by_key.setdefault(shard_of(p), []).append(p)
+        for key, paths in by_key.items():
+            summary = state.folded.get(key)
+            if summary is None:
+                continue
+            if (
+                len(paths) == int(summary["files"])
+                and sum(listed[p] for p in paths) == int(summary["bytes"])
+                and _digest(paths) == summary.get("names")
+            ):
+                out.update({p: listed[p] for p in paths})
+                continue
+            entries = self.shard(state, key)
+            out.update({p: entries[p].bytes for p in paths if p in entries})
+        return out
+
+    def with_days(self, state: State, days: set[str]) -> dict[str, FileEntry]:
+        """The consumed files that may have lines in `days` ("2026-11-21"): the state's and
+        those of the shards whose lines reach into one of them."""
+        out = dict(state.files)
+        for key, summary in sorted(state.folded.items()):
+            if days & set(summary.get("days", [])):
+                out.update(self.shard(state, key))
+        return out
 
     # -- pending and applied ---------------------------------------------------------------
     def write_pending(self, run: int, paths: list[str]) -> None:

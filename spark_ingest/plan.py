@@ -10,7 +10,7 @@ into a recomputed window (for a zone written in time order: the file before the 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 from spark_ingest.manifest import FileEntry, State
@@ -28,23 +28,45 @@ def part_of(us: int) -> str:
 
 
 def new_files(
-    listed: dict[str, int], state: State, full: bool, limit: int | None = None
+    listed: dict[str, int],
+    state: State,
+    full: bool,
+    limit: int | None = None,
+    known: Mapping[str, int] | None = None,
 ) -> tuple[list[str], list[str]]:
     """(files to read now, files consumed before whose size changed since). Without `full`,
-    a file is new when the manifest does not have it; the gateway never rewrites a
-    published file, so a changed one is reported, not read twice. `limit` keeps the first
-    files by name (a stream's --max-files-per-trigger)."""
+    a file is new when the manifest does not have it (`known`: the listed files consumed
+    before, with their bytes then, Manifest.known; default the state's entries); the
+    gateway never rewrites a published file, so a changed one is reported, not read twice.
+    `limit` keeps the first files by name (a stream's --max-files-per-trigger)."""
+    if known is None:
+        known = {p: e.bytes for p, e in state.files.items()}
     if full:
         fresh = sorted(listed)
         changed: list[str] = []
     else:
-        fresh = sorted(p for p in listed if p not in state.files)
-        changed = sorted(
-            p for p, b in listed.items() if p in state.files and state.files[p].bytes != b
-        )
+        fresh = sorted(p for p in listed if p not in known)
+        changed = sorted(p for p, b in listed.items() if p in known and known[p] != b)
     if limit is not None:
         fresh = fresh[:limit]
     return fresh, changed
+
+
+def hours_of_windows(windows: Iterable[int], window_us: int) -> set[str]:
+    """The hours ("2026-11-21T05") the windows starting at `windows` (µs) cover: one for a
+    window that divides an hour; a longer or an unaligned one reaches into the next."""
+    hours: set[str] = set()
+    for w in set(windows):
+        t = w
+        while t < w + window_us:
+            hours.add(hour_key(t))
+            t += 3_600_000_000 - (t % 3_600_000_000)
+    return hours
+
+
+def days_of_windows(windows: Iterable[int], window_us: int) -> set[str]:
+    """The days ("2026-11-21") the windows cover (Manifest.with_days)."""
+    return {h[:10] for h in hours_of_windows(windows, window_us)}
 
 
 def files_for_windows(
@@ -55,14 +77,7 @@ def files_for_windows(
     ws = sorted(set(windows))
     if not ws:
         return []
-    # the hours each window covers (one for a window that divides an hour; a longer or an
-    # unaligned one reaches into the next)
-    hours: set[str] = set()
-    for w in ws:
-        t = w
-        while t < w + window_us:
-            hours.add(hour_key(t))
-            t += 3_600_000_000 - (t % 3_600_000_000)
+    hours = hours_of_windows(ws, window_us)
     out = []
     for path, e in files.items():
         if path in exclude or e.damaged:

@@ -7,7 +7,10 @@ only the files' names) and a `foreachBatch` sink: each micro-batch hands the eng
 `batch` does. So the stream and a batch run over the same zone give the same tables, a late
 line or a re-uploaded file lands in its windows, and a micro-batch's cost follows what it
 reads (its new files and the few files that share their windows), not the history: the
-de-duplication state is the tables themselves, not a state store.
+de-duplication state is the tables themselves, not a state store. The run takes the
+micro-batch's files and sizes from the source (it lists nothing), and the manifest it loads
+is bounded (manifest.py, folding); what still follows the number of files in the zone is
+the source's own listing and its log under the checkpoint (docs/spark_ingest.md).
 Exactly once: the run commits atomically (manifest.py) before Spark commits the micro-batch;
 a micro-batch Spark replays after a crash finds its files in the manifest and does nothing.
 Windows close when traffic stops: with an interval trigger, a trigger with no new file runs
@@ -71,6 +74,10 @@ class StreamSummary:
     closed_until: dict[str, str | None] = field(default_factory=dict)
     totals: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    #: Spark's own account of each micro-batch with files (its last 100): batch id, files,
+    #: and the durations (ms) of its steps: `triggerExecution` is the whole micro-batch,
+    #: `addBatch` the run, `latestOffset` the listing of the landing directories
+    micro_batches: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def quarantined_total(self) -> int:
@@ -229,7 +236,7 @@ class _Batches:
         self.error: BaseException | None = None
         self.batches = 0
 
-    def run(self, only: list[str] | None) -> RunResult:
+    def run(self, only: dict[str, int] | None) -> RunResult:
         with self.lock:
             r = run_once(self.spark, self.landings, self.out, self.opts, self.say, only=only)
         self.summary.add(r)
@@ -238,7 +245,8 @@ class _Batches:
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         self.busy.set()
         try:
-            files = [str(r["path"]) for r in df.select("path").collect()]
+            # the files and their bytes as the source listed them: the run lists nothing
+            files = {str(r["path"]): int(r["length"]) for r in df.collect()}
             self.say(f"micro-batch {batch_id}: {len(files)} new landing files")
             self.run(files)
             self.batches += 1
@@ -272,7 +280,7 @@ def _query(spark: SparkSession, landings: list[str], checkpoint: str, opts: Stre
         )
         if opts.max_files is not None:
             reader = reader.option("maxFilesPerTrigger", opts.max_files)
-        frames.append(reader.load(landing).select("path"))
+        frames.append(reader.load(landing).select("path", "length"))
     files = frames[0]
     for f in frames[1:]:
         files = files.union(f)
@@ -302,8 +310,16 @@ def _drive(
             return
         idle = not once and not batches.busy.is_set() and batches.batches == ticked
         if idle and query.isActive and not stopper.stop.is_set():
-            batches.run([])
+            batches.run({})
         ticked = batches.batches
+
+
+def _progress(query: StreamingQuery) -> list[dict[str, Any]]:
+    return [
+        {"batch": p.batchId, "files": p.numInputRows, "ms": dict(p.durationMs)}
+        for p in query.recentProgress
+        if p.numInputRows
+    ]
 
 
 def run_stream(
@@ -353,12 +369,13 @@ def run_stream(
                         spark.sparkContext.cancelAllJobs()
                     time.sleep(0.2)
                 query.stop()
+            summary.micro_batches = _progress(query)
             failed = query.exception()
             if failed is not None and batches.error is None and not stopper.cancelled:
                 why = str(failed).strip().splitlines()[0] if str(failed).strip() else "?"
                 raise RuntimeError(f"the stream's query failed: {why}")
             if once and batches.error is None and not stopper.stop.is_set():
-                batches.run([])  # the zone is read: close what is idle
+                batches.run({})  # the zone is read: close what is idle
         except Exception:
             if not stopper.cancelled:
                 raise
