@@ -67,8 +67,10 @@ def spark() -> Iterator[Any]:
 
 
 def new_database() -> str:
-    """A database name no other test uses (tables are per --out: one database each)."""
-    return f"t{os.getpid()}_{next(_databases)}"
+    """A database name no other test uses (tables are per --out: one database each). "f",
+    not ingest_data.new_database's "t": each counts on its own, and the two handed out
+    t<pid>_1 twice in one session."""
+    return f"f{os.getpid()}_{next(_databases)}"
 
 
 @pytest.fixture
