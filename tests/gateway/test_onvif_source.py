@@ -10,6 +10,7 @@ made validated against the WSDL's schema (camera.invalid)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -230,12 +231,25 @@ async def test_a_full_pool_is_retried_ever_more_slowly(make_camera, make_source)
     """No resubscribe storm: a camera whose pull points are all taken is asked again after
     a growing, jittered backoff."""
     cam = await make_camera(max_pullpoints=0)
+    loop = asyncio.get_running_loop()
+    at: list[float] = []
+
+    def record(op: str) -> None:
+        if op == "CreatePullPointSubscription":
+            at.append(loop.time())
+
+    cam.on_request = record
     src = make_source(cam, Recorder(), backoff_initial=0.1, backoff_max=10)
-    await asyncio.sleep(2.0)
-    tries = [op for op, _ in cam.log].count("CreatePullPointSubscription")
-    # 0.1 + 0.2 + 0.4 + 0.8 (each at least half of that): at most 5 attempts in 2 s
-    assert 2 <= tries <= 5, tries
-    assert src.status.state == BACKOFF and "pull points in use" in (src.status.last_error or "")
+    # The state is read while the source waits (it says why it waits), not at a moment it
+    # may be retrying: a check at a fixed time failed on a busy machine.
+    await until(lambda: len(at) >= 6 and src.status.state == BACKOFF, "six refused attempts", 30)
+    assert "pull points in use" in (src.status.last_error or "")
+    assert src.status.retry_at is not None
+    # The wait after the n-th failure is at least half of 0.1 * 2**(n-1), and never less
+    # than the initial 0.1 s: a sleep is never shorter, however loaded the machine.
+    floors = [max(0.1, 0.1 * 2 ** (n - 1) / 2) for n in range(1, len(at))]
+    gaps = [b - a for a, b in itertools.pairwise(at)]
+    assert all(g >= f - 0.01 for g, f in zip(gaps, floors, strict=False)), (gaps, floors)
     cam.faults.clear()
 
 
