@@ -92,7 +92,9 @@ async def make_source() -> AsyncIterator[Any]:
         ).checked()
         kw.setdefault("backoff_initial", 0.05)
         kw.setdefault("backoff_max", 0.5)
-        kw.setdefault("timeout", 3.0)
+        # the product's default: no test here waits for an exchange to time out (a stopped
+        # camera refuses at once), and a loaded machine took a discovery past 3 s
+        kw.setdefault("timeout", 10.0)
         s = CameraSource(cfg, sink, **kw)
         s.start()
         made.append(s)
