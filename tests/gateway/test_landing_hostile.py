@@ -15,23 +15,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
-from pathlib import Path
 
 import aiohttp
-from gwtest import call, envelope, notify_body, reading, start_gateway, stop_gateway
+from gwtest import (
+    call,
+    cpu_seconds,
+    envelope,
+    notify_body,
+    reading,
+    start_gateway,
+    stop_gateway,
+)
 
 # the gateway's default --max-request-bytes; the hostile request stays under it
 LIMIT = 1024 * 1024
 N_ATTRS = 100_000
 PROMPT = 2.0  # seconds of the gateway's CPU; before the fix the answer took 30-60 s
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process `pid` (all its threads) so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def hostile_body() -> bytes:

@@ -341,6 +341,8 @@ async def test_a_camera_without_pull_points_pushes_notify(make_camera, make_sour
     cam.motion(True)
     await until(lambda: sink.changes() == ["true"], "pushed", 5)
     assert sink.events[0].topic_text == "tns1:RuleEngine/CellMotionDetector/Motion"
+    # (the double keeps a Notify once it has read the answer: after the sink got it)
+    await until(lambda: cam.notified, "the camera's Notify answered", 10)
     # a made-up token, or another camera's path, is refused and hands nothing on
     async with aiohttp.ClientSession() as s:
         for url in (base + "/cam1/guess", base + "/nocam/x"):
