@@ -306,7 +306,10 @@ class Consumer:
             out.append(b[0])
         return out
 
-    async def wait_for(self, n: int, timeout: float = 5.0, wrapped: bool = True) -> None:
+    async def wait_for(self, n: int, timeout: float = 30.0, wrapped: bool = True) -> None:
+        """Until `n` messages (`wrapped`) or requests arrived; a condition, so the timeout
+        is only how long a loaded machine may take (5 s was not always enough at load 20)."""
+
         async def _w() -> None:
             while (len(self.messages()) if wrapped else len(self.received)) < n:
                 self._event.clear()
