@@ -18,7 +18,7 @@ from gateway.lifecycle import Why
 from gateway.publishers import Registration
 from gateway.resource import from_epoch
 from gateway.state import PullPoint, Restored
-from gateway.storage import SubscriptionRow
+from gateway.storage import StorageError, SubscriptionRow
 from gateway.subscriptions import Subscription
 from gateway.wire import ns
 from gateway.wire.addressing import Epr
@@ -137,12 +137,18 @@ async def sweeper(ctx: Context) -> None:
             try:
                 await sweep(ctx)
                 await write_last_seen(ctx, written)
+            except StorageError as e:
+                # a full disk is an operator's matter, not a bug: one line, no traceback;
+                # what was not stored is tried again at the next sweep
+                log.warning("expiry sweep could not store its changes, retrying: %s", e)
             except Exception:
                 log.exception("expiry sweep failed; retrying")
             ctx.counts.sweeps += 1
     finally:
         try:
             await write_last_seen(ctx, written)
+        except StorageError as e:
+            log.warning("could not store the devices' last-seen times at shutdown: %s", e)
         except Exception:
             log.exception("could not store the devices' last-seen times at shutdown")
 

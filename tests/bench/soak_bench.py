@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -100,6 +101,7 @@ class Soak:
         self.delivered_values: Counter[int] = Counter()
         self.samples: list[tuple[float, int, int, int]] = []  # (t, rss MB, fds, data bytes)
         self.events: list[str] = []
+        self.restarted_at: list[float] = []  # when each restart was over (monotonic)
         self.log_lines: list[str] = []
 
     # ---- the gateway ----
@@ -132,6 +134,7 @@ class Soak:
             except Exception as e:  # what the gateway said is in the log lines
                 self.events.append(f"{self.t():.0f}s restart FAILED: {str(e)[-600:]}")
                 continue
+            self.restarted_at.append(time.monotonic())
             self.events.append(
                 f"{self.t():.0f}s restart by {signal.Signals(sig).name}: "
                 f"{time.monotonic() - t0:.1f} s down"
@@ -377,6 +380,13 @@ class Soak:
         lat = sorted(self.acked.values())
         # what the legitimate consumer should have: acknowledged, sent once it subscribed
         since = {v for v in acked if self.sent_at.get(v, 0.0) >= self.consumer_since}
+        # the acknowledged readings sent before the first restart, between two, after the
+        # last: traffic throughout, whatever the machine's speed
+        bounds = [float("-inf"), *self.restarted_at, float("inf")]
+        per_span = [
+            sum(1 for v in acked if lo <= self.sent_at.get(v, 0.0) < hi)
+            for lo, hi in itertools.pairwise(bounds)
+        ]
         warnings: Counter[str] = Counter()
         tracebacks = 0
         snippets: list[str] = []
@@ -402,6 +412,7 @@ class Soak:
         return {
             "minutes": self.seconds / 60,
             "acknowledged": len(acked),
+            "acknowledged_between_restarts": per_span,
             "landed": len(set(landed) & acked),
             "lost_in_landing": sorted(acked - set(landed))[:50],
             "lost_in_landing_count": len(acked - set(landed)),

@@ -26,6 +26,7 @@ from typing import Any
 
 import aiohttp
 from devtest import (
+    EDGE,
     RD,
     ROOT,
     WSNT,
@@ -167,13 +168,28 @@ async def subscribe_to_heartbeat_once_registered(
 
 
 def delivered_values(consumer: Consumer) -> list[int]:
-    """Heartbeat values of every NotificationMessage the consumer got so far (wrapped)."""
+    """Heartbeat values of the NotificationMessages the consumer got so far (wrapped), each
+    message once: the gateway's delivery is at-least-once (docs/gateway.md: a message whose
+    answer came too late for a stop or a timeout is sent again), and a message sent again
+    keeps its entry in edge:MessageIDs, so a repeated id is the same message again, not a
+    second publication (which gets an id of its own and is counted)."""
     out: list[int] = []
+    seen: dict[str, int] = {}
     q = consumer.received
     items = list(q._queue)  # type: ignore[attr-defined]  # peek, keep them queued
     for _, data in items:
-        for nm in body_child(parse(data)).iter(f"{{{WSNT}}}NotificationMessage"):
-            out.append(int(nm.findtext(f"{{{WSNT}}}Message/{{{RD}}}Reading/{{{RD}}}value") or -1))
+        notify = body_child(parse(data))
+        ids = (notify.findtext(f"{{{EDGE}}}MessageIDs") or "").split()
+        nms = list(notify.iter(f"{{{WSNT}}}NotificationMessage"))
+        for i, nm in enumerate(nms):
+            v = int(nm.findtext(f"{{{WSNT}}}Message/{{{RD}}}Reading/{{{RD}}}value") or -1)
+            mid = ids[i] if len(ids) == len(nms) else None
+            if mid is not None and mid in seen:
+                assert seen[mid] == v, f"message {mid} came as {seen[mid]} and as {v}"
+                continue
+            if mid is not None:
+                seen[mid] = v
+            out.append(v)
     return out
 
 

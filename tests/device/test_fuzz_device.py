@@ -2,8 +2,11 @@
 smaller sibling: the schema-derived, mutated requests of tests/gateway/fuzz.py are posted
 to a real device on MicroPython (both unix ports) over HTTP, derandomized. After each
 case: the process lives, no 5xx that blames the device (SOAP 1.1 binds every fault to 500,
-so the fault code decides), and a normal GetResourceProperty is answered 200 within 1 s.
-Only the device's HTTP interface is used."""
+so the fault code decides), and a normal GetResourceProperty is answered 200 before the
+device's read timeout (2 s here) has passed: a request left holding a connection slot or
+the loop would make it wait for that timeout. (Not 1 s: at load 20 an idle device took
+1.4 s to answer, the machine's delay, not the device's.) Only the device's HTTP interface
+is used."""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ def test_fuzzed_requests_keep_the_device_serving(device: DeviceProcess) -> None:
     rss_start = rss_kb(device.proc.pid)
     worst = 0.0
     seen: dict[int, int] = {}
+    read_timeout = float(device.config["limits"]["read_timeout_s"])
 
     @settings(
         max_examples=CASES,
@@ -47,7 +51,7 @@ def test_fuzzed_requests_keep_the_device_serving(device: DeviceProcess) -> None:
         why = blames_server(a)
         assert why is None, (case.note, why)
         c = http_post(device.port, "/wsn/producer", CANARY, ctype(12), timeout=5)
-        assert c.status == 200 and c.seconds < 1.0, (case.note, c.status, c.seconds)
+        assert c.status == 200 and c.seconds < read_timeout, (case.note, c.status, c.seconds)
 
     run()
     rss_end = rss_kb(device.proc.pid)

@@ -234,11 +234,11 @@ async def test_oversized_truncated_slow_and_garbage(client: Client) -> None:
         b"HTTP/1.1 431"
     )
     # issue 13: two conflicting Content-Length headers -> 400 at once, not 408 after the timeout
-    t0 = asyncio.get_running_loop().time()
+    # (the answer tells them apart, not the clock: reading the 50 would end in the 408 above,
+    # reading the 5 in an answer about "hello", not about Content-Length)
     two = b"POST /wsn/producer HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 50\r\n\r\nhello"
-    out = await _raw(dev, two, timeout=1.5)
+    out = await _raw(dev, two)
     assert out.startswith(b"HTTP/1.1 400") and b"Content-Length" in out, out
-    assert asyncio.get_running_loop().time() - t0 < 1.5
     chunked = b"POST /wsn/producer HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
     assert (await _raw(dev, chunked)).startswith(b"HTTP/1.1 411")
     # several slow clients at once do not stop the others

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib.util
+import os
 import signal
 import subprocess
 import sys
@@ -305,7 +306,10 @@ class Consumer:
             out.append(b[0])
         return out
 
-    async def wait_for(self, n: int, timeout: float = 5.0, wrapped: bool = True) -> None:
+    async def wait_for(self, n: int, timeout: float = 30.0, wrapped: bool = True) -> None:
+        """Until `n` messages (`wrapped`) or requests arrived; a condition, so the timeout
+        is only how long a loaded machine may take (5 s was not always enough at load 20)."""
+
         async def _w() -> None:
             while (len(self.messages()) if wrapped else len(self.received)) < n:
                 self._event.clear()
@@ -479,6 +483,15 @@ class GatewayProcess:
     proc: subprocess.Popen[str]
     url: str
     stderr: Path
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` (all its threads) so far (Linux /proc). For
+    "not held" bounds on a gateway process: a request held behind work on its event loop
+    waits at least that work's CPU time, whereas on a loaded machine the wall clock also
+    counts the gateway's waits for a core."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start_gateway(data_dir: Path, *extra: str) -> GatewayProcess:

@@ -1,5 +1,6 @@
 """Issue 22 "a budget for all work a client can cause", against a real gateway process: while
-each hostile client of the issue runs, /healthz and a legitimate Notify answer within 1 s;
+each hostile client of the issue runs, /healthz and a legitimate Notify are not held behind
+its work (AIM: the aim of 1 s is the bench's);
 XPath topic subscriptions are not evaluated again over the whole Topic Set per new topic;
 payloads are stored and delivered with only the namespaces they use. And issue 25 defect 5:
 valid XPath expressions the cost guard refused are accepted and select what XPath says."""
@@ -20,6 +21,7 @@ from gwtest import (
     GatewayProcess,
     Reply,
     call,
+    cpu_seconds,
     envelope,
     notify_body,
     post,
@@ -38,10 +40,12 @@ A_NOTIFY = action("NotificationConsumer", "Notify")
 A_SUBSCRIBE = action("NotificationProducer", "Subscribe")
 A_CREATE_PP = action("CreatePullPoint", "CreatePullPoint")
 WSTOP_DECL = 'xmlns:tns="urn:test" xmlns:wstop="http://docs.oasis-open.org/wsn/t-1"'
-# seconds: /healthz and a legitimate Notify under attack stay answered. Issue 22's aim is
-# 1 s, a speed, measured by tests/bench/hostile_bench.py (docs/performance.md); the test
-# bounds what it proves, that the event loop is not held (the defect held it 50 s), with
-# room for a loaded 2-core machine (1.06 s was seen at load 13)
+# seconds of the gateway's CPU while /healthz or a legitimate Notify under attack waited for
+# its answer. Issue 22's aim is 1 s, a speed, measured by tests/bench/hostile_bench.py
+# (docs/performance.md); the test bounds what it proves, that the event loop is not held
+# (the defect held it 50 s, computing). A request held behind work on the loop waits at
+# least that work's CPU time; the wall clock also counts the waits for a core of a loaded
+# machine (5.15 s for one /healthz at load 21-26, 1.06 s at load 13), which prove nothing.
 AIM = 5.0
 
 
@@ -60,25 +64,31 @@ async def _under_attack(
     gw: GatewayProcess, attack: Callable[[], Awaitable[Reply]]
 ) -> tuple[Reply, float, float]:
     """Run `attack` and, until it is answered, probe /healthz and publish a legitimate
-    Notify (another topic, no filter) in turn: (its answer, the slowest /healthz, the
-    slowest legitimate Notify)."""
+    Notify (another topic, no filter) in turn: (its answer, the most CPU the gateway spent
+    while a /healthz waited, the same for a legitimate Notify; see AIM). The slowest wall
+    times are printed beside them."""
     task = asyncio.ensure_future(attack())
-    health: list[float] = []
-    legit: list[float] = []
+    pid = gw.proc.pid
+    health: list[tuple[float, float]] = []  # (gateway CPU s, wall s) per probe
+    legit: list[tuple[float, float]] = []
     async with aiohttp.ClientSession() as s:
         await asyncio.sleep(0.05)  # the hostile request first
         while not task.done() or not legit:
-            t0 = time.monotonic()
+            t0, c0 = time.monotonic(), cpu_seconds(pid)
             async with s.get(_base(gw) + "/healthz") as r:
                 assert r.status == 200
-            health.append(time.monotonic() - t0)
-            t0 = time.monotonic()
+            health.append((cpu_seconds(pid) - c0, time.monotonic() - t0))
+            t0, c0 = time.monotonic(), cpu_seconds(pid)
             body = notify_body(("tns:legit", reading(21.5)))
             r2 = await post(gw.url, envelope(body, action=A_NOTIFY), session=s)
             assert r2.status == 202, r2.text
-            legit.append(time.monotonic() - t0)
+            legit.append((cpu_seconds(pid) - c0, time.monotonic() - t0))
             await asyncio.sleep(0.02)
-    return task.result(), max(health), max(legit)
+    print(
+        f"under attack: slowest /healthz {max(w for _c, w in health):.2f} s, legitimate "
+        f"Notify {max(w for _c, w in legit):.2f} s (wall)"
+    )
+    return task.result(), max(c for c, _w in health), max(c for c, _w in legit)
 
 
 async def _subscribe(url: str, consumer: str, filt: str) -> Reply:

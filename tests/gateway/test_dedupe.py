@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sqlite3
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from gwtest import (
     subscribe_body,
 )
 
+from gateway import storage
 from tests.polling import until
 
 
@@ -204,14 +206,33 @@ def test_the_seen_set_is_bounded_by_age(tmp_path):
     ]
 
 
-async def test_a_pair_past_the_age_bound_stops_counting_before_it_is_pruned(make_gateway, consumer):
-    # no other Notify in between: no group commit has pruned the pair when the resend comes
-    gw = await make_gateway(notify_dedupe_age=0.5)
+class _StorageTime:
+    """gateway.storage's `time` module, its wall clock moved on by `ahead` seconds."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.ahead
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+async def test_a_pair_past_the_age_bound_stops_counting_before_it_is_pruned(
+    make_gateway, consumer, monkeypatch
+):
+    # no other Notify in between: no group commit has pruned the pair when the resend comes.
+    # The bound's clock is moved on rather than slept past: a loaded machine could also
+    # take longer than a short bound between the first two
+    clock = _StorageTime()
+    monkeypatch.setattr(storage, "time", clock)
+    gw = await make_gateway(notify_dedupe_age=60)
     assert (await call(gw.url, subscribe_body(consumer.url))).status == 200
     data = notify_env(1, message_id=mid())
     await notify(gw.url, data)
     await notify(gw.url, data)  # within the bound: a duplicate
-    await asyncio.sleep(0.8)
+    clock.ahead = 61
     await notify(gw.url, data)  # past it: published again, as the docs promise
     await consumer.wait_for(2)
     assert values(consumer) == ["1", "1"] and gw.ctx.counts.duplicates == 1

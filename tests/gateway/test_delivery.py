@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import pytest
 from gwtest import (
@@ -79,10 +80,15 @@ async def test_backlog_overflow_drops_oldest(make_gateway):
     sid = (await subscribe(gw.url, "http://127.0.0.1:9/dead")).id
     for v in range(6):
         await publish(gw.url, *readings(v))
-    await asyncio.sleep(0.05)
     stats = gw.ctx.delivery.stats(sid)
     assert stats["queued"] == 3 and stats["dropped"] == 3
-    rows = [r for r in gw.ctx.storage.load().deliveries if r[1] == sid]
+    # the dropped rows are deleted in the background (gateway.delivery_acks)
+
+    def rows_left() -> list[Any]:
+        return [r for r in gw.ctx.storage.load().deliveries if r[1] == sid]
+
+    await until(lambda: len(rows_left()) <= 3, "the dropped rows deleted", 15, 0.02)
+    rows = rows_left()
     assert len(rows) == 3
     assert [r.xml.split("<rd:value>")[1].split("<")[0] for r in rows] == ["3", "4", "5"]
 
@@ -123,11 +129,7 @@ async def test_dead_consumer_ends_its_subscription(make_gateway):
     gw = await make_gateway(consumer_dead_after=0.5)
     sid = (await subscribe(gw.url, "http://127.0.0.1:9/dead")).id
     await publish(gw.url, *readings(1))
-    for _ in range(40):
-        await asyncio.sleep(0.1)
-        if sid not in gw.state.subscriptions:
-            break
-    assert sid not in gw.state.subscriptions
+    await until(lambda: sid not in gw.state.subscriptions, "the subscription ended", 30)
     assert sid not in {s.id for s in gw.ctx.storage.load().subscriptions}
 
 
@@ -269,11 +271,11 @@ async def test_a_dead_consumer_ends_the_subscriptions_waiting_on_it(make_gateway
     assert (await call(gw.url, "<wsnt:PauseSubscription/>", headers=hdr)).status == 200
     await publish(gw.url, *readings(1))
     await publish(gw.url, *readings(2, topic="tns:u"))
-    for _ in range(40):
-        await asyncio.sleep(0.1)
-        if s1 not in gw.state.subscriptions and s2 not in gw.state.subscriptions:
-            break
-    assert s1 not in gw.state.subscriptions and s2 not in gw.state.subscriptions
+
+    def ended() -> bool:
+        return s1 not in gw.state.subscriptions and s2 not in gw.state.subscriptions
+
+    await until(ended, "both subscriptions ended", 30)
     # the paused one was not trying to deliver: it stays
     assert paused in gw.state.subscriptions
     assert {s.id for s in gw.ctx.storage.load().subscriptions} == {paused}

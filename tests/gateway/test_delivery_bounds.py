@@ -23,6 +23,7 @@ from gwtest import (
     topic_filter,
 )
 
+from tests.polling import until
 from tests.wsdl_actions import action
 
 A_NOTIFY = action("NotificationConsumer", "Notify")
@@ -73,8 +74,11 @@ async def test_outgoing_connections_are_bounded_in_all_and_per_consumer(make_gat
             await _subscribe(gw.url, f"http://127.0.1.{k + 1}:{many.port}/x")
         r = await post(gw.url, envelope(notify_body(("tns:t", reading(1))), action=A_NOTIFY))
         assert r.status == 202
+        # the bound is reached (a loaded machine opens them slowly), then held: none of the
+        # 28 waiting deliveries gets a 13th connection while the 12 hang
+        await until(lambda: many.peak >= 12, "12 connections open", 30, 0.05)
         await asyncio.sleep(1.0)
-        assert many.peak == 12, many.peak
+        assert many.peak == 12 and many.open == 12, (many.peak, many.open)
         await gw.stop()
         gw = await make_gateway(
             max_delivery_connections=12, max_consumer_connections=3, delivery_timeout=30.0
@@ -83,8 +87,9 @@ async def test_outgoing_connections_are_bounded_in_all_and_per_consumer(make_gat
             await _subscribe(gw.url, f"http://127.0.0.1:{one.port}/c{k}")
         r = await post(gw.url, envelope(notify_body(("tns:t", reading(1))), action=A_NOTIFY))
         assert r.status == 202
+        await until(lambda: one.peak >= 3, "3 connections to the one host", 30, 0.05)
         await asyncio.sleep(1.0)
-        assert one.peak == 3, one.peak
+        assert one.peak == 3 and one.open == 3, (one.peak, one.open)
     finally:
         await many.stop()
         await one.stop()
@@ -110,7 +115,9 @@ async def test_a_failing_consumer_is_one_line_and_its_recovery_another(
         for v in range(3):
             body = notify_body(("tns:t", reading(v)))
             assert (await post(gw.url, envelope(body, action=A_NOTIFY))).status == 202
-        await asyncio.sleep(1.0)  # many retries meanwhile
+        # failing: more than one attempt refused (the recovery line reports them)
+        state = gw.ctx.delivery.state
+        await until(lambda: (state(sid)["failing"] or 0) >= 3, "3 refused attempts", 30, 0.05)
         err = gw.ctx.delivery.last_error(sid)
         assert err is not None and err[0] == "connection refused", err
         assert gw.ctx.delivery.state(sid)["last_delivery"] is None

@@ -9,14 +9,18 @@ every step here but the first Notify fails there."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+import pytest
 from gwtest import call, notify_body, reading, register
 
+from gateway.storage import StorageError
 from gateway.storage_schema import SCHEMA_VERSION
 from tests.polling import until
 
@@ -146,3 +150,40 @@ async def test_a_schema_2_file_gains_last_seen(make_gateway, tmp_path: Path) -> 
         assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         (stored,) = c.execute("SELECT last_seen FROM registrations").fetchone()
     assert stored is not None
+
+
+async def test_a_full_disk_at_a_sweep_is_one_line_and_stored_later(
+    make_gateway, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
+    """A sweep that cannot store the last-seen times (the disk is full) says so in one
+    WARNING line, with no traceback, and stores them at a later sweep. On 6ce495d each
+    such sweep logged an ERROR with a traceback (the short soak, which fills the disk,
+    counted four)."""
+    t0 = datetime.now(UTC).replace(microsecond=0)
+    clock = [t0]
+    gw = await make_gateway(clock=lambda: clock[0], sweep_interval=0.05)
+    await register(gw.url, publisher=PRODUCER, device_id="s1")
+    storage = gw.ctx.storage
+    real = storage.set_last_seen
+    failed: list[int] = []
+
+    async def full(rows: Any) -> None:
+        failed.append(len(rows))
+        raise StorageError("storage failure: database or disk is full")
+
+    storage.set_last_seen = full
+    with caplog.at_level(logging.INFO, logger="gateway.upkeep"):
+        clock[0] = t0 + timedelta(seconds=10)
+        msg = notify_body(("tns:t", reading(1)), producer=PRODUCER)
+        assert (await call(gw.url, msg)).status == 202
+        await until(lambda: len(failed) >= 2, "two sweeps on a full disk", 10, 0.02)
+        storage.set_last_seen = real
+        sweeps = gw.ctx.counts.sweeps
+        await until(lambda: gw.ctx.counts.sweeps >= sweeps + 2, "two more sweeps", 10, 0.02)
+    records = [r for r in caplog.records if r.name == "gateway.upkeep"]
+    assert records and all(r.exc_info is None for r in records), [
+        (r.levelname, r.getMessage()) for r in records
+    ]
+    assert all(r.levelname == "WARNING" and "disk is full" in r.getMessage() for r in records)
+    stored = [(r.device_id, r.last_seen) for r in storage.load().registrations]
+    assert stored == [("s1", clock[0].timestamp())], stored

@@ -183,7 +183,7 @@ async def test_startup_failure_is_reported(tmp_path):
             cwd=ROOT,
             capture_output=True,
             text=True,
-            timeout=20,
+            timeout=60,
         )
         assert q.returncode != 0 and "wsn-gateway:" in q.stderr
     finally:
@@ -205,10 +205,10 @@ async def test_startup_failure_is_reported(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=20,
+        timeout=60,
     )
     assert q.returncode != 0 and "missing.xml" in q.stderr
-    assert time.monotonic() - t0 < 20
+    assert time.monotonic() - t0 < 60  # refused, not hung (a loaded start takes seconds)
 
 
 async def test_kill_9_with_both_landing_formats_lands_each_record_once(tmp_path):

@@ -2,7 +2,14 @@
 the whole gateway for 30-60 s, because its landing record was built on the event loop at a
 cost growing with the square of the attribute count. Against a real gateway process: the
 hostile Notify is accepted, its landing line says it was cut to the caps, and other
-requests are answered promptly all the while."""
+requests are answered promptly all the while.
+
+"Promptly" is counted in the gateway's CPU time, not the wall clock: a request that waits
+behind the hostile one's work on the event loop waits at least that work's CPU time,
+whereas on a loaded machine (CI: 2 cores, four test workers and a Spark JVM) the wall clock
+also counts the time the gateway waited for a core: at load 17-22 the hostile Notify took
+4.6-8.4 s to answer and the first request behind it as long, for 0.25 s of the gateway's
+CPU."""
 
 from __future__ import annotations
 
@@ -11,12 +18,20 @@ import json
 import time
 
 import aiohttp
-from gwtest import call, envelope, notify_body, reading, start_gateway, stop_gateway
+from gwtest import (
+    call,
+    cpu_seconds,
+    envelope,
+    notify_body,
+    reading,
+    start_gateway,
+    stop_gateway,
+)
 
 # the gateway's default --max-request-bytes; the hostile request stays under it
 LIMIT = 1024 * 1024
 N_ATTRS = 100_000
-PROMPT = 2.0  # seconds; before the fix the answer took 30-60 s
+PROMPT = 2.0  # seconds of the gateway's CPU; before the fix the answer took 30-60 s
 
 
 def hostile_body() -> bytes:
@@ -34,27 +49,28 @@ async def test_one_hostile_notify_does_not_stall_other_requests(tmp_path):
             # warm up (first request imports and opens what it needs)
             assert (await call(gw.url, notify_body(("tns:t", reading(0))))).status == 202
 
+            body = hostile_body()  # made before the clock runs: the test's own work
+
             async def hostile() -> tuple[int, float]:
                 t = time.monotonic()
-                async with s.post(gw.url, data=hostile_body(), headers=hdrs) as r:
+                async with s.post(gw.url, data=body, headers=hdrs) as r:
                     await r.read()
                     return r.status, time.monotonic() - t
 
+            pid = gw.proc.pid
             task = asyncio.create_task(hostile())
             # normal Notify requests, one after the other, while the hostile one is sent,
-            # parsed and landed: each must be answered promptly
-            latencies = []
+            # parsed and landed: each must be answered promptly (module docstring)
+            waited = []  # (gateway CPU s, wall s) while each was waiting for its answer
             for v in range(1, 16):
-                t = time.monotonic()
-                r = await asyncio.wait_for(
-                    call(gw.url, notify_body(("tns:t", reading(v)))), PROMPT * 5
-                )
-                latencies.append(time.monotonic() - t)
+                t, c = time.monotonic(), cpu_seconds(pid)
+                r = await asyncio.wait_for(call(gw.url, notify_body(("tns:t", reading(v)))), 60)
+                waited.append((cpu_seconds(pid) - c, time.monotonic() - t))
                 assert r.status == 202, r.text
                 await asyncio.sleep(0.05)
             status, took = await asyncio.wait_for(task, 60)
         assert status == 202
-        assert max(latencies) < PROMPT, (latencies, took)
+        assert max(cpu for cpu, _wall in waited) < PROMPT, (waited, took)
     finally:
         assert stop_gateway(gw) == 0
     lines = []
