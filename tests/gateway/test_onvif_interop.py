@@ -264,13 +264,13 @@ async def test_after_a_camera_reboot_events_flow_again_within_one_renewal_interv
 ):
     """Acceptance (issue 25): the camera double reboots (subscriptions gone, clock moved an
     hour); events reach the gateway's subscribers again within one renewal interval (half
-    the 20 s lifetime of the config file's camera), and the camera never holds more than
+    the 60 s lifetime of the config file's camera), and the camera never holds more than
     one subscription of the gateway. The camera comes from --onvif-config."""
     (tmp_path / "front.pw").write_text(cam.password + "\n")
     conf = tmp_path / "cameras.json"
     conf.write_text(json.dumps({"cameras": [{
         "id": "front-door", "address": cam.url, "user": cam.user,
-        "password_file": "front.pw", "lifetime": 20}]}))  # fmt: skip
+        "password_file": "front.pw", "lifetime": 60}]}))  # fmt: skip
     gw = await asyncio.to_thread(start_gateway, tmp_path / "gw", "--onvif-config", str(conf))
     most = 0
 
@@ -292,7 +292,7 @@ async def test_after_a_camera_reboot_events_flow_again_within_one_renewal_interv
         back = asyncio.get_running_loop().time()
         # each second an event: the first one after the gateway resubscribed is delivered
         while len(consumer.messages()) < 2:
-            assert asyncio.get_running_loop().time() - back < 10.0, "none within 10 s"
+            assert asyncio.get_running_loop().time() - back < 30.0, "none within 30 s"
             cam.motion(len(consumer.messages()) % 2 == 0)
             await asyncio.sleep(0.5)
         after = await camera_status(gw)
