@@ -16,14 +16,17 @@ ruff format --check gateway spark_ingest wsncli tests scripts tools
 echo "== mypy"
 mypy
 echo "== pytest"
-# Two parts, side by side (tests/conftest.py, `--part`):
-# - the Spark tests in one process of their own: one SparkSession, never under xdist (a
+# Parts, side by side (tests/conftest.py, `--part`):
+# - the Spark tests in two processes of their own (`--part spark1`, `--part spark2`: each
+#   module in one of them, chosen so both take about as long), never under xdist (a
 #   timeout inside a py4j call would leave a worker's session answering the wrong calls);
+#   each has one SparkSession, its own metastore and tmp dirs. WSN_SPARK_PROCS=1 runs them
+#   in one process (`--part spark`) instead;
 # - the rest on WSN_TEST_WORKERS pytest-xdist workers (default 4; one module per worker at
 #   a time, so module fixtures start once): those tests mostly wait on subprocesses,
 #   sockets and timeouts, so four of them share the two cores well.
 # WSN_TEST_WORKERS=0 runs everything in one process, as does any -n/--part of your own.
-# The exit status is non-zero if either part fails (5, "no tests", only if neither ran any).
+# The exit status is non-zero if any part fails (5, "no tests", only if none ran any).
 workers=${WSN_TEST_WORKERS:-4}
 for a in "$@"; do
   case "$a" in
@@ -33,50 +36,71 @@ done
 if [ "$workers" = 0 ]; then
   exec python -m pytest "$@"
 fi
+case "${WSN_SPARK_PROCS:-2}" in
+  1) spark_parts=(spark) ;;
+  *) spark_parts=(spark1 spark2) ;;
+esac
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/wsn-test.XXXXXX")
-spark_pid=
+spark_pids=()
 stop_spark() {
-  if [ -n "$spark_pid" ] && kill -0 "$spark_pid" 2>/dev/null; then
-    kill -INT "$spark_pid" 2>/dev/null || true
-    wait "$spark_pid" 2>/dev/null || true
-  fi
+  for pid in "${spark_pids[@]}"; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -INT "$pid" 2>/dev/null || true
+    fi
+  done
+  for pid in "${spark_pids[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  spark_pids=()
 }
 trap 'stop_spark; rm -rf "$logs"' EXIT
 trap 'stop_spark; exit 130' INT TERM
 
-# The Spark part at a lower priority: the other part's tests wait on processes that must
-# answer in time (issue 22's 1 s under attack), and the JVM takes the CPU they leave.
-# Each part keeps its own cache (--lf, --ff) so neither overwrites the other's; `set -m`: a
-# background job of a script would ignore SIGINT, so it gets its own process group instead,
-# and stop_spark passes Ctrl-C on to it
+# The Spark parts at a lower priority: the other part's tests wait on processes that must
+# answer in time (issue 22's 1 s under attack), and the JVMs take the CPU they leave.
+# Each part keeps its own cache (--lf, --ff) so none overwrites another's; `set -m`: a
+# background job of a script would ignore SIGINT, so each gets its own process group
+# instead, and stop_spark passes Ctrl-C on to them
 set -m
-nice -n 5 python -m pytest --part spark -o cache_dir=.pytest_cache/spark "$@" >"$logs/spark.log" 2>&1 &
-spark_pid=$!
+for part in "${spark_parts[@]}"; do
+  nice -n 5 python -m pytest --part "$part" -o cache_dir=".pytest_cache/$part" "$@" \
+    >"$logs/$part.log" 2>&1 &
+  spark_pids+=($!)
+done
 set +m
-echo "(the Spark tests run alongside, in one process; their output follows the others')"
+echo "(the Spark tests run alongside, in ${#spark_parts[@]} process(es); their output follows the others')"
 
 set +e
 python -m pytest --part rest -o cache_dir=.pytest_cache/rest -n "$workers" --dist loadscope \
   "$@" 2>&1 | tee "$logs/rest.log"
 rest_rc=${PIPESTATUS[0]}
-wait "$spark_pid"
-spark_rc=$?
-spark_pid=
+spark_rcs=()
+for pid in "${spark_pids[@]}"; do
+  wait "$pid"
+  spark_rcs+=($?)
+done
+spark_pids=()
 set -e
 
-echo "== pytest: the Spark tests (tests/spark_ingest, tests/integration/*spark*)"
-cat "$logs/spark.log"
-echo "== pytest: both parts"
 summary() {
   grep -E '(passed|failed|errors?|skipped|deselected|no tests ran).* in [0-9.]+s' "$1" |
     tail -1 | tr -d '=' | sed 's/^ *//; s/ *$//' || true
 }
-echo "rest ($workers workers), exit $rest_rc: $(summary "$logs/rest.log")"
-echo "spark (one process), exit $spark_rc: $(summary "$logs/spark.log")"
-rc=0
-for r in "$rest_rc" "$spark_rc"; do
-  if [ "$r" != 0 ] && [ "$r" != 5 ] && [ "$rc" = 0 ]; then rc=$r; fi
+for part in "${spark_parts[@]}"; do
+  echo "== pytest: the Spark tests, --part $part (tests/spark_ingest, tests/integration/*spark*)"
+  cat "$logs/$part.log"
 done
-if [ "$rest_rc" = 5 ] && [ "$spark_rc" = 5 ]; then rc=5; fi
+echo "== pytest: every part"
+echo "rest ($workers workers), exit $rest_rc: $(summary "$logs/rest.log")"
+for i in "${!spark_parts[@]}"; do
+  echo "${spark_parts[$i]} (one process), exit ${spark_rcs[$i]}: $(summary "$logs/${spark_parts[$i]}.log")"
+done
+rc=0
+all5=1
+for r in "$rest_rc" "${spark_rcs[@]}"; do
+  if [ "$r" != 0 ] && [ "$r" != 5 ] && [ "$rc" = 0 ]; then rc=$r; fi
+  if [ "$r" != 5 ]; then all5=0; fi
+done
+if [ "$all5" = 1 ]; then rc=5; fi
 exit "$rc"

@@ -28,7 +28,18 @@ SUMMARY_LISTS = (
 )
 _KEY = "wsn_board_summaries"
 SPARK_FIXTURES = frozenset({"spark", "spark_test_conf"})
-PARTS = ("spark", "rest")
+PARTS = ("spark", "spark1", "spark2", "rest")
+# The Spark modules of `--part spark2`; every other Spark module (a new one too) is in
+# `--part spark1`. scripts/test.sh runs the two side by side, each in a process with its own
+# SparkSession, metastore and tmp dirs: chosen so both take about as long (CPU seconds per
+# module measured with every test's process tree: docs/performance.md, "The test command").
+SPARK2_MODULES = frozenset(
+    {
+        "tests/spark_ingest/test_cluster.py",
+        "tests/spark_ingest/test_stream.py",
+        "tests/spark_ingest/test_stream_history.py",
+    }
+)
 _collected: dict[str, list[str]] = {}
 
 
@@ -37,7 +48,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--part",
         choices=PARTS,
         default=None,
-        help="only the Spark tests (one SparkSession: never under xdist) or only the rest",
+        help="only the Spark tests (one SparkSession: never under xdist), one of their two "
+        "halves (spark1, spark2), or only the rest",
     )
 
 
@@ -65,8 +77,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:
-        in_spark = item.nodeid.split("::", 1)[0] in spark_modules
-        (keep if in_spark == (part == "spark") else drop).append(item)
+        module = item.nodeid.split("::", 1)[0]
+        if part == "rest":
+            wanted = module not in spark_modules
+        elif part == "spark":
+            wanted = module in spark_modules
+        else:
+            wanted = module in spark_modules and (module in SPARK2_MODULES) == (part == "spark2")
+        (keep if wanted else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -22,6 +22,7 @@ from ingest_data import (
 )
 
 from spark_ingest.batch import run_batch
+from spark_ingest.catalog import CONFIG_PROPS, Catalog
 from spark_ingest.engine import Run
 from spark_ingest.options import Options
 from spark_ingest.schema import TABLES
@@ -35,6 +36,11 @@ COMPARED = ("aggregates", "device_quality", "site_quality", "quarantine", "devic
 def _rows(spark: Any, db: str, t: str) -> list[str]:
     cols = [c for c in TABLES[t].columns if c not in PLACE]
     return sorted(map(repr, spark.table(f"{db}.{t}").select(*cols).collect()))
+
+
+def _props(spark: Any, db: str, table: str) -> dict[str, str]:
+    rows = spark.sql(f"SHOW TBLPROPERTIES `{db}`.`{table}`").collect()
+    return {r["key"]: r["value"] for r in rows if r["key"] in CONFIG_PROPS}
 
 
 def _zone_parts() -> list[list[list[Message | Bad]]]:
@@ -83,20 +89,61 @@ def test_incremental_runs_equal_one_full_run(spark: Any, tmp_path: Path) -> None
     assert devices["slow-05"]["gap_count"] == 0 and devices["slow-05"]["period_s"] == 300.0
 
 
-def test_full_flag_rebuilds_and_new_options_need_it(spark: Any, tmp_path: Path) -> None:
-    zone, out, db = tmp_path / "landing", tmp_path / "out", new_database()
+@pytest.fixture(scope="module")
+def rebuilt(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One zone run three times: the tables made, `--full` with the same configuration,
+    `--full` with a new window (and, between the first two, a new window without `--full`,
+    refused). What the tests below check is recorded at each step: the two tests of these
+    runs used to make the same three runs each."""
+    root = tmp_path_factory.mktemp("rebuilt")
+    zone, out, db = root / "landing", root / "out", new_database()
     write_zone(zone, [list(steady(0, 300))])
-    run_batch(spark, str(zone), str(out), database=db)
-    before = _rows(spark, db, "aggregates")
-    with pytest.raises(ValueError, match="--full"):
-        run_batch(spark, str(zone), str(out), database=db, window="10 seconds")
-    s = run_batch(spark, str(zone), str(out), database=db, full=True)
+    got: dict[str, Any] = {"out": out, "db": db, "recorded": []}
+    real = Catalog.set_config
+
+    def spy(self: Catalog, config: dict[str, Any]) -> None:
+        got["recorded"].append(config)
+        real(self, config)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Catalog, "set_config", spy)
+        run_batch(spark, str(zone), str(out), database=db)  # the tables made now
+        got["before"] = _rows(spark, db, "aggregates")
+        try:
+            run_batch(spark, str(zone), str(out), database=db, window="10 seconds")
+        except ValueError as e:
+            got["refused"] = e
+        got["same"] = run_batch(spark, str(zone), str(out), database=db, full=True)
+        got["recorded_same"] = list(got["recorded"])
+        got["same_rows"] = _rows(spark, db, "aggregates")
+        got["versions"] = sorted(p.name for p in (out / "aggregates").glob("date=*/hour=*/v*"))
+        run_batch(spark, str(zone), str(out), database=db, window="10 seconds", full=True)
+    return got
+
+
+def test_full_flag_rebuilds_and_new_options_need_it(spark: Any, rebuilt: dict[str, Any]) -> None:
+    db, before = rebuilt["db"], rebuilt["before"]
+    assert "refused" in rebuilt, "a new window without --full ran"
+    assert "--full" in str(rebuilt["refused"])
+    s = rebuilt["same"]
     assert s.files == 1 and s.partitions["aggregates"] == 1
-    assert _rows(spark, db, "aggregates") == before
-    versions = sorted(p.name for p in (out / "aggregates").glob("date=*/hour=*/v*"))
-    assert versions == ["v00000001", "v00000002"]  # the old one kept for --retain
-    s = run_batch(spark, str(zone), str(out), database=db, window="10 seconds", full=True)
+    assert rebuilt["same_rows"] == before
+    assert rebuilt["versions"] == ["v00000001", "v00000002"]  # the old one kept for --retain
     assert spark.table(f"{db}.aggregates").count() > len(before)
+
+
+def test_full_rebuild_records_its_configuration_only_when_it_changes(
+    spark: Any, rebuilt: dict[str, Any]
+) -> None:
+    """(From test_run_cost, issue 24's speed aims.) A full rebuild records its
+    configuration in the tables only when one may differ."""
+    db = rebuilt["db"]
+    # the tables made by the first run; the refused run and `--full` with the same
+    # configuration recorded nothing
+    assert rebuilt["recorded_same"] == []
+    assert [c["wsn.window_us"] for c in rebuilt["recorded"]] == [10_000_000]
+    # every table has the new window (an incremental run with it checks them all)
+    assert {_props(spark, db, t)["wsn.window_us"] for t in TABLES} == {"10000000"}
 
 
 @pytest.mark.parametrize("where", ["write", "publish"])
