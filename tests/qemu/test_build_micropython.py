@@ -61,7 +61,8 @@ def test_second_run_reuses_everything_without_network(tmp_path: Path) -> None:
     ):
         assert what in out, out
     assert "building" not in out and "fetching" not in out, out
-    assert elapsed < 20, f"second run took {elapsed:.1f} s:\n{out}"
+    # a build takes minutes: 120 s tells reuse from building even on a busy machine
+    assert elapsed < 120, f"second run took {elapsed:.1f} s:\n{out}"
     assert len(second.stdout.splitlines()) <= 8, "not quiet:\n" + out
 
 
