@@ -228,8 +228,8 @@ async def publish(
         judge=judge,
         also=also,
     )
-    p.batch.seen = seen  # and the topics `client` holds, stored as its (quotas)
-    p.batch.grown_clients = ctx.quotas.topics_held(client, p.batch.grown)
+    p.batch.seen = seen  # and the topics a client holds, stored as its (quotas)
+    p.batch.grown_clients = ctx.quotas.topic_holders(p.batch.grown)
     for sid, n in p.deliveries_per_sub.items():  # the backlog bound, in the same commit
         p.batch.drop_deliveries.extend(ctx.delivery.overflow(sid, n))
     res = await persist(ctx, p.batch)

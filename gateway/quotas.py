@@ -124,16 +124,17 @@ class Quotas:
             del self._per_client[kind][client]
         self._total[kind] -= amount
 
-    def topics_held(
-        self, client: str, named: Iterable[tuple[str, str]]
-    ) -> dict[tuple[str, str], str]:
-        """Of the topics `named` ((namespace, path) pairs), those `client` holds."""
+    def topic_holders(self, named: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        """Of the topics `named` ((namespace, path) pairs), those a client holds, with its
+        address: whoever grew them, not only who names them now (a topic grown by a
+        Notify whose commit failed is stored by the next Notify on it, maybe another
+        client's)."""
         held = self._held[TOPICS]
         out = {}
         for tns, path in named:
             got = held.get(topic_key(tns, path))
-            if got is not None and got[0] == client:
-                out[tns, path] = client
+            if got is not None:
+                out[tns, path] = got[0]
         return out
 
     def client_of(self, kind: str, key: str) -> str | None:

@@ -153,3 +153,40 @@ async def test_a_version_1_database_is_upgraded_in_place(make_gateway, tmp_path,
     finally:
         db.close()
     assert rows.pop("old-pp") == "" and list(rows.values()) == ["127.0.0.1"]
+
+
+async def test_a_topic_grown_by_a_failed_notify_stays_its_growers(tmp_path: Path) -> None:
+    """A Notify whose commit fails has grown the Topic Set in memory and counts against its
+    client's topic quota; the topic is stored by the next Notify on it. When that Notify
+    comes from another client, the topic is still stored as the first client's, so the
+    first client's quota holds it after a restart too (on 498b8eb it was stored under no
+    client: after a restart the first client could grow one topic more than its bound)."""
+    data = tmp_path / "gw"
+    flags = ("--max-client-topics", "2", "--sqlite-busy-timeout-ms", "50")
+    gw = start_gateway(data, *flags)
+    try:
+        lock = sqlite3.connect(data / "broker.sqlite3", isolation_level=None, timeout=1)
+        lock.execute("BEGIN EXCLUSIVE")
+        try:
+            r = await call_from("127.0.0.1", gw.url, _topics("a"))
+            assert r.status == 500 and r.fault_name is not None, r.text
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        # 127.0.0.1 holds "a" (in memory); 127.0.0.2 publishes on it, growing nothing
+        assert (await call_from("127.0.0.2", gw.url, _topics("a"))).status == 202
+    finally:
+        assert stop_gateway(gw) == 0
+    db = sqlite3.connect(data / "broker.sqlite3")
+    try:
+        assert dict(db.execute("SELECT topic_path, client FROM grown_topics")) == {"a": "127.0.0.1"}
+    finally:
+        db.close()
+    gw = start_gateway(data, *flags)
+    try:  # "a" and one more is 127.0.0.1's bound of 2
+        assert (await call_from("127.0.0.1", gw.url, _topics("b"))).status == 202
+        r = await call_from("127.0.0.1", gw.url, _topics("c"))
+        assert r.fault_name == "TopicNotSupportedFault", r.text
+        assert "--max-client-topics 2 reached for 127.0.0.1" in r.text
+    finally:
+        assert stop_gateway(gw) == 0
