@@ -70,6 +70,21 @@ RUN_CONF = {
 }
 SHUFFLE = "spark.sql.shuffle.partitions"
 
+# A small run is executed interpreted: no code is generated and compiled for its queries.
+# Compiling the generated Java of a run's large queries (the classification, the gap rule,
+# the merges) is most of the fixed cost of a small run, and a warm session pays it again at
+# every run (measured, one warm session, incremental runs of one file alternated, load
+# 8-25: 13-15 s interpreted against 27 s compiled for a 300-line file, 25-27 s against
+# 31-34 s for a 10,000-line one, 75 s against 84 s for a run reading 48 MB;
+# docs/performance.md). The two ways compute the same values (Spark has both for every
+# expression; tests/spark_ingest/test_small_run.py compares the tables). A large run (a
+# full run) stays compiled, where the rows' cost dominates. The bound is
+# `spark.wsn.ingest.interpretedBytes`: landing bytes a run reads, its new files and those
+# read again (0: always compiled).
+INTERPRETED_CONF = "spark.wsn.ingest.interpretedBytes"
+INTERPRETED_BYTES = 64 * 1024 * 1024  # docs/spark_ingest.md names it
+CODEGEN = ("spark.sql.codegen.wholeStage", "spark.sql.codegen.factoryMode")
+
 
 @dataclass
 class RunResult:
@@ -137,12 +152,15 @@ class Run:
         #: whether a table may carry another configuration than this run's (a full run then
         #: records its own in every table: 8 metastore updates, not needed otherwise)
         self._config_stale = True
+        #: the session's settings before the run (restored after it)
+        self._before: dict[str, str | None] = {}
 
     def execute(self) -> RunResult:
         t0 = time.monotonic()
         self.spark.conf.set("spark.sql.session.timeZone", "UTC")
         self.spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        restore = {k: self.spark.conf.get(k, None) for k in [*RUN_CONF, SHUFFLE]}
+        restore = {k: self.spark.conf.get(k, None) for k in [*RUN_CONF, SHUFFLE, *CODEGEN]}
+        self._before = restore
         for k, v in RUN_CONF.items():
             self.spark.conf.set(k, v)
         self.manifest.lock()
@@ -244,6 +262,8 @@ class Run:
             self.say(f"WARNING: damaged landing file {f}: {why} (quarantined)")
         parts = partitions_for(self.spark, {f.rsplit("/", 1)[-1]: b for f, b in sizes.items()})
         self.spark.conf.set(SHUFFLE, str(parts))
+        read = sum(sizes.values())
+        self.interpret(read)
         self.say(f"run {run}: reading {len(fresh)} {'' if full else 'new '}landing files")
         ids = {f: i for i, f in enumerate(fresh)}
         fmap = consume.file_map(self.spark, self.hfs, fresh)
@@ -268,6 +288,8 @@ class Run:
                 again = files_for_windows(consumed, windows, self.window_us, set(fresh))
                 res.reread = len(again)
                 both = new
+                read += sum(consumed[f].bytes for f in again)
+                self.interpret(read)
                 if again:
                     self.say(f"run {run}: reading {len(again)} consumed files again for "
                              f"{len(windows)} windows")  # fmt: skip
@@ -327,6 +349,21 @@ class Run:
         res.partitions = {t: len(p) for t, p in written.items()}
         self.say(f"run {run} committed: {sum(res.partitions.values())} partitions replaced")
         return res
+
+    def interpret(self, read: int) -> bool:
+        """Whether the queries of a run that reads `read` landing bytes run interpreted (see
+        INTERPRETED_BYTES); sets the session so for the run (execute restores it)."""
+        bound = int(self.spark.conf.get(INTERPRETED_CONF, None) or INTERPRETED_BYTES)
+        small = read < bound
+        for k, v in zip(CODEGEN, ("false", "NO_CODEGEN"), strict=True):
+            old = self._before.get(k)
+            if small:
+                self.spark.conf.set(k, v)
+            elif old is None:  # the session's own setting otherwise
+                self.spark.conf.unset(k)
+            else:
+                self.spark.conf.set(k, old)
+        return small
 
     @staticmethod
     def _keyed(lines: DataFrame, parts: int) -> DataFrame:

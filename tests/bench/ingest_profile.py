@@ -2,6 +2,12 @@
 full run and an incremental one (the last of F files arriving), in one warm session.
 
     .venv/bin/python tests/bench/ingest_profile.py --rows 1000000 --format jsonl
+    .venv/bin/python tests/bench/ingest_profile.py --history 10,3000 --jobs
+
+With `--history N,M,..` the zone is one site's files of one minute each (`--lines` lines, as
+`stream_bench.py history` makes them): per point, a run consumes N files, then `--measure`
+incremental runs of one new file each are profiled: a stream micro-batch's run with N files
+behind it (the points alternate between their runs, so a change of load hits each alike).
 
 Each step is a function of spark_ingest wrapped with a timer (nested steps are counted in
 their callers too; `calls` says how often a step ran); `jobs` are the Spark jobs started
@@ -54,6 +60,8 @@ STEPS = [
 ]
 
 stats: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0])
+#: SQL statements (the metastore's: DDL) run through SparkSession.sql, by their first words
+statements: list[str] = []
 #: step -> [first job, end) of each of its calls: its jobs, to time them
 spans: dict[str, list[tuple[int, int]]] = defaultdict(list)
 _sc: list[Any] = []
@@ -95,6 +103,19 @@ def wrap(modname: str, attr: str) -> None:
                 setattr(m, name, timed)
 
 
+def count_sql() -> None:
+    from pyspark.sql import SparkSession
+
+    real = SparkSession.sql
+
+    def sql(self: Any, query: str, *a: Any, **k: Any) -> Any:
+        words = query.split()
+        statements.append(" ".join(words[:2] + words[3:4]))  # not the table's name
+        return real(self, query, *a, **k)
+
+    SparkSession.sql = sql  # type: ignore[method-assign]
+
+
 def job_times(j0: int) -> dict[int, tuple[float, float]]:
     """job id -> (submitted, completed) in seconds, of the jobs from `j0` on."""
     jobs = _sc[0]._jsc.sc().statusStore().jobsList(None)
@@ -123,11 +144,16 @@ def show(title: str, dt: float, j0: int) -> None:
     manifest, Python)."""
     times = job_times(j0)
     whole = busy(times, set(times))
+    kinds: dict[str, int] = defaultdict(int)
+    for st in statements:
+        kinds[st] += 1
     print(
         f"== {title}: {dt:.1f} s, {jobs_started() - j0} Spark jobs "
-        f"(in jobs {whole:.1f} s, driver {dt - whole:.1f} s)",
+        f"(in jobs {whole:.1f} s, driver {dt - whole:.1f} s); SQL statements "
+        f"{len(statements)}: " + ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())),
         flush=True,
     )
+    statements.clear()
     for k, (s, n, j) in sorted(stats.items(), key=lambda x: -x[1][0]):
         if s >= 0.05:
             ids = {i for a, b in spans[k] for i in range(a, b)}
@@ -154,6 +180,62 @@ def list_jobs(j0: int) -> None:
         print(f"   job {jid:4d} {dt:6.2f} s  {name}")
 
 
+def batch(args: argparse.Namespace, work: Path, timed_run: Any, write_synthetic: Any) -> None:
+    """A full run of `--rows` rows, then an incremental one of the last of `--files` files."""
+    land = work / f"landing-{args.format}"
+    if not land.exists():
+        write_synthetic(land, args.rows, files=args.files, devices=50, fmt=args.format)
+    shutil.rmtree(work / "full", ignore_errors=True)
+    timed_run(f"full run, {args.rows:,} rows", land, "full", "full_p", True)
+    inc = work / "inc-landing"
+    shutil.rmtree(inc, ignore_errors=True)
+    inc.mkdir()
+    names = sorted(p.name for p in land.iterdir() if p.name.startswith("landing-"))
+    for n in names[:-1]:
+        os.link(land / n, inc / n)
+    shutil.rmtree(work / "inc", ignore_errors=True)
+    timed_run(f"base of the incremental ({len(names) - 1} files)", inc, "inc", "inc_p", False)
+    os.link(land / names[-1], inc / names[-1])
+    j0 = jobs_started()
+    timed_run("incremental run (1 new file)", inc, "inc", "inc_p", False)
+    if args.jobs:
+        list_jobs(j0)
+
+
+def history(args: argparse.Namespace, work: Path, timed_run: Any) -> None:
+    """Per point N: a zone of N one-minute files consumed, then `--measure` incremental
+    runs of one new file each, the points taking turns."""
+    from datetime import UTC, datetime
+
+    from spark_ingest.synth import write_synthetic
+
+    points = sorted(int(p) for p in args.history.split(","))
+    per_tick = 50 * 3
+    ticks = max(1, args.lines // per_tick)
+    need = points[-1] + args.measure
+    pool = write_synthetic(
+        work / "pool", need * ticks * per_tick, files=need, devices=50,
+        start=datetime(2026, 11, 21, tzinfo=UTC), step_s=60.0 / ticks,
+    )  # fmt: skip
+    zones = {}
+    for n in points:
+        land = work / f"hist{n}"
+        land.mkdir()
+        for p in pool[:n]:
+            os.link(p, land / p.name)
+        timed_run(f"history of {n} files (one run)", land, f"out{n}", f"h{n}", False)
+        zones[n] = land
+    for i in range(args.measure):
+        for n in points:
+            p = pool[n + i]  # the minute after its history
+            os.link(p, zones[n] / p.name)
+            j0 = jobs_started()
+            timed_run(f"{n + i} prior files: incremental run of 1 file", zones[n], f"out{n}",
+                      f"h{n}", False)  # fmt: skip
+            if args.jobs:
+                list_jobs(j0)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -162,17 +244,18 @@ def main() -> int:
     ap.add_argument("--memory", default="4g")
     ap.add_argument("--jobs", action="store_true", help="list the incremental run's jobs")
     ap.add_argument("--dir", help="work directory (default: a temporary one, removed)")
+    ap.add_argument("--history", help="N,M,..: incremental runs with N, M,... files behind")
+    ap.add_argument("--lines", type=int, default=300, help="lines per file (--history)")
+    ap.add_argument("--measure", type=int, default=2, help="runs per point (--history)")
     args = ap.parse_args()
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="ingest-prof-"))
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     try:
         from spark_ingest.synth import write_synthetic
 
-        land = work / f"landing-{args.format}"
-        if not land.exists():
-            write_synthetic(land, args.rows, files=args.files, devices=50, fmt=args.format)
         for m, a in STEPS:
             wrap(m, a)
+        count_sql()
         print(f"python imports: {time.perf_counter() - T0:.1f} s", flush=True)
         from spark_ingest.batch import run_batch
         from spark_ingest.session import get_session
@@ -200,21 +283,10 @@ def main() -> int:
         warm = work / "warm"
         write_synthetic(warm, 20_000, files=2, devices=5)
         timed_run("warm-up (creates the metastore)", warm, "warm-out", "warm", False)
-        shutil.rmtree(work / "full", ignore_errors=True)
-        timed_run(f"full run, {args.rows:,} rows", land, "full", "full_p", True)
-        inc = work / "inc-landing"
-        shutil.rmtree(inc, ignore_errors=True)
-        inc.mkdir()
-        names = sorted(p.name for p in land.iterdir() if p.name.startswith("landing-"))
-        for n in names[:-1]:
-            os.link(land / n, inc / n)
-        shutil.rmtree(work / "inc", ignore_errors=True)
-        timed_run(f"base of the incremental ({len(names) - 1} files)", inc, "inc", "inc_p", False)
-        os.link(land / names[-1], inc / names[-1])
-        j0 = jobs_started()
-        timed_run("incremental run (1 new file)", inc, "inc", "inc_p", False)
-        if args.jobs:
-            list_jobs(j0)
+        if args.history:
+            history(args, work, timed_run)
+        else:
+            batch(args, work, timed_run, write_synthetic)
         spark.stop()
     finally:
         if not args.dir:
