@@ -121,11 +121,23 @@ class Stored:
             us = F.unix_micros("window_start")
             carried = old.where((us < F.lit(lo)) | (us > F.lit(hi)))
             return new.unionByName(carried)
-        keys = parts_of_windows(self.windows) & set(self._parts(table))
-        if not keys:
+        have = set(self._parts(table))
+        keys = parts_of_windows(self.windows) & have
+        # device_quality: stored rows the run judged again (the gap rule's context, from the
+        # partitions `dq_context` read) come back with `new`, maybe in a partition of no
+        # recomputed window; that partition's other rows must be carried too, or writing
+        # it would drop them
+        context = (self.dq_keys & have) - keys if table == "device_quality" else set()
+        if not keys and not context:
             return new
-        old = self.read(table, keys).withColumn("w", self._in_windows(F.col(TIME_COLUMN[table])))
+        tcol = F.col(TIME_COLUMN[table])
+        old = self.read(table, keys).withColumn("w", self._in_windows(tcol))
         carried = self.among(old, inside=False).drop("w")
+        if context:  # only those `new` writes: the others stay as they are
+            written = new.select("date", "hour").distinct()
+            carried = carried.unionByName(
+                self.read(table, context).join(F.broadcast(written), ["date", "hour"], "left_semi")
+            )
         if table == "device_quality":
             # stored rows the run judged again come back with `new`
             keys_cols = ["device_key", "topic_path", "window_start"]
@@ -182,6 +194,7 @@ class Stored:
             F.col("device_key").alias("_dk"),
             F.unix_micros("first_seen").alias("_first"),
             F.unix_micros("last_seen").alias("_last"),
+            F.col("topics").alias("_topics"),
         )
         lo, hi = self.windows[0], self.windows[-1] + self.window_us
         picked: DataFrame | None = None
@@ -196,7 +209,7 @@ class Stored:
             self.dq_keys = keys
             if self._zone_within(lo - around, hi + around):
                 break  # no device has data beyond the range: none can be short of context
-            if not self._deficient(picked, bounds, lo - around, hi + around):
+            if not self._deficient(picked, series, bounds, lo - around, hi + around):
                 break
         assert picked is not None
         self.kept.append(picked)
@@ -242,18 +255,40 @@ class Stored:
         )
 
     @staticmethod
-    def _deficient(picked: DataFrame, bounds: DataFrame, from_us: int, to_us: int) -> bool:
+    def _deficient(
+        picked: DataFrame, series: DataFrame, bounds: DataFrame, from_us: int, to_us: int
+    ) -> bool:
         """Whether a series ran out of stored rows within the range short of the context it
-        needs while its device has data beyond the range (then a wider look is needed)."""
+        needs while its device has data beyond the range (then a wider look is needed). A
+        side with no stored row in the range is short too: a device silent for longer than
+        the range has its silence judged against the readings before it."""
+        known = F.array_contains(F.col("_topics"), F.col("_t"))
+        have = (
+            picked.where(F.col("_side") != "inside")
+            .groupBy(
+                F.col("_k").alias("_hk"), F.col("_t").alias("_ht"), F.col("_side").alias("_hs")
+            )
+            .agg(F.sum("_c").alias("_have"), F.max("_reach").alias("_r"))
+        )
+        sides = series.select(
+            "_k", "_t", F.explode(F.array(F.lit("before"), F.lit("after"))).alias("_side")
+        )
         short = (
-            picked.groupBy("_k", "_t", "_side", "_reach")
-            .agg(F.sum("_c").alias("_have"))
-            .where((F.col("_side") != "inside") & (F.col("_have") < F.col("_reach") + K))
+            sides.join(
+                have,
+                F.col("_k").eqNullSafe(F.col("_hk"))
+                & F.col("_t").eqNullSafe(F.col("_ht"))
+                & (F.col("_side") == F.col("_hs")),
+                "left",
+            )
+            .where(F.coalesce("_have", F.lit(0)) < F.coalesce("_r", F.lit(0)) + K)
             .join(F.broadcast(bounds), F.col("_k").eqNullSafe(F.col("_dk")))
             .where(
                 ((F.col("_side") == "before") & (F.col("_first") < F.lit(from_us)))
                 | ((F.col("_side") == "after") & (F.col("_last") > F.lit(to_us)))
             )
+            # a series the device never had before (a new topic) has no stored context
+            .where(F.col("_have").isNotNull() | F.coalesce(known, F.lit(True)))
         )
         return bool(short.limit(1).count())
 
