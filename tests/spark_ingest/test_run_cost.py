@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ingest_data import new_database, steady, write_zone
+from ingest_data import new_database, one_new_file
 
 from spark_ingest.batch import run_batch
 
@@ -36,9 +36,7 @@ def test_an_incremental_run_of_one_small_file_starts_few_spark_jobs(
     spark: Any, tmp_path: Path
 ) -> None:
     zone, out, db = tmp_path / "landing", tmp_path / "out", new_database()
-    write_zone(zone, [list(steady(0, 300)), list(steady(300, 620))])
-    run_batch(spark, str(zone), str(out), database=db)
-    write_zone(zone, [list(steady(620, 680))], first_seq=3)
+    one_new_file(spark, zone, out, db)
     before = _last_job(spark)
     s = run_batch(spark, str(zone), str(out), database=db)
     jobs = _last_job(spark) - before
