@@ -38,9 +38,7 @@ def test_a_small_run_compiles_no_code_and_leaves_the_session_as_it_was(
     assert {k: spark.conf.get(k, None) for k in CODEGEN} == before
 
 
-def test_compiled_and_interpreted_runs_write_the_same_tables(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_compiled_and_interpreted_runs_write_the_same_tables(spark: Any, tmp_path: Path) -> None:
     zone, out, db = tmp_path / "landing", tmp_path / "out", new_database()
     incremental_history(spark, zone, out, db)  # incremental runs, interpreted
     full = new_database()
