@@ -320,6 +320,13 @@ async def test_a_camera_without_pull_points_pushes_to_the_gateways_notify_endpoi
         assert st["using"] == "notify", st
         assert [s.kind for s in cam.live()] == ["notify"], cam.live()
         assert "/onvif/notify/yard/" in (cam.live()[0].consumer or "")
+        # the Initialized state the camera pushes on SetSynchronizationPoint (which comes
+        # after "connected") handed on before the subscriber is there: it is not its message
+        await until(
+            lambda: any(op == "SetSynchronizationPoint" for op, _ in cam.log) and cam.notified,
+            "the camera's state pushed",
+            15,
+        )
         r = await call(gw.url, subscribe_body(consumer.url, topic_filter(
             "dev:yard//.", FULL, f'xmlns:dev="{DEV_NS}"')))  # fmt: skip
         assert r.status == 200, r.text

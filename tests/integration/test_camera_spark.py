@@ -75,6 +75,13 @@ async def test_camera_motion_events_reach_the_spark_tables(spark: Any, tmp_path:
         while not await _connected(status):
             assert asyncio.get_running_loop().time() < deadline, "camera never connected"
             await asyncio.sleep(0.1)
+        # the state the camera sends on SetSynchronizationPoint queued first: on a busy
+        # machine the call came after the first change, and its Initialized was the later
+        await until(
+            lambda: any(op == "SetSynchronizationPoint" for op, _ in cam.log),
+            "the gateway asked for the camera's state",
+            20,
+        )
         for active in (True, False, True, False):
             cam.motion(active)
             await asyncio.sleep(0.3)  # distinct UtcTimes, in order
