@@ -7,14 +7,19 @@
 #   bash scripts/setup.sh --micropython   # + QEMU firmware and 32-bit unix port
 #   bash scripts/setup.sh --browser       # + Debian's chromium and chromium-driver
 #                                         #   (the /status test drives them with Selenium)
+#   bash scripts/setup.sh --micropython --no-build
+#                                         # its Debian packages only; build later with
+#                                         #   bash scripts/build_micropython.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 WANT_MP=0
 WANT_BROWSER=0
+BUILD_MP=1
 for a in "$@"; do
   case "$a" in
     --micropython) WANT_MP=1 ;;
+    --no-build) BUILD_MP=0 ;;
     --browser) WANT_BROWSER=1 ;;
     *) echo "setup.sh: unknown option $a" >&2; exit 2 ;;
   esac
@@ -69,7 +74,7 @@ else
 fi
 
 # --- MicroPython from Debian's source (QEMU board, 32-bit unix port) ----------
-if [ "$WANT_MP" = 1 ] && [ -f scripts/build_micropython.sh ]; then
+if [ "$WANT_MP" = 1 ] && [ "$BUILD_MP" = 1 ] && [ -f scripts/build_micropython.sh ]; then
   bash scripts/build_micropython.sh
 fi
 log "done"

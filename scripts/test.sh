@@ -4,18 +4,26 @@
 # Extra arguments go to pytest (`./scripts/test.sh tests/gateway/test_soap.py -k fault`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh --micropython --browser
+# the Debian packages and the venv first; the MicroPython build below (the Spark tests do
+# not need it)
+bash scripts/setup.sh --micropython --browser --no-build
 export PATH="$PWD/.venv/bin:$PATH"
 export SPARK_LOCAL_IP=127.0.0.1
 # The tests start hundreds of Python processes (gateways, devices, the CLIs, XPath workers):
 # with bytecode caches each imports the project's modules without compiling them again.
 unset PYTHONDONTWRITEBYTECODE
-echo "== ruff"
-ruff check gateway spark_ingest wsncli tests scripts tools
-ruff format --check gateway spark_ingest wsncli tests scripts tools
-echo "== mypy"
-mypy
-echo "== pytest"
+
+# What must pass before the rest part: the MicroPython builds its tests use, lint, types.
+# Run before pytest in one process, and beside the Spark parts otherwise (those are the
+# longest part: they start first).
+checks() {
+  bash scripts/build_micropython.sh
+  echo "== ruff"
+  ruff check gateway spark_ingest wsncli tests scripts tools
+  ruff format --check gateway spark_ingest wsncli tests scripts tools
+  echo "== mypy"
+  mypy
+}
 # Parts, side by side (tests/conftest.py, `--part`):
 # - the Spark tests in two processes of their own (`--part spark1`, `--part spark2`: each
 #   module in one of them, chosen so both take about as long), never under xdist (a
@@ -34,6 +42,8 @@ for a in "$@"; do
   esac
 done
 if [ "$workers" = 0 ]; then
+  checks
+  echo "== pytest"
   exec python -m pytest "$@"
 fi
 case "${WSN_SPARK_PROCS:-2}" in
@@ -69,7 +79,10 @@ for part in "${spark_parts[@]}"; do
   spark_pids+=($!)
 done
 set +m
-echo "(the Spark tests run alongside, in ${#spark_parts[@]} process(es); their output follows the others')"
+echo "(the Spark tests run from now on, in ${#spark_parts[@]} process(es); their output follows the others')"
+# a failed check ends the script here (set -e): the EXIT trap stops the Spark parts
+checks
+echo "== pytest"
 
 set +e
 python -m pytest --part rest -o cache_dir=.pytest_cache/rest -n "$workers" --dist loadscope \
