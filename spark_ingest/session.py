@@ -33,6 +33,11 @@ REQUIRED_CONF = {
 # Spark's console progress bars (`[Stage 0:> (0 + 1) / 1]`) would only interleave with it.
 DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
+    # PySpark records the Python call site of every Column operation for its error
+    # messages (`_with_origin`): four more py4j round trips per operation. Off, a run of one
+    # small file spent ~1-2 s less building its plans (docs/performance.md, "The cost of
+    # a small run"); an error then names the query, not the Python line that built it.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
 # settings that mean "a metastore is configured": then `metastore_dir` is not used

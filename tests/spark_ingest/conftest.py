@@ -23,6 +23,9 @@ SPARK_TEST_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "1",
+    # as the job's own sessions (spark_ingest.session.DEFAULT_CONF): no Python call site
+    # recorded per Column operation
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
     # for the short-lived `wsn-ingest` processes tests start: C1 only starts faster
     "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
 }
