@@ -35,8 +35,8 @@ DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
     # PySpark records the Python call site of every Column operation for its error
     # messages (`_with_origin`): four more py4j round trips per operation. Off, a run of one
-    # small file spent ~1-2 s less building its plans (docs/performance.md, "The cost of
-    # a small run"); an error then names the query, not the Python line that built it.
+    # small file spent ~1-2 s less building its plans (docs/performance.md, "A small run on
+    # a quiet machine"); an error then names the query, not the Python line that built it.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 

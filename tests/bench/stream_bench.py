@@ -328,7 +328,7 @@ def latency(args: argparse.Namespace) -> int:
             st._Batches.run = real  # type: ignore[method-assign]
         print(f"{s.runs} runs, {s.files} files, {s.lines} lines; load at the end: {load()}")
         if not started:
-            print("the first micro-batch did not commit within --seconds: nothing measured")
+            print("no micro-batch committed within --seconds + --warmup: nothing measured")
             return 1
         t0 = started[0]
         print(

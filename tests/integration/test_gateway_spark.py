@@ -363,8 +363,8 @@ def test_a_device_that_changes_address_is_one_device_with_no_false_gap(
     # a reading every 0.3 s: steps of at least 0.1 s count as intervals here (the default
     # 1 s would call them a burst and judge no gap at all). The times are the gateway's
     # clock at receipt, and this test runs niced beside the other tests: a gap is a step
-    # over 10 periods (~3 s), so a busy machine's stall of a second or two is none (the
-    # default 3 made one of ~1 s); the move adds one Register between two Notifys
+    # over 10 periods (~3 s), so a busy machine's stall of a second or two is none (at the
+    # default 3, one of ~1 s was); the move adds one Register between two Notifys
     opts = Options(database=db, window="10 seconds", burst="100 milliseconds", gap_factor=10.0)
     s = run_batch(spark, str(tmp_path / "gw" / "landing"), str(tmp_path / "out"), opts=opts)
     assert s.messages == 16
