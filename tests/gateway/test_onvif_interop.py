@@ -162,7 +162,11 @@ async def test_a_camera_event_through_the_gateway_is_the_cameras_own_to_home_ass
     direct, via = HomeAssistantLike(), HomeAssistantLike()
     dev = f'xmlns:dev="{DEV_NS}" xmlns:tns1="{ONVIF_TOPICS}"'
     try:
-        await until_async(lambda: camera_status(gateway), lambda c: c["connected"], 15)
+        # connected, and the state it sends on SetSynchronizationPoint handed on first (as
+        # in the reboot test below): the pull point's last two are then the two changes
+        await until_async(
+            lambda: camera_status(gateway), lambda c: c["connected"] and c["events"] >= 1, 15
+        )
         r = await call(gateway.url, subscribe_body(consumer.url, topic_filter(
             "dev:front-door//.", FULL, dev)))  # fmt: skip
         assert r.status == 200, r.text
@@ -280,7 +284,13 @@ async def test_after_a_camera_reboot_events_flow_again_within_one_renewal_interv
 
     cam.on_request = watch
     try:
-        await until_async(lambda: camera_status(gw), lambda c: c["connected"], 15)
+        # connected, and the state the camera sends on SetSynchronizationPoint (which comes
+        # after "connected") handed on: on a busy machine it reached the subscriber as its
+        # first message, the change below came second, after the reboot, and the loop
+        # below ended before the gateway had subscribed again
+        await until_async(
+            lambda: camera_status(gw), lambda c: c["connected"] and c["events"] >= 1, 15
+        )
         r = await call(gw.url, subscribe_body(consumer.url, topic_filter(
             f"dev:front-door/tns1:{MOTION}", CONCRETE,
             f'xmlns:dev="{DEV_NS}" xmlns:tns1="{ONVIF_TOPICS}"')))  # fmt: skip
