@@ -38,8 +38,12 @@ TIME_COLUMN = {
 }
 HOUR_US = 3_600_000_000
 # how far around the recomputed windows a run looks for a series' stored neighbours first,
-# then (only for a series that has older or newer data than it found) further
-LOOKAROUND_US = (6 * HOUR_US, 7 * 24 * HOUR_US, 400 * 24 * HOUR_US)
+# then (only for a series that has older or newer data than it found) further. The gap rule
+# needs K steps each side, a few minutes of a device that reads every few seconds: the first
+# look reads the hour partitions within an hour of the windows, where 6 hours cost a
+# micro-batch ~1.3 s more at 1M rows (docs/performance.md); a slower device costs one more
+# look
+LOOKAROUND_US = (HOUR_US, 6 * HOUR_US, 7 * 24 * HOUR_US, 400 * 24 * HOUR_US)
 # up to this many windows a run's filter "in a recomputed window" is a literal set (no Spark
 # job; a broadcast join with a driver-side table of windows runs one per query); more are
 # a table (a literal of 10,000 costs seconds to plan: measured)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ingest_data import new_database, steady, write_zone
+from ingest_data import P1, new_database, reading, steady, write_zone
 
 from spark_ingest.batch import run_batch
 
@@ -47,4 +47,27 @@ def test_a_silence_longer_than_the_first_look_is_a_gap_as_in_a_full_run(
     assert back, "the full run sees esp32-01's silence as a gap"
     # no window lost: the partitions of the rows judged again kept their other rows
     assert {r[:3] for r in got} == {r[:3] for r in want}
+    assert got == want
+
+
+def test_a_slow_device_is_judged_against_steps_beyond_the_first_look(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A device that reads every 40 minutes has its K steps before a new reading more than
+    an hour back: the run must look further than its first look (an hour) for them."""
+    zone, out, db = tmp_path / "landing", tmp_path / "out", new_database()
+    minute = 60.0
+    temp = "esp32-01/temperature"
+    # steps 40, 40 and 5 minutes: the period before the next step is their median, 40
+    write_zone(zone, [[reading(t * minute, P1, temp, "20.5") for t in (0, 40, 80, 85)]])
+    run_batch(spark, str(zone), str(out), database=db)
+    # 150 minutes later: a gap of 3.75 periods of 40 (3 readings missed), where a run that
+    # saw only the last step (5) would count 29, and one that saw none no gap at all
+    write_zone(zone, [[reading(t * minute, P1, temp, "21.0") for t in (235, 236, 237)]],
+               first_seq=2)  # fmt: skip
+    run_batch(spark, str(zone), str(out), database=db)
+    full = new_database()
+    run_batch(spark, str(zone), str(tmp_path / "full"), database=full, full=True)
+    want, got = _dq(spark, full), _dq(spark, db)
+    assert [r[4:] for r in want if r[4]] == [(1, 3)], "the full run: one gap, 3 missed"
     assert got == want
