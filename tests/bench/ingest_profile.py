@@ -3,6 +3,7 @@ full run and an incremental one (the last of F files arriving), in one warm sess
 
     .venv/bin/python tests/bench/ingest_profile.py --rows 1000000 --format jsonl
     .venv/bin/python tests/bench/ingest_profile.py --history 10,3000 --jobs
+    .venv/bin/python tests/bench/ingest_profile.py --rows 1000000 --repeat 4
 
 With `--history N,M,..` the zone is one site's files of one minute each (`--lines` lines, as
 `stream_bench.py history` makes them): per point, a run consumes N files, then `--measure`
@@ -13,7 +14,11 @@ Each step is a function of spark_ingest wrapped with a timer (nested steps are c
 their callers too; `calls` says how often a step ran); `jobs` are the Spark jobs started
 while it ran (from the status store). With `--jobs` every job of the incremental run is
 listed with the line that started it and its duration. The session start and the Python
-imports are printed apart: the fixed cost of a process. Not collected by pytest.
+imports are printed apart: the fixed cost of a process. Each run's CPU time is printed too
+(Linux): the JVM's, of it its JIT compiler threads' and Spark's task threads', and Python's;
+with `--repeat N` the last N files arrive one at a time, an incremental run each, so the
+runs after the first show the cost in a session whose JIT has seen the incremental path.
+Not collected by pytest.
 """
 
 from __future__ import annotations
@@ -69,6 +74,36 @@ _sc: list[Any] = []
 
 def jobs_started() -> int:
     return int(_sc[0]._jsc.sc().statusStore().jobsList(None).size()) if _sc else 0
+
+
+def _ticks(stat: str) -> float:
+    """utime + stime of a /proc/<pid>[/task/<tid>]/stat line, in seconds."""
+    f = stat.rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu() -> dict[str, float]:
+    """CPU seconds so far (Linux /proc): this Python process, the JVM, and the JVM's JIT
+    compiler threads ("C1/C2 CompilerThread") and its Spark task threads apart."""
+    out = {"python": _ticks(Path("/proc/self/stat").read_text())}
+    jvm = Path(f"/proc/{_jvm_pid[0]}") if _jvm_pid else None
+    if jvm is None or not jvm.exists():
+        return out
+    out["jvm"] = _ticks((jvm / "stat").read_text())
+    out["jit"] = out["tasks"] = 0.0
+    for t in (jvm / "task").iterdir():
+        try:
+            name, stat = (t / "comm").read_text(), (t / "stat").read_text()
+        except OSError:  # the thread ended
+            continue
+        if "CompilerThre" in name:
+            out["jit"] += _ticks(stat)
+        elif name.startswith("Executor task"):
+            out["tasks"] += _ticks(stat)
+    return out
+
+
+_jvm_pid: list[int] = []
 
 
 def wrap(modname: str, attr: str) -> None:
@@ -138,7 +173,7 @@ def busy(times: dict[int, tuple[float, float]], ids: set[int]) -> float:
     return total
 
 
-def show(title: str, dt: float, j0: int) -> None:
+def show(title: str, dt: float, j0: int, c0: dict[str, float] | None = None) -> None:
     """Per step: wall time, calls, Spark jobs, the time some job of the step was running
     ("in jobs") and the rest ("driver": planning, py4j calls, metastore, file system,
     manifest, Python)."""
@@ -153,6 +188,14 @@ def show(title: str, dt: float, j0: int) -> None:
         f"{len(statements)}: " + ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())),
         flush=True,
     )
+    if c0 is not None and "jvm" in c0:
+        c1 = cpu()
+        d = {k: c1[k] - c0[k] for k in c0}
+        print(
+            f"   CPU: JVM {d['jvm']:.1f} s (of it JIT compiler threads {d['jit']:.1f} s, Spark "
+            f"tasks {d['tasks']:.1f} s), Python {d['python']:.1f} s; {2 * dt:.1f} s on 2 cores",
+            flush=True,
+        )
     statements.clear()
     for k, (s, n, j) in sorted(stats.items(), key=lambda x: -x[1][0]):
         if s >= 0.05:
@@ -191,13 +234,17 @@ def batch(args: argparse.Namespace, work: Path, timed_run: Any, write_synthetic:
     shutil.rmtree(inc, ignore_errors=True)
     inc.mkdir()
     names = sorted(p.name for p in land.iterdir() if p.name.startswith("landing-"))
-    for n in names[:-1]:
+    held = max(args.repeat, 1)
+    for n in names[:-held]:
         os.link(land / n, inc / n)
     shutil.rmtree(work / "inc", ignore_errors=True)
-    timed_run(f"base of the incremental ({len(names) - 1} files)", inc, "inc", "inc_p", False)
-    os.link(land / names[-1], inc / names[-1])
-    j0 = jobs_started()
-    timed_run("incremental run (1 new file)", inc, "inc", "inc_p", False)
+    timed_run(f"base of the incremental ({len(names) - held} files)", inc, "inc", "inc_p", False)
+    for k in range(held):
+        name = names[len(names) - held + k]
+        os.link(land / name, inc / name)
+        j0 = jobs_started()
+        nth = f", {k + 1} of {held}" if held > 1 else ""
+        timed_run(f"incremental run (1 new file{nth})", inc, "inc", "inc_p", False)
     if args.jobs:
         list_jobs(j0)
 
@@ -236,6 +283,14 @@ def history(args: argparse.Namespace, work: Path, timed_run: Any) -> None:
                 list_jobs(j0)
 
 
+def _is_child_jvm(p: Path) -> bool:
+    try:
+        stat = (p / "stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and "java" in stat
+    except (OSError, ValueError, IndexError):
+        return False
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -247,6 +302,10 @@ def main() -> int:
     ap.add_argument("--history", help="N,M,..: incremental runs with N, M,... files behind")
     ap.add_argument("--lines", type=int, default=300, help="lines per file (--history)")
     ap.add_argument("--measure", type=int, default=2, help="runs per point (--history)")
+    ap.add_argument(
+        "--repeat", type=int, default=1,
+        help="incremental runs of one new file each, in turn (the last N files held back)",
+    )  # fmt: skip
     args = ap.parse_args()
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="ingest-prof-"))
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -274,11 +333,16 @@ def main() -> int:
         )
         print(f"session start (JVM, Spark, Hive client): {time.perf_counter() - t:.1f} s")
         _sc.append(spark.sparkContext)
+        # the JVM PySpark started (its gateway's process), for the CPU accounting
+        _jvm_pid.extend(
+            int(p.name) for p in Path("/proc").iterdir()
+            if p.name.isdigit() and _is_child_jvm(p)
+        )  # fmt: skip
 
         def timed_run(title: str, landing: Path, out: str, db: str, full: bool) -> None:
-            j0, t = jobs_started(), time.perf_counter()
+            c0, j0, t = cpu(), jobs_started(), time.perf_counter()
             run_batch(spark, str(landing), str(work / out), database=db, full=full)
-            show(title, time.perf_counter() - t, j0)
+            show(title, time.perf_counter() - t, j0, c0)
 
         warm = work / "warm"
         write_synthetic(warm, 20_000, files=2, devices=5)
