@@ -15,9 +15,10 @@ their callers too; `calls` says how often a step ran); `jobs` are the Spark jobs
 while it ran (from the status store). With `--jobs` every job of the incremental run is
 listed with the line that started it and its duration. The session start and the Python
 imports are printed apart: the fixed cost of a process. Each run's CPU time is printed too
-(Linux): the JVM's, of it its JIT compiler threads' and Spark's task threads', and Python's;
-with `--repeat N` the last N files arrive one at a time, an incremental run each, so the
-runs after the first show the cost in a session whose JIT has seen the incremental path.
+(Linux): the JVM's, of it its JIT compiler threads' and Spark's task threads' (lower
+bounds), and Python's; with `--repeat N` the last N files arrive one at a time, an
+incremental run each, so the runs after the first show the cost in a session whose JIT has
+seen the incremental path.
 Not collected by pytest.
 """
 
@@ -83,23 +84,33 @@ def _ticks(stat: str) -> float:
 
 
 def cpu() -> dict[str, float]:
-    """CPU seconds so far (Linux /proc): this Python process, the JVM, and the JVM's JIT
-    compiler threads ("C1/C2 CompilerThread") and its Spark task threads apart."""
+    """CPU seconds so far (Linux /proc): "python" (this process), "jvm" (the JVM), and per
+    JVM thread, "jit:<tid>" for its JIT compiler threads ("C1/C2 CompilerThread") and
+    "tasks:<tid>" for Spark's task threads. See `cpu_spent`."""
     out = {"python": _ticks(Path("/proc/self/stat").read_text())}
     jvm = Path(f"/proc/{_jvm_pid[0]}") if _jvm_pid else None
     if jvm is None or not jvm.exists():
         return out
     out["jvm"] = _ticks((jvm / "stat").read_text())
-    out["jit"] = out["tasks"] = 0.0
     for t in (jvm / "task").iterdir():
         try:
             name, stat = (t / "comm").read_text(), (t / "stat").read_text()
         except OSError:  # the thread ended
             continue
         if "CompilerThre" in name:
-            out["jit"] += _ticks(stat)
+            out[f"jit:{t.name}"] = _ticks(stat)
         elif name.startswith("Executor task"):
-            out["tasks"] += _ticks(stat)
+            out[f"tasks:{t.name}"] = _ticks(stat)
+    return out
+
+
+def cpu_spent(c0: dict[str, float], c1: dict[str, float]) -> dict[str, float]:
+    """CPU seconds between two `cpu()` readings, the threads summed by kind. A thread that
+    ended in between (Spark's task threads end after a minute idle) is not counted: the
+    kinds are lower bounds; "python" and "jvm" are exact."""
+    out = {"python": c1["python"] - c0["python"], "jvm": c1["jvm"] - c0["jvm"]}
+    for kind in ("jit", "tasks"):
+        out[kind] = sum(v - c0.get(k, 0.0) for k, v in c1.items() if k.startswith(f"{kind}:"))
     return out
 
 
@@ -189,8 +200,7 @@ def show(title: str, dt: float, j0: int, c0: dict[str, float] | None = None) -> 
         flush=True,
     )
     if c0 is not None and "jvm" in c0:
-        c1 = cpu()
-        d = {k: c1[k] - c0[k] for k in c0}
+        d = cpu_spent(c0, cpu())
         print(
             f"   CPU: JVM {d['jvm']:.1f} s (of it JIT compiler threads {d['jit']:.1f} s, Spark "
             f"tasks {d['tasks']:.1f} s), Python {d['python']:.1f} s; {2 * dt:.1f} s on 2 cores",
