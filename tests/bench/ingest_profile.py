@@ -18,8 +18,7 @@ imports are printed apart: the fixed cost of a process. Each run's CPU time is p
 (Linux): the JVM's, of it its JIT compiler threads' and Spark's task threads' (lower
 bounds), and Python's; with `--repeat N` the last N files arrive one at a time, an
 incremental run each, so the runs after the first show the cost in a session whose JIT has
-seen the incremental path.
-Not collected by pytest.
+seen the incremental path. Not collected by pytest.
 """
 
 from __future__ import annotations
@@ -203,7 +202,8 @@ def show(title: str, dt: float, j0: int, c0: dict[str, float] | None = None) -> 
         d = cpu_spent(c0, cpu())
         print(
             f"   CPU: JVM {d['jvm']:.1f} s (of it JIT compiler threads {d['jit']:.1f} s, Spark "
-            f"tasks {d['tasks']:.1f} s), Python {d['python']:.1f} s; {2 * dt:.1f} s on 2 cores",
+            f"tasks {d['tasks']:.1f} s), Python {d['python']:.1f} s; the machine's "
+            f"{os.cpu_count()} cores had {(os.cpu_count() or 1) * dt:.1f} s",
             flush=True,
         )
     statements.clear()
@@ -294,6 +294,7 @@ def history(args: argparse.Namespace, work: Path, timed_run: Any) -> None:
 
 
 def _is_child_jvm(p: Path) -> bool:
+    """Whether /proc entry `p` is a java process started by this one (PySpark's JVM)."""
     try:
         stat = (p / "stat").read_text()
         return int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and "java" in stat
