@@ -152,19 +152,26 @@ async def subscribe_to_heartbeat_once_registered(
 ) -> None:
     """Wait until the device registered, subscribe `consumer` at the gateway to the device's
     heartbeat, then wait until the gateway's subscription at the device (its consumer is the
-    registration address) is resumed: the device pushes its readings from then on."""
+    registration address) is resumed: the device pushes its readings from then on.
+
+    The gateway subscribes at the device when it registers and pauses that subscription
+    while nobody wants its topics (gateway/demand.py): between the two it is not paused, so
+    the helper first waits for the pause (with no broker subscription yet there always is
+    one), and only a resume can end the wait that follows. Waiting for "not paused" alone
+    once passed in that window, and the pause came after it (a flake under load)."""
     from tests.polling import until  # (imported here: the benches import gwproc without it)
 
-    async def resumed() -> bool:
+    async def paused(want: bool) -> bool:
         st = await cl.status()
         return any(
-            "/wsn/registrations/" in x["consumer"] and not x["paused"]
+            "/wsn/registrations/" in x["consumer"] and bool(x["paused"]) == want
             for x in st["subscription_list"]
         )
 
     await cl.dev.await_line(r"^registered at ", 20)
+    await until(lambda: paused(True), "the gateway's subscription at the device paused", 20)
     await subscribe_at_gateway(cl.s, gw, consumer, "dev:dev-test/heartbeat")
-    await until(resumed, "the gateway's subscription at the device resumed", 20)
+    await until(lambda: paused(False), "the gateway's subscription at the device resumed", 20)
 
 
 def delivered_values(consumer: Consumer) -> list[int]:
