@@ -73,6 +73,12 @@ async def test_status_page_in_headless_chromium(
         await until(
             lambda: _registered(client), "the device registered with the gateway", **BROWSER_WAIT
         )
+        # the gateway subscribes at the device, then pauses while nobody wants temperature:
+        # not paused in between, so waiting for "pushing" below could pass before the pause
+        await until(
+            lambda: _temperature_paused(client, True), "the device's temperature paused",
+            **BROWSER_WAIT,
+        )  # fmt: skip
         pp = await call(gw.url, "<wsnt:CreatePullPoint/>")
         pp_addr = pp.body.findtext(f".//{{{WSA}}}Address") or ""
         pp_id = pp_addr.rsplit("/", 1)[1]
@@ -83,7 +89,10 @@ async def test_status_page_in_headless_chromium(
         assert not r.is_fault, r.text
         down_id = (r.body.findtext(f".//{{{WSA}}}Address") or "").rsplit("/", 1)[1]
         # demand exists now: the gateway resumes the device's temperature subscription
-        await until(lambda: _pushing(client), "the device pushing temperature", **BROWSER_WAIT)
+        await until(
+            lambda: _temperature_paused(client, False), "the device pushing temperature",
+            **BROWSER_WAIT,
+        )  # fmt: skip
         assert await client.sample("temperature", count=3) == 3
         await until(lambda: _accepted(s, base, 3), "three readings at the gateway", **BROWSER_WAIT)
 
@@ -136,10 +145,13 @@ async def _registered(client: Client) -> bool:
     return bool(st.get("gateway") and st["gateway"].get("state") == "registered")
 
 
-async def _pushing(client: Client) -> bool:
+async def _temperature_paused(client: Client, want: bool) -> bool:
+    """Whether the gateway's temperature subscription at the device is there and paused
+    (`want` True) or pushing (False)."""
     st = await client.status()
     return any(
-        "temperature" in str(x["topics"]) and not x["paused"] for x in st["subscription_list"]
+        "temperature" in str(x["topics"]) and bool(x["paused"]) == want
+        for x in st["subscription_list"]
     )
 
 
