@@ -14,6 +14,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -428,6 +429,14 @@ class Client:
         async with self.s.get(f"{self.dev.base}/status", headers=h) as r:
             assert r.status == 200, await r.text()
             return dict(await r.json())
+
+    async def subscription_paused(
+        self, paused: bool, matches: Callable[[dict[str, Any]], bool]
+    ) -> bool:
+        """Whether some subscription at the device that `matches` (an entry of the status'
+        subscription_list) is paused (`paused` True) or pushing (False)."""
+        st = await self.status()
+        return any(matches(x) and bool(x["paused"]) == paused for x in st["subscription_list"])
 
 
 # --------------------------------------------------------------------------- a stand-in gateway

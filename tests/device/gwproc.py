@@ -161,17 +161,19 @@ async def subscribe_to_heartbeat_once_registered(
     once passed in that window, and the pause came after it (a flake under load)."""
     from tests.polling import until  # (imported here: the benches import gwproc without it)
 
-    async def paused(want: bool) -> bool:
-        st = await cl.status()
-        return any(
-            "/wsn/registrations/" in x["consumer"] and bool(x["paused"]) == want
-            for x in st["subscription_list"]
-        )
+    def gateways(x: dict[str, Any]) -> bool:
+        return "/wsn/registrations/" in x["consumer"]
 
     await cl.dev.await_line(r"^registered at ", 20)
-    await until(lambda: paused(True), "the gateway's subscription at the device paused", 20)
+    await until(
+        lambda: cl.subscription_paused(True, gateways),
+        "the gateway's subscription at the device paused", 20,
+    )  # fmt: skip
     await subscribe_at_gateway(cl.s, gw, consumer, "dev:dev-test/heartbeat")
-    await until(lambda: paused(False), "the gateway's subscription at the device resumed", 20)
+    await until(
+        lambda: cl.subscription_paused(False, gateways),
+        "the gateway's subscription at the device resumed", 20,
+    )  # fmt: skip
 
 
 def delivered_values(consumer: Consumer) -> list[int]:

@@ -148,11 +148,7 @@ async def _registered(client: Client) -> bool:
 async def _temperature_paused(client: Client, want: bool) -> bool:
     """Whether the gateway's temperature subscription at the device is there and paused
     (`want` True) or pushing (False)."""
-    st = await client.status()
-    return any(
-        "temperature" in str(x["topics"]) and bool(x["paused"]) == want
-        for x in st["subscription_list"]
-    )
+    return await client.subscription_paused(want, lambda x: "temperature" in str(x["topics"]))
 
 
 async def _accepted(s: aiohttp.ClientSession, base: str, n: int) -> bool:
