@@ -317,6 +317,10 @@ def main() -> int:
         "--repeat", type=int, default=1,
         help="incremental runs of one new file each, in turn (the last N files held back)",
     )  # fmt: skip
+    ap.add_argument(
+        "--conf", action="append", default=[], metavar="K=V",
+        help="a Spark setting for the session (repeatable)",
+    )  # fmt: skip
     args = ap.parse_args()
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="ingest-prof-"))
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -339,6 +343,7 @@ def main() -> int:
                 "spark.ui.retainedJobs": "100000",
                 "spark.driver.memory": args.memory,
                 "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
+                **dict(c.split("=", 1) for c in args.conf),
             },
             metastore_dir=str(work / "catalog"),
         )
