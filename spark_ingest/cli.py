@@ -250,21 +250,28 @@ def _options(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _spark(args: argparse.Namespace) -> int:
+    from spark_ingest import classes
     from spark_ingest.catalog import CatalogError
     from spark_ingest.manifest import LockedError
     from spark_ingest.session import get_session
 
     conf = _conf_pairs(args.conf)
+    # a batch process records the JVM's classes for the next ones; a stream only uses them
+    # (its exit must stay within the stop grace)
+    archive = classes.plan(conf, record=args.cmd == "batch")
+    if archive is not None:
+        conf = archive.conf(conf)
     _progress("starting Spark")
     spark = get_session(master=args.master, conf=conf, metastore_dir=_metastore(args))
     _progress(f"Spark {spark.version} on {spark.sparkContext.master}")
     try:
-        if args.cmd == "batch":
-            return _batch(spark, args)
-        return _stream(spark, args)
+        rc = _batch(spark, args) if args.cmd == "batch" else _stream(spark, args)
     except (CatalogError, LockedError, ValueError) as e:
         print(f"wsn-ingest: {e}", file=sys.stderr)
-        return 1
+        rc = 1
+    if archive is not None:  # not after an interrupt: a user waiting for the exit
+        archive.finish(_progress)
+    return rc
 
 
 def _batch(spark: object, args: argparse.Namespace) -> int:

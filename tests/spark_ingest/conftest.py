@@ -28,6 +28,9 @@ SPARK_TEST_CONF = {
     "spark.python.sql.dataFrameDebugging.enabled": "false",
     # for the short-lived `wsn-ingest` processes tests start: C1 only starts faster
     "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+    # no JVM class archive written into the home of whoever runs the tests
+    # (test_classes.py tests it in a directory of its own)
+    "spark.wsn.ingest.classArchive": "off",
 }
 # The session's own JVM runs for a whole Spark part (hundreds of query plans): with the
 # optimising C2 compiler as well, test_incremental took 11 % less CPU and 26 % less time

@@ -163,6 +163,7 @@ def test_wsn_ingest_master_on_a_standalone_cluster_equals_the_local_run(
     r = _run(
         [sys.executable, "-m", "spark_ingest", "batch", "--master", url,
          "--conf", "spark.executor.memory=512m", "--conf", "spark.driver.memory=512m",
+         "--conf", "spark.wsn.ingest.classArchive=off",
          "--landing", f"file://{root}/landing", "--out", str(root / "cli")],
         ROOT, master_log,
     )  # fmt: skip

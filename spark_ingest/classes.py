@@ -1,0 +1,211 @@
+"""A class-data-sharing archive for the JVM a `wsn-ingest` process starts, so that a process
+per run (cron, a systemd timer) does not load and verify Spark's classes from its jars
+every time.
+
+The JDK records the classes a JVM loaded into an archive when it exits
+(`-XX:ArchiveClassesAtExit`, dynamic AppCDS, JEP 350); a later JVM with the same JDK and
+class path maps them from it (`-XX:SharedArchiveFile`) instead. Measured on a 2-core
+machine, a `wsn-ingest batch` process of a small zone: 38-42 s without, 28-31 s with
+(docs/performance.md, "A process per run: the JVM's classes").
+
+What a caller may rely on:
+
+- a `batch` process with no archive yet records one on its way out: the process ends once
+  its JVM has written it (about half a minute, once), and the archive appears whole or not
+  at all (written under another name, renamed when the JVM exited with 0);
+- a `stream` process only uses an archive, never records one, so a stop signal still ends
+  it within its grace;
+- nothing changes when the JVM is not ours to start (spark-submit, a session already
+  running in this process);
+- an archive of another JDK, Spark or class path is never used: its name is a digest of
+  them, and the JVM checks them again itself; the JVM's own CDS messages are silenced (its
+  stdout is ours: `--json` prints there).
+
+`spark.wsn.ingest.classArchive` (a `--conf`): the directory of the archives (default
+`$XDG_CACHE_HOME/wsn-ingest/jvm`, else `~/.cache/wsn-ingest/jvm`), or `off`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+CONF = "spark.wsn.ingest.classArchive"
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+# settings that change the driver's class path: part of an archive's name
+CLASS_PATH_KEYS = ("spark.driver.extraClassPath", "spark.jars", "spark.jars.packages")
+# the JVM's CDS warnings (a signed jar's classes are not archived, ...) go to its stdout
+QUIET = "-Xlog:cds*=off"
+# options of a user who manages class sharing themselves: then we add nothing
+OWN = ("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-Xshare")
+STALE_S = 24 * 3600  # a dump left by a process that died before renaming it
+EXIT_WAIT_S = 300.0
+
+
+def default_dir() -> Path:
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "wsn-ingest" / "jvm"
+
+
+@dataclass
+class ClassArchive:
+    """Where this process's JVM maps its classes from (`path`, when it exists) or records
+    them at its exit (`dump`)."""
+
+    path: Path
+    dump: Path | None
+    spark_home: str | None = None
+
+    def options(self) -> str:
+        if self.dump is not None:
+            return f"-XX:ArchiveClassesAtExit={self.dump} {QUIET}"
+        return f"-XX:SharedArchiveFile={self.path} {QUIET}"
+
+    def conf(self, conf: dict[str, str]) -> dict[str, str]:
+        """`conf` with the archive's options after the driver's own (the user's `--conf`,
+        else spark-defaults.conf's, which a `--conf` of the same key would replace)."""
+        own = _java_options(conf, self.spark_home)
+        return {**conf, JAVA_OPTIONS: f"{own} {self.options()}".strip()}
+
+    def finish(self, say: Callable[[str], None] | None = None) -> bool:
+        """After the session stopped: end our JVM, wait for it to write the archive and
+        publish it. True when an archive was published."""
+        if self.dump is None:
+            return False
+        from pyspark import SparkContext
+
+        gateway = SparkContext._gateway
+        proc = getattr(gateway, "proc", None)
+        if gateway is None or proc is None or proc.stdin is None:
+            return False
+        if say is not None:
+            say(f"recording the JVM's classes for the next processes (once): {self.path}")
+        active = SparkContext._active_spark_context
+        if active is not None:
+            active.stop()
+        gateway.shutdown()
+        proc.stdin.close()  # PySpark's JVM exits when its stdin ends
+        try:
+            code = proc.wait(timeout=EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            return False  # still writing: left for _sweep, never published half-written
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        if code != 0 or not self.dump.is_file() or self.dump.stat().st_size == 0:
+            self.dump.unlink(missing_ok=True)
+            return False
+        os.replace(self.dump, self.path)
+        for old in self.path.parent.glob(self.path.name.split("-")[0] + "-*.jsa"):
+            if old != self.path:  # the same Spark home's archives of an older JDK or jars
+                old.unlink(missing_ok=True)
+        return True
+
+
+def plan(conf: dict[str, str], record: bool) -> ClassArchive | None:
+    """The archive this process's JVM uses or (with `record`, when there is none) records;
+    None when off, when we do not start the JVM, or when the user's options manage class
+    sharing."""
+    setting = conf.get(CONF, "")
+    if setting.lower() in ("off", "false", "0", "no"):
+        return None
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None or os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return None
+    home = _spark_home()
+    if home is None or any(o in _java_options(conf, home) for o in OWN):
+        return None
+    name = _name(conf, home)
+    if name is None:
+        return None
+    d = Path(setting) if setting else default_dir()
+    path = d / name
+    if path.is_file():
+        return ClassArchive(path, None, home)
+    if not record:
+        return None
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    _sweep(d)
+    return ClassArchive(path, d / f"{name}.{os.getpid()}.tmp", home)
+
+
+def _sweep(d: Path) -> None:
+    now = time.time()
+    for f in d.glob("*.tmp"):
+        try:
+            if now - f.stat().st_mtime > STALE_S:
+                f.unlink()
+        except OSError:
+            pass
+
+
+def _spark_home() -> str | None:
+    try:
+        from pyspark.find_spark_home import _find_spark_home
+
+        return os.path.realpath(_find_spark_home())
+    except Exception:  # no Spark home: PySpark says so when it starts
+        return None
+
+
+def _java() -> str | None:
+    """The java PySpark's launcher runs: $JAVA_HOME/bin/java, else the one on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    return os.path.realpath(java) if java and os.path.exists(java) else None
+
+
+def _stat(p: str | Path) -> list[object]:
+    try:
+        st = os.stat(p)
+    except OSError:
+        return [str(p), None]
+    return [str(p), st.st_size, int(st.st_mtime)]
+
+
+def _name(conf: dict[str, str], home: str) -> str | None:
+    """`<Spark home digest>-<digest of the JDK, the jars and the class path>.jsa`."""
+    java = _java()
+    if java is None:
+        return None
+    jdk = Path(java).parent.parent
+    jars = Path(home) / "jars"
+    listing = sorted(_stat(e.path) for e in os.scandir(jars)) if jars.is_dir() else []
+    parts = [
+        _stat(java),
+        _stat(jdk / "lib" / "server" / "libjvm.so"),
+        _stat(jdk / "lib" / "modules"),
+        listing,
+        [conf.get(k) or _defaults(home).get(k) for k in CLASS_PATH_KEYS],
+    ]
+    digest = hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:20]
+    return f"{hashlib.sha256(home.encode()).hexdigest()[:8]}-{digest}.jsa"
+
+
+def _java_options(conf: dict[str, str], spark_home: str | None) -> str:
+    return conf.get(JAVA_OPTIONS) or _defaults(spark_home).get(JAVA_OPTIONS, "")
+
+
+def _defaults(spark_home: str | None) -> dict[str, str]:
+    """spark-defaults.conf (what spark-submit reads: $SPARK_CONF_DIR, else the home's conf)."""
+    d = os.environ.get("SPARK_CONF_DIR") or (os.path.join(spark_home, "conf") if spark_home else "")
+    out: dict[str, str] = {}
+    try:
+        with open(os.path.join(d, "spark-defaults.conf"), encoding="utf-8") as fh:
+            for line in fh:
+                kv = line.strip().split(None, 1)
+                if len(kv) == 2 and not kv[0].startswith("#"):
+                    out[kv[0]] = kv[1].strip()
+    except OSError:
+        pass
+    return out

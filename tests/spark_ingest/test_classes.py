@@ -1,0 +1,77 @@
+"""The JVM's class archive (spark_ingest/classes.py): a `wsn-ingest batch` process records
+the classes its JVM loaded, the next process maps them, and the job's own output stays
+clean. Real processes on a real JDK; the JVM's class-loading log says where each class came
+from."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spark_ingest import classes
+from spark_ingest.synth import write_synthetic
+
+ROOT = Path(__file__).resolve().parents[2]
+# the JDK's words for a class mapped from a dynamic (top-layer) archive
+FROM_ARCHIVE = "source: shared objects file (top)"
+
+
+def _batch(zone: Path, out: Path, cache: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        sys.executable, "-m", "spark_ingest", "batch", "--landing", str(zone),
+        "--out", str(out), "--json", "--master", "local[1]",
+        "--conf", f"{classes.CONF}={cache}", "--conf", "spark.ui.enabled=false",
+        *extra,
+    ]  # fmt: skip
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=800)
+
+
+@pytest.mark.timeout(900)
+def test_a_second_process_maps_the_classes_the_first_recorded(tmp_path: Path) -> None:
+    zone, cache = tmp_path / "landing", tmp_path / "jvm"
+    write_synthetic(zone, 40, files=1, devices=2)
+    first = _batch(zone, tmp_path / "out", cache)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert json.loads(first.stdout)["files"] == 1  # nothing of the JVM's on stdout
+    assert "recording the JVM's classes" in first.stderr
+    archives = sorted(p.name for p in cache.iterdir())
+    assert len(archives) == 1 and archives[0].endswith(".jsa"), archives  # no dump left over
+
+    log = tmp_path / "class-load.log"
+    loading = f"spark.driver.extraJavaOptions=-Xlog:class+load=info:file={log}"
+    second = _batch(zone, tmp_path / "out", cache, "--conf", loading)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert json.loads(second.stdout)["files"] == 0  # the file was read by the first run
+    assert "recording" not in second.stderr
+    lines = log.read_text().splitlines()
+    mapped = [ln for ln in lines if FROM_ARCHIVE in ln]
+    # Spark's own classes among them, not only the JDK's
+    assert any("org.apache.spark.sql.SparkSession " in ln for ln in mapped), len(mapped)
+    assert len(mapped) > len(lines) // 2, (len(mapped), len(lines))
+    assert sorted(p.name for p in cache.iterdir()) == archives
+
+
+def test_what_a_process_records_or_uses(tmp_path: Path) -> None:
+    cache = str(tmp_path / "jvm")
+    assert classes.plan({classes.CONF: "off"}, record=True) is None
+    assert classes.plan({classes.CONF: cache}, record=False) is None  # a stream records nothing
+    rec = classes.plan({classes.CONF: cache}, record=True)
+    assert rec is not None and rec.dump is not None and rec.dump.parent == Path(cache)
+    assert "-XX:ArchiveClassesAtExit=" in rec.options() and not rec.path.exists()
+    rec.path.write_bytes(b"archive")
+    use = classes.plan({classes.CONF: cache}, record=True)
+    assert use is not None and use.dump is None and use.path == rec.path
+    merged = use.conf({classes.JAVA_OPTIONS: "-Xmx1g"})[classes.JAVA_OPTIONS]
+    assert merged.startswith("-Xmx1g ") and f"-XX:SharedArchiveFile={rec.path}" in merged
+    # a user who manages class sharing gets nothing added
+    own = {classes.CONF: cache, classes.JAVA_OPTIONS: "-Xshare:off"}
+    assert classes.plan(own, record=True) is None
+    # another class path is another archive
+    other = classes.plan({classes.CONF: cache, "spark.jars": "/x.jar"}, record=True)
+    assert other is not None and other.path != rec.path and other.dump is not None
