@@ -24,6 +24,8 @@ Two ways of timing the Spark job, each per format:
   batch ... --master local[2]` from process start to exit, JVM, session and Hive client
   included, into an `--out` whose metastore exists (a first run's metastore creation is
   printed apart); a full rebuild, then an incremental run after the last file arrives.
+  The processes use the JVM's class archive of the user's cache (spark_ingest/classes.py);
+  without one, the first process records it and pays for that.
 
 The incremental ratio is given both ways. DuckDB's figure is from the same sitting. Not
 collected by pytest.
