@@ -45,7 +45,9 @@ CLASS_PATH_KEYS = ("spark.driver.extraClassPath", "spark.jars", "spark.jars.pack
 QUIET = "-Xlog:cds*=off"
 # options of a user who manages class sharing themselves: then we add nothing
 OWN = ("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-Xshare")
-STALE_S = 24 * 3600  # a dump left by a process that died before renaming it
+# A dump whose process is gone is never renamed: removed once its JVM must have finished
+# writing it (a dump takes ~25 s), so failing runs from cron cannot fill the disk with them
+ORPHAN_S = 600
 EXIT_WAIT_S = 300.0
 
 
@@ -95,7 +97,7 @@ class ClassArchive:
         try:
             code = proc.wait(timeout=EXIT_WAIT_S)
         except subprocess.TimeoutExpired:
-            return False  # still writing: left for _sweep, never published half-written
+            return False  # still writing: never published half-written; _sweep removes it
         SparkContext._gateway = None
         SparkContext._jvm = None
         if code != 0 or not self.dump.is_file() or self.dump.stat().st_size == 0:
@@ -140,13 +142,25 @@ def plan(conf: dict[str, str], record: bool) -> ClassArchive | None:
 
 
 def _sweep(d: Path) -> None:
+    """Remove the dumps of processes that ended without publishing them."""
     now = time.time()
-    for f in d.glob("*.tmp"):
+    for f in d.glob("*.jsa.*.tmp"):
         try:
-            if now - f.stat().st_mtime > STALE_S:
+            pid = int(f.name.rsplit(".", 2)[-2])
+            if not _alive(pid) and now - f.stat().st_mtime > ORPHAN_S:
                 f.unlink()
-        except OSError:
+        except (OSError, ValueError):
             pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _spark_home() -> str | None:

@@ -269,7 +269,10 @@ def _spark(args: argparse.Namespace) -> int:
     except (CatalogError, LockedError, ValueError) as e:
         print(f"wsn-ingest: {e}", file=sys.stderr)
         rc = 1
-    if archive is not None:  # not after an interrupt: a user waiting for the exit
+    # not after an exception (an interrupt, a failed query): its JVM's dump is never renamed
+    # and classes._sweep removes it; killing the JVM instead would lose the Java side of the
+    # error the traceback is about to print
+    if archive is not None:
         archive.finish(_progress)
     return rc
 

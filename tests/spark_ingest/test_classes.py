@@ -75,3 +75,25 @@ def test_what_a_process_records_or_uses(tmp_path: Path) -> None:
     # another class path is another archive
     other = classes.plan({classes.CONF: cache, "spark.jars": "/x.jar"}, record=True)
     assert other is not None and other.path != rec.path and other.dump is not None
+
+
+def test_dumps_of_processes_that_ended_without_publishing_are_removed(tmp_path: Path) -> None:
+    cache = tmp_path / "jvm"
+    cache.mkdir()
+    gone = _ended_pid()
+    old = os.path.getmtime(cache) - classes.ORPHAN_S - 60
+    orphan = cache / f"a-b.jsa.{gone}.tmp"  # its process ended, its JVM long done
+    recent = cache / f"a-c.jsa.{gone}.tmp"  # its JVM may still be writing
+    running = cache / f"a-d.jsa.{os.getpid()}.tmp"  # its process still runs
+    for f in (orphan, recent, running):
+        f.write_bytes(b"dump")
+    os.utime(orphan, (old, old))
+    os.utime(running, (old, old))
+    assert classes.plan({classes.CONF: str(cache)}, record=True) is not None
+    assert sorted(p.name for p in cache.iterdir()) == sorted([recent.name, running.name])
+
+
+def _ended_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
