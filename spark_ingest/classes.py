@@ -5,8 +5,8 @@ every time.
 The JDK records the classes a JVM loaded into an archive when it exits
 (`-XX:ArchiveClassesAtExit`, dynamic AppCDS, JEP 350); a later JVM with the same JDK and
 class path maps them from it (`-XX:SharedArchiveFile`) instead. Measured on a 2-core
-machine, a `wsn-ingest batch` process of a small zone: 38-42 s without, 28-31 s with
-(docs/performance.md, "A process per run: the JVM's classes").
+machine, a `wsn-ingest batch` process of a small zone: 36-40 s without, 24-31 s with
+(docs/performance.md, "A process per run: the JVM's class archive").
 
 What a caller may rely on:
 
@@ -195,12 +195,13 @@ def _name(conf: dict[str, str], home: str) -> str | None:
     jdk = Path(java).parent.parent
     jars = Path(home) / "jars"
     listing = sorted(_stat(e.path) for e in os.scandir(jars)) if jars.is_dir() else []
+    defaults = _defaults(home)
     parts = [
         _stat(java),
         _stat(jdk / "lib" / "server" / "libjvm.so"),
         _stat(jdk / "lib" / "modules"),
         listing,
-        [conf.get(k) or _defaults(home).get(k) for k in CLASS_PATH_KEYS],
+        [conf.get(k) or defaults.get(k) for k in CLASS_PATH_KEYS],
     ]
     digest = hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:20]
     return f"{hashlib.sha256(home.encode()).hexdigest()[:8]}-{digest}.jsa"
