@@ -19,14 +19,19 @@ from spark_ingest.synth import write_synthetic
 ROOT = Path(__file__).resolve().parents[2]
 # the JDK's words for a class mapped from a dynamic (top-layer) archive
 FROM_ARCHIVE = "source: shared objects file (top)"
+# a user's own JVM options, kept beside the archive's: those of the other tests' short-lived
+# processes (conftest.SPARK_TEST_CONF: fewer CPU seconds than the JVM's defaults)
+OWN_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 
 
-def _batch(zone: Path, out: Path, cache: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def _batch(
+    zone: Path, out: Path, cache: Path, options: str = OWN_OPTIONS
+) -> subprocess.CompletedProcess[str]:
     cmd = [
         sys.executable, "-m", "spark_ingest", "batch", "--landing", str(zone),
         "--out", str(out), "--json", "--master", "local[1]",
         "--conf", f"{classes.CONF}={cache}", "--conf", "spark.ui.enabled=false",
-        *extra,
+        "--conf", f"{classes.JAVA_OPTIONS}={options}",
     ]  # fmt: skip
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=800)
@@ -44,8 +49,9 @@ def test_a_second_process_maps_the_classes_the_first_recorded(tmp_path: Path) ->
     assert len(archives) == 1 and archives[0].endswith(".jsa"), archives  # no dump left over
 
     log = tmp_path / "class-load.log"
-    loading = f"spark.driver.extraJavaOptions=-Xlog:class+load=info:file={log}"
-    second = _batch(zone, tmp_path / "out", cache, "--conf", loading)
+    second = _batch(
+        zone, tmp_path / "out", cache, f"{OWN_OPTIONS} -Xlog:class+load=info:file={log}"
+    )
     assert second.returncode == 0, second.stderr[-3000:]
     assert json.loads(second.stdout)["files"] == 0  # the file was read by the first run
     assert "recording" not in second.stderr

@@ -27,6 +27,20 @@ from spark_ingest.synth import landing_name, readings, write_parquet_messages
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
+# Every JVM of the cluster (daemons, drivers, executors) is short-lived and runs a few small
+# queries: as the `wsn-ingest` processes of the other tests (conftest.SPARK_TEST_CONF), C1
+# only and the serial collector, which cost the fewest CPU seconds on the shared cores
+JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+SMALL = [
+    arg
+    for k, v in {
+        "spark.executor.memory": "512m",
+        "spark.driver.memory": "512m",
+        "spark.driver.extraJavaOptions": JVM_OPTIONS,
+        "spark.executor.extraJavaOptions": JVM_OPTIONS,
+    }.items()
+    for arg in ("--conf", f"{k}={v}")
+]
 
 
 def _spark_home() -> Path:
@@ -51,6 +65,7 @@ def _env() -> dict[str, str]:
         PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
         # the daemons' own heap: small, the machine is shared
         SPARK_DAEMON_MEMORY="256m",
+        SPARK_DAEMON_JAVA_OPTS=JVM_OPTIONS,
     )
     return env
 
@@ -146,8 +161,7 @@ def test_spark_submit_on_a_standalone_cluster_equals_the_local_run(
     root = local_run["root"]
     url, master_log = cluster
     _run(
-        [str(_spark_home() / "bin" / "spark-submit"), "--master", url,
-         "--conf", "spark.executor.memory=512m", "--conf", "spark.driver.memory=512m",
+        [str(_spark_home() / "bin" / "spark-submit"), "--master", url, *SMALL,
          str(ROOT / "spark_ingest" / "job.py"), "batch",
          "--landing", str(root / "landing"), "--out", str(root / "submit")],
         ROOT, master_log,
@@ -161,8 +175,7 @@ def test_wsn_ingest_master_on_a_standalone_cluster_equals_the_local_run(
     root = local_run["root"]
     url, master_log = cluster
     r = _run(
-        [sys.executable, "-m", "spark_ingest", "batch", "--master", url,
-         "--conf", "spark.executor.memory=512m", "--conf", "spark.driver.memory=512m",
+        [sys.executable, "-m", "spark_ingest", "batch", "--master", url, *SMALL,
          "--conf", "spark.wsn.ingest.classArchive=off",
          "--landing", f"file://{root}/landing", "--out", str(root / "cli")],
         ROOT, master_log,
