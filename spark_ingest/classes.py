@@ -18,8 +18,12 @@ What a caller may rely on:
 - nothing changes when the JVM is not ours to start (spark-submit, a session already
   running in this process);
 - an archive of another JDK, Spark or class path is never used: its name is a digest of
-  them, and the JVM checks them again itself; the JVM's own CDS messages are silenced (its
-  stdout is ours: `--json` prints there).
+  them, and the JVM checks them again itself;
+- an archive the JVM cannot map (damaged, or of JVM settings it cannot be used with) is
+  not silently ignored: the JVM is told to refuse it (`-Xshare:on`), is started again
+  without it, and the archive is removed (a `batch` process records a new one);
+- the JVM's stdout is the process's stderr, and its CDS messages are silenced: `--json`
+  prints on stdout.
 
 `spark.wsn.ingest.classArchive` (a `--conf`): the directory of the archives (default
 `$XDG_CACHE_HOME/wsn-ingest/jvm`, else `~/.cache/wsn-ingest/jvm`), or `off`.
@@ -32,17 +36,23 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 CONF = "spark.wsn.ingest.classArchive"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # settings that change the driver's class path: part of an archive's name
 CLASS_PATH_KEYS = ("spark.driver.extraClassPath", "spark.jars", "spark.jars.packages")
-# the JVM's CDS warnings (a signed jar's classes are not archived, ...) go to its stdout
+# the JVM's CDS warnings (a signed jar's classes are not archived, ...)
 QUIET = "-Xlog:cds*=off"
+# A JVM told to map an archive refuses to start when it cannot, rather than start without it
+# (the default, -Xshare:auto): the caller then knows the archive is of no use (start below)
+MAP = "-Xshare:on"
 # options of a user who manages class sharing themselves: then we add nothing
 OWN = ("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-Xshare")
 # A dump whose process is gone is never renamed: removed once its JVM must have finished
@@ -68,7 +78,7 @@ class ClassArchive:
     def options(self) -> str:
         if self.dump is not None:
             return f"-XX:ArchiveClassesAtExit={self.dump} {QUIET}"
-        return f"-XX:SharedArchiveFile={self.path} {QUIET}"
+        return f"-XX:SharedArchiveFile={self.path} {MAP} {QUIET}"
 
     def conf(self, conf: dict[str, str]) -> dict[str, str]:
         """`conf` with the archive's options after the driver's own (the user's `--conf`,
@@ -110,6 +120,52 @@ class ClassArchive:
         return True
 
 
+T = TypeVar("T")
+
+
+def start(
+    conf: dict[str, str],
+    record: bool,
+    launch: Callable[[dict[str, str]], T],
+    say: Callable[[str], None],
+) -> tuple[T, ClassArchive | None]:
+    """`launch(conf)` (it starts the JVM: a SparkSession) with the archive `plan` gives;
+    returns what it returned and the archive to `finish`. When the JVM refused the archive
+    and starts without it, the archive is removed (and recorded again with `record`); when
+    it does not start without it either, the archive stays and launch's error is raised."""
+    archive = plan(conf, record)
+    with _jvm_stdout_to_stderr():
+        if archive is None or archive.dump is not None:
+            return launch(archive.conf(conf) if archive else conf), archive
+        try:
+            return launch(archive.conf(conf)), archive
+        except Exception as e:  # PySpark's error when its JVM exits before it answers
+            if getattr(e, "getCondition", lambda: None)() != "JAVA_GATEWAY_EXITED":
+                raise
+        again = _recording(archive.path, archive.spark_home) if record else None
+        started = launch(again.conf(conf) if again else conf)
+    archive.path.unlink(missing_ok=True)
+    say(
+        f"the JVM could not use its class archive {archive.path} (damaged, or made with "
+        "other JVM settings): removed"
+        + ("; recording a new one" if again else "; the next batch process records a new one")
+    )
+    return started, again
+
+
+@contextmanager
+def _jvm_stdout_to_stderr() -> Iterator[None]:
+    """A JVM started inside writes its stdout to our stderr (fd 1 is ours again after)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def plan(conf: dict[str, str], record: bool) -> ClassArchive | None:
     """The archive this process's JVM uses or (with `record`, when there is none) records;
     None when off, when we do not start the JVM, or when the user's options manage class
@@ -131,14 +187,16 @@ def plan(conf: dict[str, str], record: bool) -> ClassArchive | None:
     path = d / name
     if path.is_file():
         return ClassArchive(path, None, home)
-    if not record:
-        return None
+    return _recording(path, home) if record else None
+
+
+def _recording(path: Path, home: str | None) -> ClassArchive | None:
     try:
-        d.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
     except OSError:
         return None
-    _sweep(d)
-    return ClassArchive(path, d / f"{name}.{os.getpid()}.tmp", home)
+    _sweep(path.parent)
+    return ClassArchive(path, path.parent / f"{path.name}.{os.getpid()}.tmp", home)
 
 
 def _sweep(d: Path) -> None:

@@ -258,11 +258,13 @@ def _spark(args: argparse.Namespace) -> int:
     conf = _conf_pairs(args.conf)
     # a batch process records the JVM's classes for the next ones; a stream only uses them
     # (its exit must stay within the stop grace)
-    archive = classes.plan(conf, record=args.cmd == "batch")
-    if archive is not None:
-        conf = archive.conf(conf)
     _progress("starting Spark")
-    spark = get_session(master=args.master, conf=conf, metastore_dir=_metastore(args))
+    spark, archive = classes.start(
+        conf,
+        args.cmd == "batch",
+        lambda c: get_session(master=args.master, conf=c, metastore_dir=_metastore(args)),
+        _progress,
+    )
     _progress(f"Spark {spark.version} on {spark.sparkContext.master}")
     try:
         rc = _batch(spark, args) if args.cmd == "batch" else _stream(spark, args)

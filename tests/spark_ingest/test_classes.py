@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,12 +42,19 @@ def _batch(
 def test_a_second_process_maps_the_classes_the_first_recorded(tmp_path: Path) -> None:
     zone, cache = tmp_path / "landing", tmp_path / "jvm"
     write_synthetic(zone, 40, files=1, devices=2)
+    # where the archive goes holds a damaged one (a copy cut short, a disk error): the JVM
+    # must not start without it unnoticed, nor crash on it in every later process
+    damaged = classes.plan({classes.CONF: str(cache), classes.JAVA_OPTIONS: OWN_OPTIONS}, True)
+    assert damaged is not None
+    damaged.path.write_bytes(b"\xa8\xba\x0b\xf0" + bytes(4096))
     first = _batch(zone, tmp_path / "out", cache)
     assert first.returncode == 0, first.stderr[-3000:]
     assert json.loads(first.stdout)["files"] == 1  # nothing of the JVM's on stdout
+    assert f"could not use its class archive {damaged.path}" in first.stderr, first.stderr
     assert "recording the JVM's classes" in first.stderr
     archives = sorted(p.name for p in cache.iterdir())
-    assert len(archives) == 1 and archives[0].endswith(".jsa"), archives  # no dump left over
+    assert archives == [damaged.path.name], archives  # replaced, no dump left over
+    assert damaged.path.stat().st_size > 1_000_000
 
     log = tmp_path / "class-load.log"
     second = _batch(
@@ -81,6 +89,36 @@ def test_what_a_process_records_or_uses(tmp_path: Path) -> None:
     # another class path is another archive
     other = classes.plan({classes.CONF: cache, "spark.jars": "/x.jar"}, record=True)
     assert other is not None and other.path != rec.path and other.dump is not None
+
+
+def test_an_archive_the_jvm_refuses_is_removed(tmp_path: Path) -> None:
+    """What `start` does when the JVM refuses the archive (PySpark's error when its JVM
+    exits before it answers), for a stream and for a JVM that fails without it too."""
+    from pyspark.errors import PySparkRuntimeError
+
+    cache = tmp_path / "jvm"
+    path = classes.plan({classes.CONF: str(cache)}, record=True).path  # type: ignore[union-attr]
+    conf = {classes.CONF: str(cache)}
+    said: list[str] = []
+
+    def jvm(fails_without: bool) -> Any:
+        def launch(c: dict[str, str]) -> str:
+            options = c.get(classes.JAVA_OPTIONS, "")
+            if "-XX:SharedArchiveFile" in options or fails_without:
+                raise PySparkRuntimeError(errorClass="JAVA_GATEWAY_EXITED", messageParameters={})
+            return options
+
+        return launch
+
+    path.write_bytes(b"damaged")
+    # a stream: started without the archive, records none, the damaged one removed
+    assert classes.start(conf, False, jvm(False), said.append) == ("", None)
+    assert not path.exists() and "the next batch process records a new one" in said[-1]
+    # a JVM that does not start without the archive either: not the archive's fault
+    path.write_bytes(b"damaged")
+    with pytest.raises(PySparkRuntimeError):
+        classes.start(conf, True, jvm(True), said.append)
+    assert path.exists() and len(said) == 1
 
 
 def test_dumps_of_processes_that_ended_without_publishing_are_removed(tmp_path: Path) -> None:
