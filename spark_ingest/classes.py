@@ -12,7 +12,8 @@ What a caller may rely on:
 
 - a `batch` process with no archive yet records one on its way out: the process ends once
   its JVM has written it (about half a minute, once), and the archive appears whole or not
-  at all (written under another name, renamed when the JVM exited with 0);
+  at all (written under another name, renamed when the JVM exited with 0); it records
+  nothing where less than RECORD_FREE_BYTES are free;
 - a `stream` process only uses an archive, never records one, so a stop signal still ends
   it within its grace;
 - nothing changes when the JVM is not ours to start (spark-submit, a session already
@@ -58,6 +59,9 @@ OWN = ("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-Xshare")
 # A dump whose process is gone is never renamed: removed once its JVM must have finished
 # writing it (a dump takes ~25 s), so failing runs from cron cannot fill the disk with them
 ORPHAN_S = 600
+# A process records only where at least this much is free: the archive is ~230 MB, and the
+# file system may be the one the gateway lands on, which must not fill up for a cache
+RECORD_FREE_BYTES = 1 << 30
 EXIT_WAIT_S = 300.0
 
 
@@ -193,6 +197,8 @@ def plan(conf: dict[str, str], record: bool) -> ClassArchive | None:
 def _recording(path: Path, home: str | None) -> ClassArchive | None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        if shutil.disk_usage(path.parent).free < RECORD_FREE_BYTES:
+            return None  # a later process records, once there is room
     except OSError:
         return None
     _sweep(path.parent)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -135,6 +136,27 @@ def test_dumps_of_processes_that_ended_without_publishing_are_removed(tmp_path: 
     os.utime(running, (old, old))
     assert classes.plan({classes.CONF: str(cache)}, record=True) is not None
     assert sorted(p.name for p in cache.iterdir()) == sorted([recent.name, running.name])
+
+
+def test_nothing_is_recorded_on_a_file_system_short_of_room(tmp_path: Path) -> None:
+    """On an 8 MiB tmpfs (mounted in a mount namespace of the test's own) a process records
+    no archive: its dump would fill the file system, which may be the landing zone's."""
+    unshare = shutil.which("unshare")
+    assert unshare, "util-linux unshare is needed (a mount namespace for the tmpfs)"
+    small = tmp_path / "small"
+    small.mkdir()
+    check = (
+        "import sys; from spark_ingest import classes; "
+        "print([classes.plan({classes.CONF: d + '/jvm'}, record=True) is not None "
+        "for d in sys.argv[1:]])"
+    )
+    script = f'mount -t tmpfs -o size=8m tmpfs {small} && exec "$0" -c "$1" {small} {tmp_path}'
+    r = subprocess.run(
+        [unshare, "-rm", "sh", "-c", script, sys.executable, check],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["[False,", "True]"], r.stdout  # the tmpfs no, tmp_path yes
 
 
 def _ended_pid() -> int:
