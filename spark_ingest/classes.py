@@ -111,11 +111,18 @@ class ClassArchive:
         try:
             code = proc.wait(timeout=EXIT_WAIT_S)
         except subprocess.TimeoutExpired:
-            return False  # still writing: never published half-written; _sweep removes it
+            # still writing: never published half-written; _sweep removes it
+            if say is not None:
+                say(f"the JVM was still writing its classes after {EXIT_WAIT_S:.0f} s: not "
+                    "recorded, the next batch process tries again")  # fmt: skip
+            return False
         SparkContext._gateway = None
         SparkContext._jvm = None
         if code != 0 or not self.dump.is_file() or self.dump.stat().st_size == 0:
             self.dump.unlink(missing_ok=True)
+            if say is not None:
+                say(f"the JVM did not write its classes (exit {code}): not recorded, the "
+                    "next batch process tries again")  # fmt: skip
             return False
         os.replace(self.dump, self.path)
         for old in self.path.parent.glob(self.path.name.split("-")[0] + "-*.jsa"):
