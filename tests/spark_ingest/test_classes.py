@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,25 @@ def test_dumps_of_processes_that_ended_without_publishing_are_removed(tmp_path: 
     os.utime(running, (old, old))
     assert classes.plan({classes.CONF: str(cache)}, record=True) is not None
     assert sorted(p.name for p in cache.iterdir()) == sorted([recent.name, running.name])
+
+
+def test_archives_no_process_used_for_a_month_are_removed(tmp_path: Path) -> None:
+    """The archive of a Spark installation since deleted (a venv of an earlier release)
+    does not stay for good; the one a process uses is marked used."""
+    cache = tmp_path / "jvm"
+    cache.mkdir()
+    mine = classes.plan({classes.CONF: str(cache)}, record=True).path  # type: ignore[union-attr]
+    stale, recent = cache / "00000000-old.jsa", cache / "11111111-recent.jsa"
+    for f in (mine, stale, recent):
+        f.write_bytes(b"archive")
+    month_ago = time.time() - classes.UNUSED_S - 60
+    for f in (mine, stale):
+        os.utime(f, (month_ago, month_ago))
+    os.utime(recent, (month_ago + 3600, month_ago + 3600))
+    use = classes.plan({classes.CONF: str(cache)}, record=False)
+    assert use is not None and use.path == mine and use.dump is None
+    assert sorted(p.name for p in cache.iterdir()) == sorted([mine.name, recent.name])
+    assert time.time() - mine.stat().st_mtime < 600  # used now
 
 
 def test_nothing_is_recorded_on_a_file_system_short_of_room(tmp_path: Path) -> None:
