@@ -41,7 +41,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -123,16 +123,21 @@ class ClassArchive:
             return False
         SparkContext._gateway = None
         SparkContext._jvm = None
-        if code != 0 or not self.dump.is_file() or self.dump.stat().st_size == 0:
-            self.dump.unlink(missing_ok=True)
+        # a cache that fails is no reason to fail the run that used it: said, not raised
+        try:
+            if code != 0 or not self.dump.is_file() or self.dump.stat().st_size == 0:
+                self.dump.unlink(missing_ok=True)
+                raise OSError(f"exit {code}")
+            os.replace(self.dump, self.path)
+        except OSError as e:
             if say is not None:
-                say(f"the JVM did not write its classes (exit {code}): not recorded, the "
-                    "next batch process tries again")  # fmt: skip
+                say(f"the JVM's classes were not recorded ({e}): the next batch process "
+                    "tries again")  # fmt: skip
             return False
-        os.replace(self.dump, self.path)
         for old in self.path.parent.glob(self.path.name.split("-")[0] + "-*.jsa"):
             if old != self.path:  # the same Spark home's archives of an older JDK or jars
-                old.unlink(missing_ok=True)
+                with suppress(OSError):  # _forget_unused tries again in a month
+                    old.unlink(missing_ok=True)
         return True
 
 
@@ -160,11 +165,16 @@ def start(
                 raise
         again = _recording(archive.path, archive.spark_home) if record else None
         started = launch(again.conf(conf) if again else conf)
-    archive.path.unlink(missing_ok=True)
+    try:
+        archive.path.unlink(missing_ok=True)
+        done = "removed" + (
+            "; recording a new one" if again else "; the next batch process records a new one"
+        )
+    except OSError as e:  # every later process starts its JVM twice until someone does
+        done = f"could not remove it ({e}): please do"
     say(
         f"the JVM could not use its class archive {archive.path} (damaged, or made with "
-        "other JVM settings): removed"
-        + ("; recording a new one" if again else "; the next batch process records a new one")
+        f"other JVM settings): {done}"
     )
     return started, again
 
@@ -210,6 +220,9 @@ def plan(conf: dict[str, str], record: bool) -> ClassArchive | None:
 def _recording(path: Path, home: str | None) -> ClassArchive | None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        # a read-only cache (a hardened service: ProtectHome=read-only) is only read from
+        if not os.access(path.parent, os.W_OK):
+            return None
         if shutil.disk_usage(path.parent).free < RECORD_FREE_BYTES:
             return None  # a later process records, once there is room
     except OSError:

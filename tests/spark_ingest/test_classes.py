@@ -158,25 +158,33 @@ def test_archives_no_process_used_for_a_month_are_removed(tmp_path: Path) -> Non
     assert time.time() - mine.stat().st_mtime < 600  # used now
 
 
-def test_nothing_is_recorded_on_a_file_system_short_of_room(tmp_path: Path) -> None:
-    """On an 8 MiB tmpfs (mounted in a mount namespace of the test's own) a process records
-    no archive: its dump would fill the file system, which may be the landing zone's."""
+def test_nothing_is_recorded_short_of_room_or_on_a_read_only_cache(tmp_path: Path) -> None:
+    """On an 8 MiB tmpfs a process records no archive: its dump would fill the file system,
+    which may be the landing zone's. Nor on a read-only one (a hardened service's home),
+    where the JVM would write it for nothing and the run then failed on removing it. Both
+    mounted in a mount namespace of the test's own."""
     unshare = shutil.which("unshare")
     assert unshare, "util-linux unshare is needed (a mount namespace for the tmpfs)"
-    small = tmp_path / "small"
+    small, ro = tmp_path / "small", tmp_path / "ro"
     small.mkdir()
+    ro.mkdir()
     check = (
         "import sys; from spark_ingest import classes; "
         "print([classes.plan({classes.CONF: d + '/jvm'}, record=True) is not None "
         "for d in sys.argv[1:]])"
     )
-    script = f'mount -t tmpfs -o size=8m tmpfs {small} && exec "$0" -c "$1" {small} {tmp_path}'
+    script = (
+        f"mount -t tmpfs -o size=8m tmpfs {small} && mount -t tmpfs -o size=2g tmpfs {ro} && "
+        f"mkdir {ro}/jvm && mount -o remount,ro {ro} && "
+        f'exec "$0" -c "$1" {small} {ro} {tmp_path}'
+    )
     r = subprocess.run(
         [unshare, "-rm", "sh", "-c", script, sys.executable, check],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["[False,", "True]"], r.stdout  # the tmpfs no, tmp_path yes
+    # the small tmpfs no, the read-only one no, tmp_path yes
+    assert r.stdout.split() == ["[False,", "False,", "True]"], r.stdout
 
 
 def _ended_pid() -> int:
