@@ -22,8 +22,9 @@ What a caller may rely on:
   them, and the JVM checks them again itself; an archive no process used for UNUSED_S is
   removed;
 - an archive the JVM cannot map (damaged, or of JVM settings it cannot be used with) is
-  not silently ignored: the JVM is told to refuse it (`-Xshare:on`), is started again
-  without it, and the archive is removed (a `batch` process records a new one);
+  not silently ignored: the JVM is told to refuse it (`-Xshare:on`) and is started again
+  without it; a `batch` process then replaces the archive with a new one, a `stream`
+  process leaves it to them;
 - the JVM's stdout is the process's stderr, and its CDS messages are silenced: `--json`
   prints on stdout.
 
@@ -152,8 +153,9 @@ def start(
 ) -> tuple[T, ClassArchive | None]:
     """`launch(conf)` (it starts the JVM: a SparkSession) with the archive `plan` gives;
     returns what it returned and the archive to `finish`. When the JVM refused the archive
-    and starts without it, the archive is removed (and recorded again with `record`); when
-    it does not start without it either, the archive stays and launch's error is raised."""
+    and starts without it, the archive is removed and recorded again with `record` (left
+    as it is without); when it does not start without it either, the archive stays and
+    launch's error is raised."""
     archive = plan(conf, record)
     with _jvm_stdout_to_stderr():
         if archive is None or archive.dump is not None:
@@ -165,17 +167,19 @@ def start(
                 raise
         again = _recording(archive.path, archive.spark_home) if record else None
         started = launch(again.conf(conf) if again else conf)
+    why = f"the JVM could not use its class archive {archive.path} (damaged, or made with "
+    if not record:
+        # A stream leaves it to the batch processes: those may run with settings that can
+        # use it (a stream with a heap of 32 GB or more cannot: no compressed pointers),
+        # and a damaged one is replaced by the next of them
+        say(why + "other JVM settings): started without it")
+        return started, None
     try:
         archive.path.unlink(missing_ok=True)
-        done = "removed" + (
-            "; recording a new one" if again else "; the next batch process records a new one"
-        )
+        done = "removed" + ("; recording a new one" if again else "")
     except OSError as e:  # every later process starts its JVM twice until someone does
         done = f"could not remove it ({e}): please do"
-    say(
-        f"the JVM could not use its class archive {archive.path} (damaged, or made with "
-        f"other JVM settings): {done}"
-    )
+    say(why + f"other JVM settings): {done}")
     return started, again
 
 

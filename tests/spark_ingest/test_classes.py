@@ -95,7 +95,7 @@ def test_what_a_process_records_or_uses(tmp_path: Path) -> None:
 
 def test_an_archive_the_jvm_refuses_is_removed(tmp_path: Path) -> None:
     """What `start` does when the JVM refuses the archive (PySpark's error when its JVM
-    exits before it answers), for a stream and for a JVM that fails without it too."""
+    exits before it answers): for a stream, a JVM that fails without it too, a batch."""
     from pyspark.errors import PySparkRuntimeError
 
     cache = tmp_path / "jvm"
@@ -113,14 +113,18 @@ def test_an_archive_the_jvm_refuses_is_removed(tmp_path: Path) -> None:
         return launch
 
     path.write_bytes(b"damaged")
-    # a stream: started without the archive, records none, the damaged one removed
+    # a stream: started without the archive, records none, leaves it to the batch
+    # processes (they may run with settings that can use it)
     assert classes.start(conf, False, jvm(False), said.append) == ("", None)
-    assert not path.exists() and "the next batch process records a new one" in said[-1]
+    assert path.exists() and said[-1].endswith("started without it")
     # a JVM that does not start without the archive either: not the archive's fault
-    path.write_bytes(b"damaged")
     with pytest.raises(PySparkRuntimeError):
         classes.start(conf, True, jvm(True), said.append)
     assert path.exists() and len(said) == 1
+    # a batch process: started recording, the refused archive removed
+    started, rec = classes.start(conf, True, jvm(False), said.append)
+    assert "-XX:ArchiveClassesAtExit=" in started and rec is not None and rec.dump is not None
+    assert not path.exists() and said[-1].endswith("removed; recording a new one")
 
 
 def test_dumps_of_processes_that_ended_without_publishing_are_removed(tmp_path: Path) -> None:
