@@ -90,6 +90,12 @@ def window_aggregates(meas: DataFrame, window_us: int, fmap: FileMap) -> DataFra
     means). On messages hash-partitioned by key the grouping needs no shuffle. `fmap`
     (consume.file_map) names the site of the last message's file.
     """
+    # Adding doubles depends on the order, and the order rows reach a group depends on how
+    # the lines were read (which files, in which run, new lines before re-read ones). Sorted
+    # by time and id within each group, the sum and mean are the same bits whichever way the
+    # zone was read. The sort-based aggregation needs its groups sorted anyway: this order
+    # satisfies it, so Spark adds no second sort (its tasks sort on two more keys).
+    meas = meas.sortWithinPartitions("w", "key", "topic_path", "field", "at", "id")
     grouped = meas.groupBy("w", "key", "topic_path", "field").agg(
         F.count(F.lit(1)).alias("count"),
         F.count("value").alias("numeric_count"),

@@ -16,6 +16,7 @@ from spark_ingest.landing import CLASSIFIED, REASONS
 from spark_ingest.manifest import FileEntry
 from spark_ingest.plan import hour_key
 from spark_ingest.schema import MESSAGE
+from spark_ingest.timestamps import skew_parts, skew_s
 
 _TYPES: dict[str, Any] = {f.name: f.dataType for f in MESSAGE.fields} | {
     "reason": "string",
@@ -126,23 +127,21 @@ def with_file_id(lines: DataFrame, fmap: FileMap) -> DataFrame:
     return lines.join(ids_df, "source_file", "left").drop("source_file")
 
 
-def _skew() -> Column:
-    return (F.unix_micros("event_time") - F.unix_micros("received_at")) / F.lit(1e6)
-
-
 def stats(lines: DataFrame) -> DataFrame:
     """Per file and window: lines, their first and last time (µs), valid lines, camera
-    events, lines by quarantine reason, the first and last message time (µs) and the sum,
-    count and bounds of the clock skew of its messages. Fixed-width aggregates only, so
-    Spark hash-aggregates them in one pass; the rows are few (files x windows) and are
-    collected: the manifest, the summary and the site_quality table are made of them."""
+    events, lines by quarantine reason, the first and last message time (µs) and the exact
+    sum (timestamps.skew_parts), count and bounds of the clock skew of its messages.
+    Fixed-width aggregates only, so Spark hash-aggregates them in one pass; the rows are few
+    (files x windows) and are collected: the manifest, the summary and the site_quality
+    table are made of them."""
     return _stats(lines)
 
 
 def _stats(lines: DataFrame) -> DataFrame:
     us = F.unix_micros("time")
     ok = F.col("reason").isNull()
-    skew = F.when(ok, _skew())
+    skew = F.when(ok, skew_s())
+    skew_whole, skew_rest = (F.when(ok, c) for c in skew_parts())
     return lines.groupBy("file_id", "w").agg(
         F.count(F.lit(1)).alias("n"),
         F.min(us).alias("lo"),
@@ -152,7 +151,8 @@ def _stats(lines: DataFrame) -> DataFrame:
         *[F.count(F.when(F.col("reason") == r, 1)).alias(f"q_{r}") for r in REASONS],
         F.min(F.when(ok, F.unix_micros("at"))).alias("first_us"),
         F.max(F.when(ok, F.unix_micros("at"))).alias("last_us"),
-        F.sum(skew).alias("skew_sum"),
+        F.sum(skew_whole).alias("skew_s"),
+        F.sum(skew_rest).alias("skew_us"),
         F.count(skew).alias("skew_n"),
         F.min(skew).alias("skew_min"),
         F.max(skew).alias("skew_max"),

@@ -34,6 +34,7 @@ from pyspark.sql import types as T
 from spark_ingest.aggregate import partition_of, window_bounds
 from spark_ingest.landing import device_of_key
 from spark_ingest.schema import DEVICE_QUALITY
+from spark_ingest.timestamps import mean_skew_s, skew_parts, skew_s
 
 if TYPE_CHECKING:
     from spark_ingest.consume import FileMap
@@ -129,10 +130,6 @@ def _empty_steps() -> Column:
     return F.array().cast(T.ArrayType(T.DoubleType()))
 
 
-def _skew() -> Column:
-    return (F.unix_micros("event_time") - F.unix_micros("received_at")) / F.lit(1e6)
-
-
 def from_messages(
     msgs: DataFrame,
     window_us: int,
@@ -184,6 +181,8 @@ def from_messages(
     def when_msg(c: Column) -> Column:
         return F.when(msg, c)
 
+    skew_whole, skew_rest = skew_parts()  # an exact mean, whatever the order (timestamps.py)
+
     g = j.groupBy("key", "topic_path", "w").agg(
         F.max(msg).alias("_is_msg"),
         F.first(when_msg(F.col("kind")), ignorenulls=True).alias("kind"),
@@ -191,9 +190,11 @@ def from_messages(
         F.min(when_msg(F.col("at"))).alias("first_at"),
         F.max(when_msg(F.col("at"))).alias("last_at"),
         F.max(when_msg(F.struct("at", "id", "producer", "gateway_id", "file_id"))).alias("_last"),
-        F.avg(when_msg(_skew())).alias("clock_skew_mean_s"),
-        F.min(when_msg(_skew())).alias("clock_skew_min_s"),
-        F.max(when_msg(_skew())).alias("clock_skew_max_s"),
+        F.sum(when_msg(skew_whole)).alias("_skew_s"),
+        F.sum(when_msg(skew_rest)).alias("_skew_us"),
+        F.count(when_msg(skew_whole)).alias("_skew_n"),
+        F.min(when_msg(skew_s())).alias("clock_skew_min_s"),
+        F.max(when_msg(skew_s())).alias("clock_skew_max_s"),
         F.sum(F.when(counted & F.col("gap"), 1).otherwise(0)).alias("_g"),
         F.sum(F.when(counted, F.col("missed")).otherwise(0)).alias("_m"),
         F.max(F.when(counted, F.col("nb"))).alias("_l"),
@@ -224,7 +225,9 @@ def from_messages(
         F.col("_g").cast("int").alias("gaps"),
         F.col("_m").cast("long").alias("missed"),
         F.col("_l").alias("longest_silence_s"),
-        "clock_skew_mean_s",
+        mean_skew_s(F.col("_skew_s"), F.col("_skew_us"), F.col("_skew_n")).alias(
+            "clock_skew_mean_s"
+        ),
         "clock_skew_min_s",
         "clock_skew_max_s",
         F.coalesce("_head", _empty_steps()).alias("_head"),

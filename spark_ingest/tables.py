@@ -76,7 +76,8 @@ def site_quality_rows(
     for r in stats:
         key = (site_of.get(int(r["file_id"]), ""), int(r["w"]))
         a = acc.setdefault(key, {"lines": 0, "valid": 0, "dups": 0, "first": None, "last": None,
-                                 "ssum": 0.0, "sn": 0, "smin": None, "smax": None})  # fmt: skip
+                                 "ss": 0, "sus": 0, "sn": 0, "smin": None,
+                                 "smax": None})  # fmt: skip
         a["lines"] += int(r["n"])
         a["valid"] += int(r["valid"])
         a["dups"] += dups.get((int(r["file_id"]), int(r["w"])), 0)
@@ -84,7 +85,9 @@ def site_quality_rows(
                            ("smin", r["skew_min"], min), ("smax", r["skew_max"], max)):  # fmt: skip
             if v is not None:
                 a[k] = v if a[k] is None else pick(a[k], v)
-        a["ssum"] += float(r["skew_sum"] or 0.0)
+        # exact sums (timestamps.skew_parts): the mean does not depend on the rows' order
+        a["ss"] += int(r["skew_s"] or 0)
+        a["sus"] += int(r["skew_us"] or 0)
         a["sn"] += int(r["skew_n"] or 0)
     rows = []
     for (site, w), a in sorted(acc.items()):
@@ -102,7 +105,9 @@ def site_quality_rows(
                 "quarantine_rate": quarantined / a["lines"] if a["lines"] else None,
                 "first_at": None if a["first"] is None else _utc(a["first"]),
                 "last_at": None if a["last"] is None else _utc(a["last"]),
-                "clock_skew_mean_s": a["ssum"] / a["sn"] if a["sn"] else None,
+                "clock_skew_mean_s": (
+                    (a["ss"] * 1_000_000 + a["sus"]) / a["sn"] / 1e6 if a["sn"] else None
+                ),
                 "clock_skew_min_s": a["smin"],
                 "clock_skew_max_s": a["smax"],
                 "date": start.date(),

@@ -97,3 +97,29 @@ def refusal(text: Column) -> Column:
         .when(_part(s, 4) == "", F.lit(DATE_ONLY))
         .when(parse(text).isNull(), F.lit(NO_SUCH_TIME))
     )
+
+
+# -- clock skew: a message's event_time minus its received_at ---------------------------------
+
+
+def skew_s() -> Column:
+    """The clock skew of a message (columns `event_time`, `received_at`) in seconds."""
+    return (F.unix_micros("event_time") - F.unix_micros("received_at")) / F.lit(1e6)
+
+
+def skew_parts() -> tuple[Column, Column]:
+    """The clock skew as whole seconds and the rest in µs, two longs to sum for a mean.
+
+    Adding doubles depends on the order, and the order a group's rows are added in depends
+    on how the zone was read (which run, which files first): a mean of `skew_s` could differ
+    in its last bits between a full run and incremental ones. Sums of these two are exact
+    whatever the order (a device whose clock says 1970 is 1.8e15 µs off: a few such
+    messages would already pass the 2^53 µs a double holds exactly)."""
+    s = F.unix_seconds("event_time") - F.unix_seconds("received_at")
+    us = F.unix_micros("event_time") - F.unix_micros("received_at") - s * F.lit(1_000_000)
+    return s, us
+
+
+def mean_skew_s(sum_s: Column, sum_us: Column, n: Column) -> Column:
+    """The mean clock skew in seconds from the exact sums of `skew_parts` over `n` messages."""
+    return sum_s / n + sum_us / n / F.lit(1e6)

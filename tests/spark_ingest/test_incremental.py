@@ -5,12 +5,16 @@ points (after writing, before committing; after committing, before publishing)."
 
 from __future__ import annotations
 
+import math
 import shutil
+from dataclasses import replace
+from itertools import permutations
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ingest_data import (
+    P1,
     P3,
     Bad,
     Message,
@@ -87,6 +91,60 @@ def test_incremental_runs_equal_one_full_run(spark: Any, tmp_path: Path) -> None
     devices = {r["device_id"]: r for r in spark.table(f"{db}.devices").collect()}
     assert devices["pico-03"]["gap_count"] == 1  # 600 -> 900 s; the burst is no interval
     assert devices["slow-05"]["gap_count"] == 0 and devices["slow-05"]["period_s"] == 300.0
+
+
+def test_a_window_sums_the_same_however_its_lines_were_read(spark: Any, tmp_path: Path) -> None:
+    """Adding doubles depends on the order: a window's sum and mean, and its clock-skew mean
+    (device_quality, site_quality), must not depend on which run read its lines nor on the
+    order the files were read in. Three files of one window, their lines interleaved in
+    time, read by three incremental runs and by one full run."""
+    topic = "esp32-01/temperature"
+    # (received second, value) per file; the device's clock says the whole second, so each
+    # line's skew is minus its fraction
+    files = [
+        [(5.186, "14.1"), (20.670, "17.2")],
+        [(10.393, "7.4"), (25.965, "0.4")],
+        [(15.849, "16.3"), (30.407, "6.5")],
+    ]
+
+    def added(values: list[float]) -> float:
+        total = 0.0
+        for v in values:
+            total += v
+        return total
+
+    def file_orders(per_line: Any) -> set[float]:
+        return {added([per_line(x) for k in p for x in files[k]]) for p in permutations(range(3))}
+
+    in_time = added([float(v) for _, v in sorted(x for f in files for x in f)])
+    # the values tell the orders apart: no order file by file adds them in time order
+    assert in_time not in file_orders(lambda x: float(x[1]))
+    skews_us = [-round(s % 1 * 1e6) for f in files for s, _ in f]
+    # and the skews' per-file sums, added in any order, are not all one number
+    per_file = [added([-round(s % 1 * 1e6) / 1e6 for s, _ in f]) for f in files]
+    assert len({added([per_file[k] for k in p]) for p in permutations(range(3))}) > 1
+
+    def line(s: float, v: str) -> Message:
+        m = reading(s, P1, topic, v)
+        return replace(m, event_time=m.received_at.replace(microsecond=0))
+
+    zone, out, db = tmp_path / "landing", tmp_path / "out", new_database()
+    for seq, lines in enumerate(files, start=1):
+        write_zone(zone, [[line(s, v) for s, v in lines]], first_seq=seq)
+        run_batch(spark, str(zone), str(out), database=db)
+    full = new_database()
+    run_batch(spark, str(zone), str(tmp_path / "full"), database=full, full=True)
+    got = {}
+    for d in (db, full):
+        (agg,) = spark.table(f"{d}.aggregates").where("field = 'value'").collect()
+        assert (agg["numeric_count"], agg["sum"], agg["mean"]) == (6, in_time, in_time / 6), d
+        (dq,) = spark.table(f"{d}.device_quality").collect()
+        (sq,) = spark.table(f"{d}.site_quality").collect()
+        got[d] = (dq["clock_skew_mean_s"], sq["clock_skew_mean_s"])
+    exact = sum(skews_us) / 6 / 1e6
+    assert got[db] == got[full], got
+    assert None not in got[db], got
+    assert all(math.isclose(m, exact, rel_tol=1e-15) for m in got[db]), (got, exact)
 
 
 @pytest.fixture(scope="module")
