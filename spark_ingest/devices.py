@@ -73,7 +73,11 @@ def partial(dq: DataFrame, producers: DataFrame | None = None) -> DataFrame:
         .groupBy(F.col("device_key").alias("_pk"))
         .agg(F.map_from_entries(F.collect_list(F.struct("_t", "_pt"))).alias("_periods"))
     )
-    skewed = F.when(F.col("clock_skew_mean_s").isNotNull(), F.col("window_start"))
+    has_skew = F.col("clock_skew_mean_s").isNotNull()
+    skewed = F.when(has_skew, F.col("window_start"))
+    # a device has a row per topic in its latest window: the skew of the topic it published
+    # last there (not whichever row came first: a full run and incremental ones disagreed)
+    skew_order = F.when(has_skew, F.struct("window_start", "last_at", "topic_path"))
     main = dq.groupBy("device_key").agg(
         F.max(F.struct("last_at", "topic_path", "producer", "gateway_id", "site")).alias("_l"),
         F.sort_array(F.collect_set("topic_path")).alias("topics"),
@@ -81,7 +85,7 @@ def partial(dq: DataFrame, producers: DataFrame | None = None) -> DataFrame:
         F.max("last_at").alias("last_seen"),
         F.sum("received").alias("messages"),
         F.sum("gaps").cast("long").alias("gap_count"),
-        F.max_by("clock_skew_mean_s", skewed).alias("clock_skew_s"),
+        F.max_by("clock_skew_mean_s", skew_order).alias("clock_skew_s"),
         F.max(skewed).alias("_skew_w"),
         F.min("clock_skew_min_s").alias("clock_skew_min_s"),
         F.max("clock_skew_max_s").alias("clock_skew_max_s"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import shutil
 from dataclasses import replace
+from datetime import timedelta
 from itertools import permutations
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from spark_ingest.catalog import CONFIG_PROPS, Catalog
 from spark_ingest.engine import Run
 from spark_ingest.options import Options
 from spark_ingest.schema import TABLES
+from spark_ingest.synth import write_synthetic
 
 pytestmark = pytest.mark.spark
 
@@ -145,6 +147,70 @@ def test_a_window_sums_the_same_however_its_lines_were_read(spark: Any, tmp_path
     assert got[db] == got[full], got
     assert None not in got[db], got
     assert all(math.isclose(m, exact, rel_tol=1e-15) for m in got[db]), (got, exact)
+
+
+def test_a_devices_clock_skew_is_that_of_the_topic_it_published_last(
+    spark: Any, tmp_path: Path
+) -> None:
+    """`devices.clock_skew_s` is its latest window's mean skew; a device publishing several
+    topics in that window has one mean per topic: the one of the topic it published last
+    in the window, in a full run as in incremental ones (it was whichever row came first)."""
+
+    def line(s: float, topic: str, skew_ms: int) -> Message:
+        m = reading(s, P1, f"esp32-01/{topic}", "20.5")
+        return replace(m, event_time=m.received_at + timedelta(milliseconds=skew_ms))
+
+    # one window, three topics; in each file the topic published last is written first
+    files = [
+        [line(40, "humidity", -300), line(10, "temperature", -100)],
+        [line(50, "pressure", -700), line(20, "temperature", -200)],
+    ]
+    zone, out, db = tmp_path / "landing", tmp_path / "out", new_database()
+    for seq, lines in enumerate(files, start=1):
+        write_zone(zone, [lines], first_seq=seq)
+        run_batch(spark, str(zone), str(out), database=db)
+    full = new_database()
+    run_batch(spark, str(zone), str(tmp_path / "full"), database=full, full=True)
+    for d in (db, full):
+        (dev,) = spark.table(f"{d}.devices").collect()
+        assert dev["clock_skew_s"] == -0.7, d  # pressure, at 50 s
+        assert (dev["clock_skew_min_s"], dev["clock_skew_max_s"]) == (-0.7, -0.1), d
+
+
+def _plain(v: Any) -> Any:
+    """A collected value with its maps as sorted pairs: a map's entry order is no part of it."""
+    if isinstance(v, dict):
+        return sorted((k, _plain(x)) for k, x in v.items())
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v
+
+
+def test_a_zone_delivered_out_of_order_gives_the_tables_of_one_full_run(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Synthetic readings (decimals, three topics per device, clock skews of milliseconds)
+    in six files arriving out of order, late ones among them: every table after four
+    incremental runs equals one full run's, bit for bit (the hand-made zones above have
+    values whose sums are exact in any order)."""
+    names = [p.name for p in write_synthetic(tmp_path / "pool", 3_000, files=6, devices=8)]
+    zone, out, db = tmp_path / "landing", tmp_path / "out", new_database()
+    zone.mkdir()
+    for delivery in ([0, 3], [1], [5, 2], [4]):
+        for k in delivery:
+            shutil.copy(tmp_path / "pool" / names[k], zone / names[k])
+        run_batch(spark, str(zone), str(out), database=db)
+    full = new_database()
+    run_batch(spark, str(zone), str(tmp_path / "full"), database=full, full=True)
+    for t in TABLES:
+        cols = [c for c in TABLES[t].columns if c not in PLACE]
+        got, want = (
+            sorted(map(repr, (_plain(r.asDict(recursive=True)) for r in
+                              spark.table(f"{d}.{t}").select(*cols).collect())))
+            for d in (db, full)
+        )  # fmt: skip
+        assert got == want, t
+    assert spark.table(f"{db}.aggregates").count() > 100
 
 
 @pytest.fixture(scope="module")
