@@ -14,11 +14,17 @@ from pyspark.sql import SparkSession
 
 class HFS:
     def __init__(self, spark: SparkSession) -> None:
-        self._jvm: Any = spark.sparkContext._jvm
+        jvm: Any = spark.sparkContext._jvm
         self._conf: Any = spark.sparkContext._jsc.hadoopConfiguration()
+        # The classes, looked up once: py4j resolves `jvm.org.apache...` a package at a
+        # time, and each name that is not a class (`org`, `org.apache`, ...) is tried under
+        # every import of PySpark's JVM view, scanning every jar on the class path (0.9 ms
+        # for `org`; a run makes a few hundred paths; docs/performance.md, tenth round).
+        self._Path: Any = jvm.org.apache.hadoop.fs.Path
+        self._IOUtils: Any = jvm.org.apache.commons.io.IOUtils
 
     def _path(self, p: str) -> Any:
-        return self._jvm.org.apache.hadoop.fs.Path(p)
+        return self._Path(p)
 
     def _fs(self, p: Any) -> Any:
         return p.getFileSystem(self._conf)
@@ -111,7 +117,7 @@ class HFS:
         stream = self._fs(jp).open(jp)
         try:
             stream.seek(offset)
-            data = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream, length)
+            data = self._IOUtils.toByteArray(stream, length)
         finally:
             stream.close()
         return bytes(data)
@@ -123,7 +129,7 @@ class HFS:
             return None
         stream = fs.open(jp)
         try:
-            data = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+            data = self._IOUtils.toByteArray(stream)
         finally:
             stream.close()
         return bytes(data).decode()
