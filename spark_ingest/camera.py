@@ -148,25 +148,26 @@ def states(
     if hi_us is not None:
         spans = spans.where(F.col("w") <= F.lit(hi_us))
     wend = F.col("w") + F.lit(window_us)
-    overlap = (F.least("_e", wend) - F.greatest("_s", "w")) / F.lit(1e6)
-    overlap = F.greatest(overlap, F.lit(0.0))
+    # in µs, summed as integers: exact in any order, where seconds as doubles summed five
+    # states of a minute to 60.00000000000001 s
+    overlap = F.greatest(F.least("_e", wend) - F.greatest("_s", "w"), F.lit(0))
     in_w = (F.col("_s") >= F.col("w")) & (F.col("_s") < wend)
-    known = F.when(F.col("_v").isNotNull(), overlap).otherwise(F.lit(0.0))
+    known = F.when(F.col("_v").isNotNull(), overlap).otherwise(F.lit(0))
     is_bool = F.lower(F.col("_v")).isin(*BOOLEAN_VALUES)
-    true_part = F.when(F.lower(F.col("_v")).isin(*TRUE_VALUES), overlap).otherwise(F.lit(0.0))
+    true_part = F.when(F.lower(F.col("_v")).isin(*TRUE_VALUES), overlap).otherwise(F.lit(0))
     covers_start = (F.col("_s") <= F.col("w")) & (F.col("_e") > F.col("w"))
     grouped = spans.groupBy(*SERIES, "w").agg(
         F.sum(F.when(in_w, 1).otherwise(0)).cast("long").alias("events"),
         F.sum(F.when(in_w & F.col("_changed"), 1).otherwise(0)).cast("long").alias("changes"),
-        F.sum(known).alias("known_s"),
-        F.sum(true_part).alias("_true"),
+        F.sum(known).alias("_known_us"),
+        F.sum(true_part).alias("_true_us"),
         F.max(F.col("_v").isNotNull() & is_bool).alias("_bool"),
         F.max(F.when(covers_start, F.col("_v"))).alias("value_at_start"),
         F.max(F.struct("at", "id", "_v", "device_id", "producer", "gateway_id", "site")).alias(
             "_l"
         ),
     )
-    rows = grouped.where((F.col("events") > 0) | (F.col("known_s") > 0))
+    rows = grouped.where((F.col("events") > 0) | (F.col("_known_us") > 0))
     return rows.select(
         *window_bounds(F.col("w"), window_us),
         "device_key",
@@ -179,8 +180,8 @@ def states(
         "item",
         "events",
         "changes",
-        F.when(F.col("_bool"), F.col("_true")).alias("true_s"),
-        "known_s",
+        F.when(F.col("_bool"), F.col("_true_us") / F.lit(1e6)).alias("true_s"),
+        (F.col("_known_us") / F.lit(1e6)).alias("known_s"),
         "value_at_start",
         F.col("_l._v").alias("last_value"),
         F.col("_l.at").alias("last_at"),
