@@ -170,10 +170,20 @@ def _spawn(landing: Path, out: Path, log: Path, conf_kv: dict[str, str], *extra:
 
 def _wait_for(proc: Any, ready: Any, log: Path, limit: float = 240) -> None:
     deadline = time.monotonic() + limit
-    while not ready():
+    while not _now(ready):
         assert proc.poll() is None, "ended before the signal:\n" + log.read_text()
         assert time.monotonic() < deadline, "no progress:\n" + log.read_text()
         time.sleep(0.1)
+
+
+def _now(ready: Any) -> bool:
+    """`ready()`, False while the tree it walks changes under it: Spark's committer removes
+    its `_temporary` directories as a micro-batch's writes finish (a check walking
+    `_staging` met one gone between listing and reading it: FileNotFoundError)."""
+    try:
+        return bool(ready())
+    except FileNotFoundError:
+        return False
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
