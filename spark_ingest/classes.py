@@ -21,10 +21,15 @@ What a caller may rely on:
 - an archive of another JDK, Spark or class path is never used: its name is a digest of
   them, and the JVM checks them again itself; an archive no process used for UNUSED_S is
   removed;
+- an archive of one pointer mode is never offered to a JVM of the other: a heap of 32 GB or
+  more has no compressed pointers, and the JVM cannot map an archive recorded with them (nor
+  the reverse), so the mode is part of the name too and the two kinds of process keep an
+  archive each instead of replacing each other's;
 - an archive the JVM cannot map (damaged, or of JVM settings it cannot be used with) is
   not silently ignored: the JVM is told to refuse it (`-Xshare:on`) and is started again
   without it; a `batch` process then replaces the archive with a new one, a `stream`
-  process leaves it to them;
+  process leaves it to them; the report of a JVM that crashed on it (a truncated archive)
+  is moved from the working directory to the archives' and named in the message;
 - the JVM's stdout is the process's stderr, and its CDS messages are silenced: `--json`
   prints on stdout.
 
@@ -58,6 +63,11 @@ QUIET = "-Xlog:cds*=off"
 MAP = "-Xshare:on"
 # options of a user who manages class sharing themselves: then we add nothing
 OWN = ("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-Xshare")
+# JVM options that decide the pointer mode, with the heap's size (spark.driver.memory)
+POINTER_OPTIONS = ("-XX:+UseCompressed", "-XX:-UseCompressed", "-XX:ObjectAlignmentInBytes")
+POINTER_FLAGS = ("UseCompressedOops", "UseCompressedClassPointers")
+# what PySpark's launcher gives the driver JVM without spark.driver.memory (-Xmx)
+DEFAULT_DRIVER_MEMORY = "1g"
 # A dump whose process is gone is never renamed: removed once its JVM must have finished
 # writing it (a dump takes ~25 s), so failing runs from cron cannot fill the disk with them
 ORPHAN_S = 600
@@ -135,8 +145,9 @@ class ClassArchive:
                 say(f"the JVM's classes were not recorded ({e}): the next batch process "
                     "tries again")  # fmt: skip
             return False
-        for old in self.path.parent.glob(self.path.name.split("-")[0] + "-*.jsa"):
-            if old != self.path:  # the same Spark home's archives of an older JDK or jars
+        for old in self.path.parent.glob(self.path.name.rsplit("-", 1)[0] + "-*.jsa"):
+            if old != self.path:  # the same Spark home's and pointer mode's archives of an
+                # older JDK or jars (the other mode's archive serves other processes)
                 with suppress(OSError):  # _forget_unused tries again in a month
                     old.unlink(missing_ok=True)
         return True
@@ -160,26 +171,28 @@ def start(
     with _jvm_stdout_to_stderr():
         if archive is None or archive.dump is not None:
             return launch(archive.conf(conf) if archive else conf), archive
+        began = time.time()
         try:
             return launch(archive.conf(conf)), archive
         except Exception as e:  # PySpark's error when its JVM exits before it answers
             if getattr(e, "getCondition", lambda: None)() != "JAVA_GATEWAY_EXITED":
                 raise
+        report = _move_crash_report(archive.path, began)
         again = _recording(archive.path, archive.spark_home) if record else None
         started = launch(again.conf(conf) if again else conf)
     why = f"the JVM could not use its class archive {archive.path} (damaged, or made with "
+    why += "other JVM settings" + (f"; its report: {report}" if report else "") + ")"
     if not record:
         # A stream leaves it to the batch processes: those may run with settings that can
-        # use it (a stream with a heap of 32 GB or more cannot: no compressed pointers),
-        # and a damaged one is replaced by the next of them
-        say(why + "other JVM settings): started without it")
+        # use it, and a damaged one is replaced by the next of them
+        say(why + ": started without it")
         return started, None
     try:
         archive.path.unlink(missing_ok=True)
         done = "removed" + ("; recording a new one" if again else "")
     except OSError as e:  # every later process starts its JVM twice until someone does
         done = f"could not remove it ({e}): please do"
-    say(why + f"other JVM settings): {done}")
+    say(f"{why}: {done}")
     return started, again
 
 
@@ -194,6 +207,25 @@ def _jvm_stdout_to_stderr() -> Iterator[None]:
     finally:
         os.dup2(saved, 1)
         os.close(saved)
+
+
+def _move_crash_report(archive: Path, since: float) -> Path | None:
+    """The report (`hs_err_pid*.log`, in the working directory) of a JVM that crashed
+    mapping `archive` (a truncated one: SIGBUS) since `since`, moved beside the archives:
+    it is about our cache, not about the user's job. None when there is none."""
+    for f in Path.cwd().glob("hs_err_pid*.log"):
+        try:
+            if f.stat().st_mtime < since - 1:
+                continue
+            with f.open(encoding="utf-8", errors="replace") as fh:
+                if f"-XX:SharedArchiveFile={archive} " not in fh.read(1 << 20):
+                    continue
+            moved = archive.parent / f.name
+            shutil.move(f, moved)
+            return moved
+        except OSError:  # another process's, or gone meanwhile
+            continue
+    return None
 
 
 def plan(conf: dict[str, str], record: bool) -> ClassArchive | None:
@@ -295,9 +327,13 @@ def _stat(p: str | Path) -> list[object]:
 
 
 def _name(conf: dict[str, str], home: str) -> str | None:
-    """`<Spark home digest>-<digest of the JDK, the jars and the class path>.jsa`."""
+    """`<Spark home digest>-<pointer mode>-<digest of the JDK, the jars and the class
+    path>.jsa`."""
     java = _java()
     if java is None:
+        return None
+    pointers = _pointer_mode(java, conf, home)
+    if pointers is None:
         return None
     jdk = Path(java).parent.parent
     jars = Path(home) / "jars"
@@ -311,7 +347,32 @@ def _name(conf: dict[str, str], home: str) -> str | None:
         [conf.get(k) or defaults.get(k) for k in CLASS_PATH_KEYS],
     ]
     digest = hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:20]
-    return f"{hashlib.sha256(home.encode()).hexdigest()[:8]}-{digest}.jsa"
+    return f"{hashlib.sha256(home.encode()).hexdigest()[:8]}-{pointers}-{digest}.jsa"
+
+
+def _pointer_mode(java: str, conf: dict[str, str], home: str) -> str | None:
+    """The pointer flags (POINTER_FLAGS) the driver JVM will run with, as that JDK decides
+    them for the heap and options the launcher gives it (about 50 ms), as one letter each
+    (`c` compressed, `u` not: `cc` below a heap of 32 GB); None when it cannot say (the JVM
+    would not start with these either)."""
+    memory = (
+        conf.get("spark.driver.memory")
+        or _defaults(home).get("spark.driver.memory")
+        or os.environ.get("SPARK_DRIVER_MEMORY")
+        or os.environ.get("SPARK_MEM")
+        or DEFAULT_DRIVER_MEMORY
+    )  # the order of Spark's launcher (SparkSubmitCommandBuilder), which adds -Xmx itself
+    own = [o for o in _java_options(conf, home).split() if o.startswith(POINTER_OPTIONS)]
+    cmd = [java, f"-Xmx{memory}", *own, "-XX:+PrintFlagsFinal", "-version"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    # lines as `     bool UseCompressedOops          = true          {product lp64_product}`
+    flags = {w[1]: w[3] for w in map(str.split, out.splitlines()) if len(w) > 3 and w[2] == "="}
+    if any(flags.get(f) not in ("true", "false") for f in POINTER_FLAGS):
+        return None
+    return "".join("c" if flags[f] == "true" else "u" for f in POINTER_FLAGS)
 
 
 def _java_options(conf: dict[str, str], spark_home: str | None) -> str:

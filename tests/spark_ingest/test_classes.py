@@ -22,14 +22,16 @@ from spark_ingest.synth import write_synthetic
 ROOT = Path(__file__).resolve().parents[2]
 # the JDK's words for a class mapped from a dynamic (top-layer) archive
 FROM_ARCHIVE = "source: shared objects file (top)"
-# a user's own JVM options, kept beside the archive's: those of the other tests' short-lived
-# processes (conftest.SPARK_TEST_CONF: fewer CPU seconds than the JVM's defaults)
-OWN_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 
 
-def _batch(
-    zone: Path, out: Path, cache: Path, options: str = OWN_OPTIONS
-) -> subprocess.CompletedProcess[str]:
+@pytest.fixture
+def own_options(spark_test_conf: dict[str, str]) -> str:
+    """A user's own JVM options, kept beside the archive's: those of the other tests'
+    short-lived processes (conftest.SPARK_TEST_CONF: fewer CPU seconds than the defaults)."""
+    return spark_test_conf[classes.JAVA_OPTIONS]
+
+
+def _batch(zone: Path, out: Path, cache: Path, options: str) -> subprocess.CompletedProcess[str]:
     cmd = [
         sys.executable, "-m", "spark_ingest", "batch", "--landing", str(zone),
         "--out", str(out), "--json", "--master", "local[1]",
@@ -41,26 +43,36 @@ def _batch(
 
 
 @pytest.mark.timeout(900)
-def test_a_second_process_maps_the_classes_the_first_recorded(tmp_path: Path) -> None:
+def test_a_second_process_maps_the_classes_the_first_recorded(
+    tmp_path: Path, own_options: str
+) -> None:
     zone, cache = tmp_path / "landing", tmp_path / "jvm"
     write_synthetic(zone, 40, files=1, devices=2)
     # where the archive goes holds a damaged one (a copy cut short, a disk error): the JVM
     # must not start without it unnoticed, nor crash on it in every later process
-    damaged = classes.plan({classes.CONF: str(cache), classes.JAVA_OPTIONS: OWN_OPTIONS}, True)
+    damaged = classes.plan({classes.CONF: str(cache), classes.JAVA_OPTIONS: own_options}, True)
     assert damaged is not None
     damaged.path.write_bytes(b"\xa8\xba\x0b\xf0" + bytes(4096))
-    first = _batch(zone, tmp_path / "out", cache)
+    # beside it: the archive of the other pointer mode (a heap of 32 GB or more), which
+    # serves other processes, and one of this mode for an older JDK, of use to none
+    home, mode, _ = damaged.path.name.split("-")
+    other_mode = cache / damaged.path.name.replace(f"-{mode}-", "-uc-" if mode == "cc" else "-cc-")
+    older = cache / f"{home}-{mode}-{'0' * 20}.jsa"
+    for f in (other_mode, older):
+        f.write_bytes(b"archive")
+    first = _batch(zone, tmp_path / "out", cache, own_options)
     assert first.returncode == 0, first.stderr[-3000:]
     assert json.loads(first.stdout)["files"] == 1  # nothing of the JVM's on stdout
     assert f"could not use its class archive {damaged.path}" in first.stderr, first.stderr
     assert "recording the JVM's classes" in first.stderr
     archives = sorted(p.name for p in cache.iterdir())
-    assert archives == [damaged.path.name], archives  # replaced, no dump left over
+    # replaced, no dump left over, the older one removed, the other mode's kept
+    assert archives == sorted([damaged.path.name, other_mode.name]), archives
     assert damaged.path.stat().st_size > 1_000_000
 
     log = tmp_path / "class-load.log"
     second = _batch(
-        zone, tmp_path / "out", cache, f"{OWN_OPTIONS} -Xlog:class+load=info:file={log}"
+        zone, tmp_path / "out", cache, f"{own_options} -Xlog:class+load=info:file={log}"
     )
     assert second.returncode == 0, second.stderr[-3000:]
     assert json.loads(second.stdout)["files"] == 0  # the file was read by the first run
@@ -91,6 +103,79 @@ def test_what_a_process_records_or_uses(tmp_path: Path) -> None:
     # another class path is another archive
     other = classes.plan({classes.CONF: cache, "spark.jars": "/x.jar"}, record=True)
     assert other is not None and other.path != rec.path and other.dump is not None
+
+
+def test_a_heap_of_32_gb_or_more_has_an_archive_of_its_own(tmp_path: Path) -> None:
+    """The JVM refuses to map an archive recorded in the other pointer mode (`The saved
+    state of UseCompressedOops ... is different from runtime`): a heap of 32 GB or more has
+    no compressed pointers. Two deployments, one of each, must not replace each other's
+    archive at every process. The JDK itself says which mode a heap gets."""
+    cache = tmp_path / "jvm"
+
+    def archive(**conf: str) -> Path:
+        a = classes.plan({classes.CONF: str(cache), **conf}, record=True)
+        assert a is not None
+        return a.path
+
+    small = archive()
+    assert archive(**{"spark.driver.memory": "31g"}) == small  # same mode: one archive
+    big = archive(**{"spark.driver.memory": "32g"})
+    off = archive(**{classes.JAVA_OPTIONS: "-XX:+UseSerialGC -XX:-UseCompressedOops"})
+    assert big != small and off == big
+    # the JVM agrees: an archive recorded with compressed pointers is refused by a 32 GB heap
+    java = classes._java()
+    assert java is not None
+    jsa = tmp_path / "small.jsa"
+    rec = subprocess.run([java, f"-XX:ArchiveClassesAtExit={jsa}", "-Xlog:cds*=off", "-version"],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert rec.returncode == 0 and jsa.is_file(), rec.stderr
+    for heap, maps in (("31g", True), ("32g", False)):
+        r = subprocess.run([java, f"-Xmx{heap}", f"-XX:SharedArchiveFile={jsa}", classes.MAP,
+                            "-version"], capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert (r.returncode == 0) is maps, (heap, r.stdout, r.stderr)
+
+
+def test_the_report_of_a_jvm_that_crashed_on_a_truncated_archive_is_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real JDK on a real archive cut short: it does not refuse it, it crashes (SIGBUS)
+    and writes `hs_err_pid*.log` into the working directory. That report is about our cache:
+    it goes beside the archives and the message names it; other reports stay."""
+    from pyspark.errors import PySparkRuntimeError
+
+    java = classes._java()
+    assert java is not None
+    cache, work = tmp_path / "jvm", tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    conf = {classes.CONF: str(cache)}
+    path = classes.plan(conf, record=True).path  # type: ignore[union-attr]
+    whole = tmp_path / "whole.jsa"
+    rec = subprocess.run([java, f"-XX:ArchiveClassesAtExit={whole}", "-Xlog:cds*=off", "-version"],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert rec.returncode == 0, rec.stderr
+    path.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    users = work / "hs_err_pid1.log"  # a crash of the user's own, earlier: not ours to move
+    users.write_text("Command Line: -Xmx1g org.example.Job\n")
+    crashed: list[int] = []
+
+    def launch(c: dict[str, str]) -> str:
+        options = c.get(classes.JAVA_OPTIONS, "")
+        if "-XX:SharedArchiveFile" in options:
+            r = subprocess.run([java, *options.split(), "-version"], capture_output=True,
+                               timeout=120)  # fmt: skip
+            crashed.append(r.returncode)
+            raise PySparkRuntimeError(errorClass="JAVA_GATEWAY_EXITED", messageParameters={})
+        return options
+
+    said: list[str] = []
+    started, again = classes.start(conf, True, launch, said.append)
+    assert "-XX:ArchiveClassesAtExit=" in started
+    assert crashed and crashed[0] != 0 and again is not None and again.dump is not None
+    reports = list(cache.glob("hs_err_pid*.log"))
+    assert len(reports) == 1 and "SharedArchiveFile" in reports[0].read_text()
+    assert sorted(work.iterdir()) == [users]
+    assert f"its report: {reports[0]}" in said[-1] and said[-1].endswith("recording a new one")
 
 
 def test_an_archive_the_jvm_refuses_is_removed(tmp_path: Path) -> None:

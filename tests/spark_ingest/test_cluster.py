@@ -27,20 +27,27 @@ from spark_ingest.synth import landing_name, readings, write_parquet_messages
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
-# Every JVM of the cluster (daemons, drivers, executors) is short-lived and runs a few small
-# queries: as the `wsn-ingest` processes of the other tests (conftest.SPARK_TEST_CONF), C1
-# only and the serial collector, which cost the fewest CPU seconds on the shared cores
-JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
-SMALL = [
-    arg
-    for k, v in {
-        "spark.executor.memory": "512m",
-        "spark.driver.memory": "512m",
-        "spark.driver.extraJavaOptions": JVM_OPTIONS,
-        "spark.executor.extraJavaOptions": JVM_OPTIONS,
-    }.items()
-    for arg in ("--conf", f"{k}={v}")
-]
+
+
+def _small(jvm_options: str) -> list[str]:
+    """Small memory and the tests' JVM options (conftest.SPARK_TEST_CONF: C1 only and the
+    serial collector, the fewest CPU seconds on the shared cores) for every JVM of the
+    cluster: daemons, drivers, executors, all short-lived and running few small queries."""
+    return [
+        arg
+        for k, v in {
+            "spark.executor.memory": "512m",
+            "spark.driver.memory": "512m",
+            "spark.driver.extraJavaOptions": jvm_options,
+            "spark.executor.extraJavaOptions": jvm_options,
+        }.items()
+        for arg in ("--conf", f"{k}={v}")
+    ]
+
+
+@pytest.fixture(scope="module")
+def jvm_options(spark_test_conf: dict[str, str]) -> str:
+    return spark_test_conf["spark.driver.extraJavaOptions"]
 
 
 def _spark_home() -> Path:
@@ -55,7 +62,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _env() -> dict[str, str]:
+def _env(jvm_options: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         SPARK_HOME=str(_spark_home()),
@@ -65,7 +72,7 @@ def _env() -> dict[str, str]:
         PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
         # the daemons' own heap: small, the machine is shared
         SPARK_DAEMON_MEMORY="256m",
-        SPARK_DAEMON_JAVA_OPTS=JVM_OPTIONS,
+        SPARK_DAEMON_JAVA_OPTS=jvm_options,
     )
     return env
 
@@ -82,7 +89,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, jvm_options: str
+) -> Iterator[tuple[str, Path, str]]:
     logs = tmp_path_factory.mktemp("cluster-logs")
     cls = str(_spark_home() / "bin" / "spark-class")
     port = _free_port()
@@ -93,14 +102,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
             procs.append(subprocess.Popen(
                 [cls, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                  "--port", str(port), "--webui-port", "0"],
-                env=_env(), stdout=out, stderr=subprocess.STDOUT, cwd=logs,
+                env=_env(jvm_options), stdout=out, stderr=subprocess.STDOUT, cwd=logs,
             ))  # fmt: skip
         with open(logs / "worker.log", "wb") as out:
             procs.append(subprocess.Popen(
                 [cls, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
                  "--webui-port", "0", "--cores", "2", "--memory", "1g",
                  "--work-dir", str(logs / "work"), master_url],
-                env=_env(), stdout=out, stderr=subprocess.STDOUT, cwd=logs,
+                env=_env(jvm_options), stdout=out, stderr=subprocess.STDOUT, cwd=logs,
             ))  # fmt: skip
         deadline = time.monotonic() + 90
         while "Registering worker" not in (logs / "master.log").read_text(errors="replace"):
@@ -111,7 +120,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
                     + (logs / "worker.log").read_text(errors="replace")[-3000:]
                 )
             time.sleep(0.5)
-        yield master_url, logs / "master.log"
+        yield master_url, logs / "master.log", jvm_options
     finally:
         for p in reversed(procs):
             _stop(p)
@@ -145,40 +154,43 @@ def _outputs(spark: Any, out: Path) -> dict[str, list[str]]:
     return got
 
 
-def _run(args: list[str], cwd: Path, master_log: Path) -> subprocess.CompletedProcess[str]:
+def _run(
+    args: list[str], cwd: Path, master_log: Path, jvm_options: str
+) -> subprocess.CompletedProcess[str]:
     """Run a driver; check it ran its job on the cluster: the master registered one more
     application, named as the job names itself."""
     apps = master_log.read_text(errors="replace").count("Registered app wsn-ingest")
-    r = subprocess.run(args, env=_env(), cwd=cwd, capture_output=True, text=True, timeout=600)
+    env = _env(jvm_options)
+    r = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     assert master_log.read_text(errors="replace").count("Registered app wsn-ingest") == apps + 1
     return r
 
 
 def test_spark_submit_on_a_standalone_cluster_equals_the_local_run(
-    spark: Any, cluster: tuple[str, Path], local_run: dict[str, Any]
+    spark: Any, cluster: tuple[str, Path, str], local_run: dict[str, Any]
 ) -> None:
     root = local_run["root"]
-    url, master_log = cluster
+    url, master_log, jvm_options = cluster
     _run(
-        [str(_spark_home() / "bin" / "spark-submit"), "--master", url, *SMALL,
+        [str(_spark_home() / "bin" / "spark-submit"), "--master", url, *_small(jvm_options),
          str(ROOT / "spark_ingest" / "job.py"), "batch",
          "--landing", str(root / "landing"), "--out", str(root / "submit")],
-        ROOT, master_log,
+        ROOT, master_log, jvm_options,
     )  # fmt: skip
     assert _outputs(spark, root / "submit") == _outputs(spark, root / "local")
 
 
 def test_wsn_ingest_master_on_a_standalone_cluster_equals_the_local_run(
-    spark: Any, cluster: tuple[str, Path], local_run: dict[str, Any]
+    spark: Any, cluster: tuple[str, Path, str], local_run: dict[str, Any]
 ) -> None:
     root = local_run["root"]
-    url, master_log = cluster
+    url, master_log, jvm_options = cluster
     r = _run(
-        [sys.executable, "-m", "spark_ingest", "batch", "--master", url, *SMALL,
+        [sys.executable, "-m", "spark_ingest", "batch", "--master", url, *_small(jvm_options),
          "--conf", "spark.wsn.ingest.classArchive=off",
          "--landing", f"file://{root}/landing", "--out", str(root / "cli")],
-        ROOT, master_log,
+        ROOT, master_log, jvm_options,
     )  # fmt: skip
     assert f"on {url}" in r.stderr, r.stderr[-3000:]  # its progress line names the master
     assert "sim-01" in r.stdout, r.stdout
