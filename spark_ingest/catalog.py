@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from pyspark.sql import SparkSession
 
+from spark_ingest.jvm import java_class
 from spark_ingest.manifest import location
 from spark_ingest.schema import TABLES, Table
 
@@ -59,12 +60,8 @@ class Catalog:
         return self.spark.conf.get("spark.sql.catalogImplementation", "in-memory") == "hive"
 
     def _location_of(self, table: str) -> str:
-        jvm: Any = self.spark._jvm
         jcat: Any = self.spark._jsparkSession.sessionState().catalog()
-        ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(
-            table, jvm.scala.Some(self.db)
-        )
-        return str(jcat.getTableMetadata(ident).location().toString())
+        return str(jcat.getTableMetadata(self._ident(table)).location().toString())
 
     def ensure(self, config: dict[str, Any], qualify: Any, check: bool = True) -> None:
         """Create the database and every table that does not exist; check that those that
@@ -104,8 +101,7 @@ class Catalog:
 
     def _create(self, table: Table, where: str, config: dict[str, Any]) -> None:
         # the location first: Hive logs a stack trace for a table whose directory is missing
-        jvm: Any = self.spark._jvm
-        path = jvm.org.apache.hadoop.fs.Path(where)
+        path = java_class(self.spark, "org.apache.hadoop.fs.Path")(where)
         path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()).mkdirs(path)
         cols = ", ".join(f"{_q(f.name)} {f.dataType.simpleString()}" for f in table.schema.fields)
         part = " PARTITIONED BY (`date`, `hour`)" if table.partitioned else ""
@@ -192,35 +188,41 @@ class Catalog:
                     f"ALTER TABLE {self.name(tname)} PARTITION ({_spec(k)}) SET LOCATION '{where}'"
                 )
 
-    def _relocate_batch(self, tname: str, moves: dict[str, int]) -> None:
-        jvm: Any = self.spark._jvm
-        jcat: Any = self.spark._jsparkSession.sessionState().catalog()
-        ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(
-            tname, jvm.scala.Some(self.db)
+    def _ident(self, table: str) -> Any:
+        """The TableIdentifier of `table` in this database."""
+        some = java_class(self.spark, "scala.Some")
+        return java_class(self.spark, "org.apache.spark.sql.catalyst.TableIdentifier").apply(
+            table, some(self.db)
         )
-        utils = jvm.org.apache.spark.api.python.PythonUtils
+
+    def _relocate_batch(self, tname: str, moves: dict[str, int]) -> None:
+        jcat: Any = self.spark._jsparkSession.sessionState().catalog()
+        ident = self._ident(tname)
+        utils = java_class(self.spark, "org.apache.spark.api.python.PythonUtils")
+        hash_map = java_class(self.spark, "java.util.HashMap")
         new = []
         for k, v in sorted(moves.items()):
-            spec = jvm.java.util.HashMap()
+            spec = hash_map()
             for p in k.split("/"):
                 name, value = p.split("=", 1)
                 spec.put(name, value)
             part = jcat.getPartition(ident, utils.toScalaMap(spec))
             new.append(self._moved(part, location(self.out, tname, k, v)))
-        seq = jvm.scala.jdk.javaapi.CollectionConverters.asScala(
-            jvm.java.util.ArrayList(new)
-        ).toSeq()
+        seq = (
+            java_class(self.spark, "scala.jdk.javaapi.CollectionConverters")
+            .asScala(java_class(self.spark, "java.util.ArrayList")(new))
+            .toSeq()
+        )
         jcat.alterPartitions(ident, seq)
 
     def _moved(self, part: Any, where: str) -> Any:
         """A copy of a CatalogTablePartition with its location changed (Scala case classes:
         `copy` with every argument; their number differs between Spark versions)."""
-        jvm: Any = self.spark._jvm
         s = part.storage()
         ns = self._arity.get("storage") or self._count_args(s)
         np_ = self._arity.get("part") or self._count_args(part)
         self._arity.update(storage=ns, part=np_)
-        uri = jvm.scala.Some(jvm.java.net.URI(where))
+        uri = java_class(self.spark, "scala.Some")(java_class(self.spark, "java.net.URI")(where))
         storage = s.copy(uri, *[getattr(s, f"copy$default${i}")() for i in range(2, ns + 1)])
         return part.copy(
             part.spec(), storage, *[getattr(part, f"copy$default${i}")() for i in range(3, np_ + 1)]

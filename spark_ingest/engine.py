@@ -33,6 +33,7 @@ from spark_ingest.catalog import Catalog
 from spark_ingest.compute import compute
 from spark_ingest.hfs import HFS
 from spark_ingest.inputs import Inputs, resolve
+from spark_ingest.jvm import pin_pyspark_names
 from spark_ingest.keep import materialize, release
 from spark_ingest.landing import read_classified
 from spark_ingest.manifest import FORMAT, Manifest, RunRecord, State, location, now_ms, staging
@@ -134,6 +135,7 @@ class Run:
         only: Collection[str] | None = None,
     ) -> None:
         self.spark = spark
+        pin_pyspark_names(spark)  # PySpark's per-call class lookups, once (jvm.py)
         #: the files this run may read (a stream's micro-batch); None: every listed file
         self.only = None if only is None else set(only)
         #: their bytes, when the caller listed them (the stream's file source): the run

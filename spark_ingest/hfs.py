@@ -11,17 +11,14 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from spark_ingest.jvm import java_class
+
 
 class HFS:
     def __init__(self, spark: SparkSession) -> None:
-        jvm: Any = spark.sparkContext._jvm
         self._conf: Any = spark.sparkContext._jsc.hadoopConfiguration()
-        # The classes, looked up once: py4j resolves `jvm.org.apache...` a package at a
-        # time, and each name that is not a class (`org`, `org.apache`, ...) is tried under
-        # every import of PySpark's JVM view, scanning every jar on the class path (0.9 ms
-        # for `org`; a run makes a few hundred paths; docs/performance.md, tenth round).
-        self._Path: Any = jvm.org.apache.hadoop.fs.Path
-        self._IOUtils: Any = jvm.org.apache.commons.io.IOUtils
+        self._Path: Any = java_class(spark, "org.apache.hadoop.fs.Path")
+        self._IOUtils: Any = java_class(spark, "org.apache.commons.io.IOUtils")
 
     def _path(self, p: str) -> Any:
         return self._Path(p)

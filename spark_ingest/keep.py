@@ -16,10 +16,11 @@ there is nothing to lose, and `persist` on a cluster.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+
+from spark_ingest.jvm import java_class
 
 KEEP_CONF = "spark.wsn.ingest.keep"
 KEEP_MODES = ("checkpoint", "persist")
@@ -68,10 +69,11 @@ def release(df: DataFrame) -> None:
         df.unpersist()
         return
     with contextlib.suppress(Exception):  # only memory is at stake, never correctness
-        jvm: Any = df.sparkSession._jvm
+        spark = df.sparkSession
         # Spark warns on every such unpersist that the lineage "cannot be recomputed": true,
         # intended, and not something a user of wsn-ingest can act on
-        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
-            "org.apache.spark.rdd.MapPartitionsRDD", jvm.org.apache.logging.log4j.Level.ERROR
+        java_class(spark, "org.apache.logging.log4j.core.config.Configurator").setLevel(
+            "org.apache.spark.rdd.MapPartitionsRDD",
+            java_class(spark, "org.apache.logging.log4j.Level").ERROR,
         )
         df._jdf.queryExecution().analyzed().rdd().unpersist(False)
