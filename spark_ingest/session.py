@@ -20,6 +20,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from spark_ingest.jvm import java_class
+
 # Settings this job relies on, whatever the cluster's defaults are.
 REQUIRED_CONF = {
     # windows, `date` partitions and timestamps without a zone are in UTC
@@ -39,6 +41,23 @@ DEFAULT_CONF = {
     # a quiet machine"); an error then names the query, not the Python line that built it.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
+
+# Loggers whose warnings, at the default level, say nothing a user of wsn-ingest can act on
+# and would bury the ones that do (a full run of 1M rows printed ~300 lines of them): set to
+# ERROR when the level is WARN. Their warnings:
+NOISE = (
+    # "Updating partition stats fast for: aggregates" / "Updated size to 310437": Hive's
+    # metastore recording a partition's file count and size, at every ADD or ALTER PARTITION
+    "hive.log",
+    # "METASTORE_FILTER_HOOK will be ignored, since hive.security.authorization.manager is
+    # set ...", at the session's first metastore call (Spark's bundled Hive defaults)
+    "org.apache.hadoop.hive.ql.session.SessionState",
+    # "HiveConf of name hive.internal.ss.authz.settings.applied.marker does not exist"
+    "org.apache.hadoop.hive.conf.HiveConf",
+    # "Truncated the string representation of a plan since it was too large": a run's plans
+    # are wide (the tables' columns)
+    "org.apache.spark.util.SparkStringUtils",
+)
 
 # settings that mean "a metastore is configured": then `metastore_dir` is not used
 METASTORE_KEYS = (
@@ -98,7 +117,13 @@ def get_session(
     for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("WSN_INGEST_LOG_LEVEL", "WARN"))
+    level = os.environ.get("WSN_INGEST_LOG_LEVEL", "WARN")
+    spark.sparkContext.setLogLevel(level)
+    if level.upper() == "WARN":
+        configurator = java_class(spark, "org.apache.logging.log4j.core.config.Configurator")
+        error = java_class(spark, "org.apache.logging.log4j.Level").ERROR
+        for name in NOISE:
+            configurator.setLevel(name, error)
     if metastore_dir:
         _derby_log(spark, metastore_dir)
     return spark

@@ -63,6 +63,11 @@ def test_a_second_process_maps_the_classes_the_first_recorded(
     first = _batch(zone, tmp_path / "out", cache, own_options)
     assert first.returncode == 0, first.stderr[-3000:]
     assert json.loads(first.stdout)["files"] == 1  # nothing of the JVM's on stdout
+    # nor, on stderr, the bundled Hive's and Spark's warnings no user can act on
+    # (session.NOISE): they would bury those that matter
+    for noise in ("Updating partition stats", "Updated size to", "METASTORE_FILTER_HOOK",
+                  "HiveConf of name", "Truncated the string representation"):  # fmt: skip
+        assert noise not in first.stderr, first.stderr
     assert f"could not use its class archive {damaged.path}" in first.stderr, first.stderr
     assert "recording the JVM's classes" in first.stderr
     archives = sorted(p.name for p in cache.iterdir())
