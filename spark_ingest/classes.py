@@ -268,9 +268,10 @@ def _recording(path: Path, home: str | None) -> ClassArchive | None:
 
 
 def _forget_unused(d: Path, mine: Path) -> None:
-    """Mark `mine` used; remove the other archives no process used for UNUSED_S."""
+    """Mark `mine` used; remove the other archives no process used for UNUSED_S, and the
+    crash reports moved here (_move_crash_report) older than that."""
     now = time.time()
-    for f in d.glob("*.jsa"):
+    for f in [*d.glob("*.jsa"), *d.glob("hs_err_pid*.log")]:
         try:
             if f == mine:
                 os.utime(f)

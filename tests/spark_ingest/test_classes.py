@@ -240,15 +240,19 @@ def test_archives_no_process_used_for_a_month_are_removed(tmp_path: Path) -> Non
     cache.mkdir()
     mine = classes.plan({classes.CONF: str(cache)}, record=True).path  # type: ignore[union-attr]
     stale, recent = cache / "00000000-old.jsa", cache / "11111111-recent.jsa"
-    for f in (mine, stale, recent):
+    # the reports of JVMs that crashed on a truncated archive, moved here: kept as long
+    old_report, new_report = cache / "hs_err_pid7.log", cache / "hs_err_pid8.log"
+    for f in (mine, stale, recent, old_report, new_report):
         f.write_bytes(b"archive")
     month_ago = time.time() - classes.UNUSED_S - 60
-    for f in (mine, stale):
+    for f in (mine, stale, old_report):
         os.utime(f, (month_ago, month_ago))
-    os.utime(recent, (month_ago + 3600, month_ago + 3600))
+    for f in (recent, new_report):
+        os.utime(f, (month_ago + 3600, month_ago + 3600))
     use = classes.plan({classes.CONF: str(cache)}, record=False)
     assert use is not None and use.path == mine and use.dump is None
-    assert sorted(p.name for p in cache.iterdir()) == sorted([mine.name, recent.name])
+    left = sorted(p.name for p in cache.iterdir())
+    assert left == sorted([mine.name, recent.name, new_report.name]), left
     assert time.time() - mine.stat().st_mtime < 600  # used now
 
 
