@@ -43,7 +43,7 @@ DEFAULT_CONF = {
 }
 
 # Loggers whose warnings, at the default level, say nothing a user of wsn-ingest can act on
-# and would bury the ones that do (a full run of 1M rows printed ~300 lines of them): set to
+# and would bury the ones that do (a full run of 1M rows printed 114 lines of them): set to
 # ERROR when the level is WARN. Their warnings:
 NOISE = (
     # "Updating partition stats fast for: aggregates" / "Updated size to 310437": Hive's
