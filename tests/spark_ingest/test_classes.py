@@ -5,6 +5,7 @@ from."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -25,10 +26,20 @@ FROM_ARCHIVE = "source: shared objects file (top)"
 
 
 @pytest.fixture
-def own_options(spark_test_conf: dict[str, str]) -> str:
+def own_options() -> str:
     """A user's own JVM options, kept beside the archive's: those of the other tests'
-    short-lived processes (conftest.SPARK_TEST_CONF: fewer CPU seconds than the defaults)."""
-    return spark_test_conf[classes.JAVA_OPTIONS]
+    short-lived processes (conftest.SPARK_TEST_CONF: fewer CPU seconds than the defaults).
+
+    Read from the file, not through the `spark_test_conf` fixture: a module using that one
+    joins the Spark part, where the session's JVM runs in the test process, and
+    `classes.plan` rightly adds nothing to a JVM it does not start."""
+    spec = importlib.util.spec_from_file_location(
+        "spark_ingest_tests_conftest_classes", Path(__file__).with_name("conftest.py")
+    )
+    assert spec is not None and spec.loader is not None
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    return str(conftest.SPARK_TEST_CONF[classes.JAVA_OPTIONS])
 
 
 def _batch(zone: Path, out: Path, cache: Path, options: str) -> subprocess.CompletedProcess[str]:
