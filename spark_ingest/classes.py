@@ -145,9 +145,13 @@ class ClassArchive:
                 say(f"the JVM's classes were not recorded ({e}): the next batch process "
                     "tries again")  # fmt: skip
             return False
-        for old in self.path.parent.glob(self.path.name.rsplit("-", 1)[0] + "-*.jsa"):
-            if old != self.path:  # the same Spark home's and pointer mode's archives of an
-                # older JDK or jars (the other mode's archive serves other processes)
+        home, mode, _ = self.path.name.split("-")
+        for old in self.path.parent.glob(f"{home}-*.jsa"):
+            # the same Spark home's archives of this pointer mode for an older JDK or jars,
+            # and those named before the mode was (`<home>-<digest>.jsa`, of either mode);
+            # the other mode's archive serves other processes
+            parts = old.name.split("-")
+            if old != self.path and (len(parts) == 2 or parts[1] == mode):
                 with suppress(OSError):  # _forget_unused tries again in a month
                     old.unlink(missing_ok=True)
         return True

@@ -69,7 +69,8 @@ def test_a_second_process_maps_the_classes_the_first_recorded(
     home, mode, _ = damaged.path.name.split("-")
     other_mode = cache / damaged.path.name.replace(f"-{mode}-", "-uc-" if mode == "cc" else "-cc-")
     older = cache / f"{home}-{mode}-{'0' * 20}.jsa"
-    for f in (other_mode, older):
+    unnamed = cache / f"{home}-{'1' * 20}.jsa"  # named before the mode was: either mode
+    for f in (other_mode, older, unnamed):
         f.write_bytes(b"archive")
     first = _batch(zone, tmp_path / "out", cache, own_options)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -82,7 +83,7 @@ def test_a_second_process_maps_the_classes_the_first_recorded(
     assert f"could not use its class archive {damaged.path}" in first.stderr, first.stderr
     assert "recording the JVM's classes" in first.stderr
     archives = sorted(p.name for p in cache.iterdir())
-    # replaced, no dump left over, the older one removed, the other mode's kept
+    # replaced, no dump left over, the older ones removed, the other mode's kept
     assert archives == sorted([damaged.path.name, other_mode.name]), archives
     assert damaged.path.stat().st_size > 1_000_000
 
