@@ -35,6 +35,15 @@ def java_class(spark: SparkSession, fqn: str) -> Any:
     return JavaClass(fqn, gateway._gateway_client)
 
 
+def set_log_level(spark: SparkSession, logger: str, level: str) -> None:
+    """Set the JVM's log4j level of `logger` (and the loggers under it) to `level`
+    (`ERROR`, `OFF`, ...)."""
+    configurator = java_class(spark, "org.apache.logging.log4j.core.config.Configurator")
+    configurator.setLevel(
+        logger, java_class(spark, "org.apache.logging.log4j.Level").valueOf(level)
+    )
+
+
 def pin_pyspark_names(spark: SparkSession) -> None:
     """Make PySpark's per-call lookups (PYSPARK_NAMES) on the session's JVM view local.
 

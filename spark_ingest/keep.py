@@ -20,7 +20,7 @@ import contextlib
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_ingest.jvm import java_class
+from spark_ingest.jvm import set_log_level
 
 KEEP_CONF = "spark.wsn.ingest.keep"
 KEEP_MODES = ("checkpoint", "persist")
@@ -72,8 +72,5 @@ def release(df: DataFrame) -> None:
         spark = df.sparkSession
         # Spark warns on every such unpersist that the lineage "cannot be recomputed": true,
         # intended, and not something a user of wsn-ingest can act on
-        java_class(spark, "org.apache.logging.log4j.core.config.Configurator").setLevel(
-            "org.apache.spark.rdd.MapPartitionsRDD",
-            java_class(spark, "org.apache.logging.log4j.Level").ERROR,
-        )
+        set_log_level(spark, "org.apache.spark.rdd.MapPartitionsRDD", "ERROR")
         df._jdf.queryExecution().analyzed().rdd().unpersist(False)

@@ -20,7 +20,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from spark_ingest.jvm import java_class
+from spark_ingest.jvm import set_log_level
 
 # Settings this job relies on, whatever the cluster's defaults are.
 REQUIRED_CONF = {
@@ -120,10 +120,8 @@ def get_session(
     level = os.environ.get("WSN_INGEST_LOG_LEVEL", "WARN")
     spark.sparkContext.setLogLevel(level)
     if level.upper() == "WARN":
-        configurator = java_class(spark, "org.apache.logging.log4j.core.config.Configurator")
-        error = java_class(spark, "org.apache.logging.log4j.Level").ERROR
         for name in NOISE:
-            configurator.setLevel(name, error)
+            set_log_level(spark, name, "ERROR")
     if metastore_dir:
         _derby_log(spark, metastore_dir)
     return spark

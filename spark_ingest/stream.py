@@ -38,6 +38,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from spark_ingest.engine import RunResult, run_once
 from spark_ingest.hfs import HFS
+from spark_ingest.jvm import set_log_level
 from spark_ingest.options import Options, Progress, interval_us, iso_us
 
 AVAILABLE_NOW = ("available-now", "availablenow", "available_now", "once")
@@ -260,11 +261,9 @@ class _Batches:
 def _quiet(spark: SparkSession) -> None:
     """Spark's and py4j's own reports of a failed micro-batch off: the stream re-raises the
     error of its foreachBatch function itself (py4j would print its trace as well)."""
-    jvm: Any = spark.sparkContext._jvm
-    log4j = jvm.org.apache.logging.log4j
-    log4j.core.config.Configurator.setLevel(QUIET, log4j.Level.OFF)
+    set_log_level(spark, QUIET, "OFF")
     # stopping the query interrupts its thread, also in a local file system's shell call
-    log4j.core.config.Configurator.setLevel("org.apache.hadoop.util.Shell", log4j.Level.ERROR)
+    set_log_level(spark, "org.apache.hadoop.util.Shell", "ERROR")
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
 
 
