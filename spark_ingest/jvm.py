@@ -51,7 +51,8 @@ def pin_pyspark_names(spark: SparkSession) -> None:
     on the view itself is found first. Only the names of PYSPARK_NAMES, and only those that
     resolve to the same class in this JVM: anything else is looked up as before."""
     view: Any = spark.sparkContext._jvm
-    if view is None or all(name in vars(view) for name in PYSPARK_NAMES):
+    # a view without an instance dict (another py4j) stays as it is: only speed is at stake
+    if not hasattr(view, "__dict__") or all(name in vars(view) for name in PYSPARK_NAMES):
         return
     for name, fqn in PYSPARK_NAMES.items():
         found = getattr(view, name)  # one lookup, as PySpark's next call would make
