@@ -142,10 +142,7 @@ def test_a_heap_of_32_gb_or_more_has_an_archive_of_its_own(tmp_path: Path) -> No
     # the JVM agrees: an archive recorded with compressed pointers is refused by a 32 GB heap
     java = classes._java()
     assert java is not None
-    jsa = tmp_path / "small.jsa"
-    rec = subprocess.run([java, f"-XX:ArchiveClassesAtExit={jsa}", "-Xlog:cds*=off", "-version"],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert rec.returncode == 0 and jsa.is_file(), rec.stderr
+    jsa = _small_archive(java, tmp_path / "small.jsa")
     for heap, maps in (("31g", True), ("32g", False)):
         r = subprocess.run([java, f"-Xmx{heap}", f"-XX:SharedArchiveFile={jsa}", classes.MAP,
                             "-version"], capture_output=True, text=True, timeout=120)  # fmt: skip
@@ -167,10 +164,7 @@ def test_the_report_of_a_jvm_that_crashed_on_a_truncated_archive_is_moved(
     monkeypatch.chdir(work)
     conf = {classes.CONF: str(cache)}
     path = classes.plan(conf, record=True).path  # type: ignore[union-attr]
-    whole = tmp_path / "whole.jsa"
-    rec = subprocess.run([java, f"-XX:ArchiveClassesAtExit={whole}", "-Xlog:cds*=off", "-version"],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert rec.returncode == 0, rec.stderr
+    whole = _small_archive(java, tmp_path / "whole.jsa")
     path.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
     users = work / "hs_err_pid1.log"  # a crash of the user's own, earlier: not ours to move
     users.write_text("Command Line: -Xmx1g org.example.Job\n")
@@ -295,6 +289,14 @@ def test_nothing_is_recorded_short_of_room_or_on_a_read_only_cache(tmp_path: Pat
     assert r.returncode == 0, r.stderr
     # the small tmpfs no, the read-only one no, tmp_path yes
     assert r.stdout.split() == ["[False,", "False,", "True]"], r.stdout
+
+
+def _small_archive(java: str, path: Path) -> Path:
+    """A real archive at `path`: the classes of a JVM that only printed its version."""
+    rec = subprocess.run([java, f"-XX:ArchiveClassesAtExit={path}", "-Xlog:cds*=off", "-version"],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert rec.returncode == 0 and path.is_file(), rec.stderr
+    return path
 
 
 def _ended_pid() -> int:
