@@ -239,9 +239,7 @@ def plan(conf: dict[str, str], record: bool) -> ClassArchive | None:
     setting = conf.get(CONF, "")
     if setting.lower() in ("off", "false", "0", "no"):
         return None
-    from pyspark import SparkContext
-
-    if SparkContext._gateway is not None or os.environ.get("PYSPARK_GATEWAY_PORT"):
+    if not starts_jvm():
         return None
     home = _spark_home()
     if home is None or any(o in _java_options(conf, home) for o in OWN):
@@ -380,16 +378,44 @@ def _pointer_mode(java: str, conf: dict[str, str], home: str) -> str | None:
     return "".join("c" if flags[f] == "true" else "u" for f in POINTER_FLAGS)
 
 
+def starts_jvm() -> bool:
+    """Whether a session made now starts its JVM with the options given to it: not when one
+    runs in this process already, nor when spark-submit started it (PySpark then connects
+    to it)."""
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is None and not os.environ.get("PYSPARK_GATEWAY_PORT")
+
+
+def driver_java_options(conf: dict[str, str]) -> str:
+    """The driver JVM's own options a launch with `conf` gets: the `--conf`'s, else
+    spark-defaults.conf's (a `--conf` of the same key replaces those)."""
+    return _java_options(conf, _spark_home())
+
+
+def spark_conf_dir() -> str:
+    """The directory spark-submit reads its configuration from and puts on the driver's
+    class path: $SPARK_CONF_DIR, else the Spark home's `conf` ("" without a home)."""
+    return _conf_dir(_spark_home())
+
+
+def _conf_dir(spark_home: str | None) -> str:
+    return os.environ.get("SPARK_CONF_DIR") or (
+        os.path.join(spark_home, "conf") if spark_home else ""
+    )
+
+
 def _java_options(conf: dict[str, str], spark_home: str | None) -> str:
     return conf.get(JAVA_OPTIONS) or _defaults(spark_home).get(JAVA_OPTIONS, "")
 
 
 def _defaults(spark_home: str | None) -> dict[str, str]:
     """spark-defaults.conf (what spark-submit reads: $SPARK_CONF_DIR, else the home's conf)."""
-    d = os.environ.get("SPARK_CONF_DIR") or (os.path.join(spark_home, "conf") if spark_home else "")
     out: dict[str, str] = {}
     try:
-        with open(os.path.join(d, "spark-defaults.conf"), encoding="utf-8") as fh:
+        with open(
+            os.path.join(_conf_dir(spark_home), "spark-defaults.conf"), encoding="utf-8"
+        ) as fh:
             for line in fh:
                 kv = line.strip().split(None, 1)
                 if len(kv) == 2 and not kv[0].startswith("#"):

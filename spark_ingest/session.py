@@ -16,10 +16,12 @@ while a stream runs need a metastore service (docs/spark_ingest.md, "Tables").
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from pyspark.sql import SparkSession
 
+from spark_ingest import classes
 from spark_ingest.jvm import set_log_level
 
 # Settings this job relies on, whatever the cluster's defaults are.
@@ -59,6 +61,22 @@ NOISE = (
     "org.apache.spark.util.SparkStringUtils",
 )
 
+# The JVM's log configuration when this process starts the JVM (the file says why): Spark's
+# default profile without its four start-up lines. A configuration of the user's own is
+# left as it is: one named in the driver's options or the environment, or a log4j2 file in
+# the Spark configuration directory (on the driver's class path, where log4j finds it).
+LOG4J2_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
+# how a user names a configuration: log4j 2's property (and its 1.x-style spelling, which
+# log4j 2 reads too), or its environment variable
+LOG4J_OPTIONS = (
+    "-dlog4j2.configurationfile=",
+    "-dlog4j.configurationfile=",
+    "-dlog4j.configuration=",
+)
+LOG4J_ENV = "LOG4J_CONFIGURATION_FILE"
+# the files log4j 2 finds on the class path by itself (not a `.template` beside them)
+LOG4J_FILE_RE = re.compile(r"log4j2(-test)?\.(properties|xml|json|jsn|yaml|yml)")
+
 # settings that mean "a metastore is configured": then `metastore_dir` is not used
 METASTORE_KEYS = (
     "spark.hadoop.hive.metastore.uris",
@@ -75,6 +93,27 @@ def session_conf(conf: dict[str, str] | None = None) -> dict[str, str]:
     """The settings get_session applies: the user's `conf` over REQUIRED_CONF over
     DEFAULT_CONF (later wins)."""
     return {**DEFAULT_CONF, **REQUIRED_CONF, **(conf or {})}
+
+
+def log_conf(conf: dict[str, str]) -> dict[str, str]:
+    """`conf` with the driver's JVM told to use LOG4J2_FILE, when a session made now starts
+    that JVM and the user configures log4j nowhere (see LOG4J2_FILE); else `conf` as it is."""
+    own = classes.driver_java_options(conf)
+    conf_dir = classes.spark_conf_dir()
+    users = (
+        any(o in own.lower() for o in LOG4J_OPTIONS)
+        or os.environ.get(LOG4J_ENV)
+        or (
+            os.path.isdir(conf_dir)
+            and any(LOG4J_FILE_RE.fullmatch(n) for n in os.listdir(conf_dir))
+        )
+    )
+    # a path with blanks would be split into two options; a zipped package has no file
+    if users or not classes.starts_jvm() or any(c.isspace() for c in LOG4J2_FILE):
+        return conf
+    if not os.path.isfile(LOG4J2_FILE):
+        return conf
+    return {**conf, classes.JAVA_OPTIONS: f"-Dlog4j2.configurationFile={LOG4J2_FILE} {own}".strip()}
 
 
 def metastore_conf(metastore_dir: str) -> dict[str, str]:
@@ -105,12 +144,13 @@ def get_session(
 ) -> SparkSession:
     """The session with REQUIRED_CONF and DEFAULT_CONF applied; any key in `conf` (the CLI's
     `--conf KEY=VALUE`) wins over both. With `metastore_dir` and no metastore in `conf`,
-    the catalog is an embedded Derby metastore there."""
+    the catalog is an embedded Derby metastore there. A JVM it starts logs as LOG4J2_FILE
+    says unless the user configures log4j (log_conf)."""
     builder = SparkSession.builder.appName(app)
     master = master or master_from_env()
     if master:
         builder = builder.master(master)
-    settings = session_conf(conf)
+    settings = log_conf(session_conf(conf))
     if metastore_dir and hive_available() and not any(k in settings for k in METASTORE_KEYS):
         settings = {**metastore_conf(metastore_dir), **settings}
         os.makedirs(metastore_dir, exist_ok=True)

@@ -16,6 +16,14 @@ from spark_ingest.synth import Message, landing_name, producer_of, write_lines
 
 T0 = datetime(2026, 11, 21, 5, 0, tzinfo=UTC)
 RESERVED = ("device", "unit", "time")  # aggregate.RESERVED_FIELDS: not measurements
+# what Spark's default log profile, PySpark and Hadoop print when a JVM starts, in their
+# words: none of it reaches a user of wsn-ingest (session.LOG4J2_FILE)
+START_UP_LINES = (
+    "Using Spark's default log4j profile",
+    "Setting default log level to",
+    "setLogLevel(newLevel)",
+    "Unable to load native-hadoop library",
+)
 _dbs = 0
 
 

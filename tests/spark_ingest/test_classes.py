@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ingest_data import START_UP_LINES
 
 from spark_ingest import classes
 from spark_ingest.synth import write_synthetic
@@ -80,6 +81,9 @@ def test_a_second_process_maps_the_classes_the_first_recorded(
     for noise in ("Updating partition stats", "Updated size to", "METASTORE_FILTER_HOOK",
                   "HiveConf of name", "Truncated the string representation"):  # fmt: skip
         assert noise not in first.stderr, first.stderr
+    # nor Spark's and Hadoop's start-up lines (session.LOG4J2_FILE)
+    for line in START_UP_LINES:
+        assert line not in first.stderr, first.stderr
     assert f"could not use its class archive {damaged.path}" in first.stderr, first.stderr
     assert "recording the JVM's classes" in first.stderr
     archives = sorted(p.name for p in cache.iterdir())
