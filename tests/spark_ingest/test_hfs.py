@@ -1,0 +1,54 @@
+"""Listing a directory (spark_ingest/hfs.py, HFS.entries): on a local disk the entries are
+read without a round trip per file, and they must be exactly those Hadoop's own
+`listStatus` gives, which the rest of the job (and Spark's file paths) was built on."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from spark_ingest.hfs import HFS, LOCAL_FILE_SYSTEMS
+
+
+def _hadoop(spark: Any, directory: str) -> list[tuple[str, bool, int]]:
+    """What Hadoop's file system of `directory` lists, asked entry by entry."""
+    jvm = spark.sparkContext._jvm
+    p = jvm.org.apache.hadoop.fs.Path(directory)
+    fs = p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return [
+        (str(s.getPath().toString()), bool(s.isDirectory()), int(s.getLen()))
+        for s in fs.listStatus(p)
+    ]
+
+
+def test_a_local_listing_is_hadoops(spark: Any, tmp_path: Path) -> None:
+    zone, elsewhere = tmp_path / "zone with a blank", tmp_path / "elsewhere"
+    zone.mkdir()
+    elsewhere.mkdir()
+    (zone / "landing-20261121T050000-000001.jsonl").write_text('{"id":"a"}\n')
+    (zone / "landing-20261121T050100-000002.parquet").write_bytes(b"PAR1" + bytes(100))
+    (zone / ".landing-20261121T050200-000003.jsonl.tmp").write_text("being written")
+    (zone / ".landing-20261121T050000-000001.jsonl.crc").write_bytes(b"crc")  # Hadoop's
+    (zone / "_SUCCESS").write_text("")
+    (zone / "readings é.json").write_text("{}")
+    (zone / "old").mkdir()
+    (elsewhere / "landing-x.jsonl").write_text("0123456789")
+    os.symlink(elsewhere / "landing-x.jsonl", zone / "landing-20261121T050300-000004.jsonl")
+    os.symlink(elsewhere, zone / "linked-dir")
+    os.symlink(tmp_path / "gone", zone / "landing-20261121T050400-000005.jsonl")  # dangling
+    hfs = HFS(spark)
+    # the session's file system for local paths is one read without Hadoop (else this test
+    # would compare Hadoop with itself)
+    jp = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(str(zone))
+    fs = jp.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    assert str(fs.getClass().getName()) in LOCAL_FILE_SYSTEMS
+    for given in (str(zone), f"file://{zone}", f"{zone}/"):
+        mine = sorted(hfs.entries(given))
+        assert mine == sorted(_hadoop(spark, given)), given
+    names = {p.rsplit("/", 1)[1]: (d, b) for p, d, b in hfs.entries(str(zone))}
+    # the listing holds what the cases are about (not an empty one matching an empty one)
+    assert names["landing-20261121T050300-000004.jsonl"] == (False, 10)  # the link's target
+    assert names["linked-dir"][0] and names["old"][0]
+    assert "readings é.json" in names and ".landing-20261121T050000-000001.jsonl.crc" not in names
+    assert "landing-20261121T050400-000005.jsonl" not in names
