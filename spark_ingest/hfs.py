@@ -29,11 +29,12 @@ LOCAL_FILE_SYSTEMS = {
 }
 
 
-def _local_entries(qualified: str, local: str, checksums: bool) -> list[tuple[str, bool, int]]:
-    """`listStatus` of the local directory `local` (qualified: `qualified`): each entry's
-    path is the directory's and its name; a symbolic link is what it points to; an entry
-    gone or dangling before it could be read is left out, and so are the checksum files
-    (`.name.crc`) where Hadoop's file system keeps them (`checksums`)."""
+def _local_entries(qualified: str, local: str, checksums: bool) -> list[tuple[str, bool, int, int]]:
+    """`listStatus` of the local directory `local` (qualified: `qualified`): (path, is a
+    directory, bytes, modification time in ms) of each entry; its path is the directory's
+    and its name; a symbolic link is what it points to; an entry gone or dangling before it
+    could be read is left out, and so are the checksum files (`.name.crc`) where Hadoop's
+    file system keeps them (`checksums`)."""
     base = qualified.rstrip("/")
     out = []
     with os.scandir(local) as it:
@@ -44,7 +45,9 @@ def _local_entries(qualified: str, local: str, checksums: bool) -> list[tuple[st
                 st = e.stat()
             except FileNotFoundError:
                 continue
-            out.append((f"{base}/{e.name}", stat.S_ISDIR(st.st_mode), int(st.st_size)))
+            # Java's File.lastModified, which Hadoop reports: whole milliseconds
+            ms = st.st_mtime_ns // 1_000_000
+            out.append((f"{base}/{e.name}", stat.S_ISDIR(st.st_mode), int(st.st_size), ms))
     return out
 
 
@@ -53,6 +56,10 @@ class HFS:
         self._conf: Any = spark.sparkContext._jsc.hadoopConfiguration()
         self._Path: Any = java_class(spark, "org.apache.hadoop.fs.Path")
         self._IOUtils: Any = java_class(spark, "org.apache.commons.io.IOUtils")
+        #: qualified path -> modification time (ms) of each local file a listing gave: its
+        #: path is qualified already, and a landing file does not change once published,
+        #: so a run asks nothing more of the files it listed (two round trips less each)
+        self._listed: dict[str, int] = {}
 
     def _path(self, p: str) -> Any:
         return self._Path(p)
@@ -62,6 +69,8 @@ class HFS:
 
     def qualify(self, p: str) -> str:
         """`p` with its scheme (`file:/...`), as Spark reports file paths."""
+        if p in self._listed:
+            return p
         jp = self._path(p)
         return str(self._fs(jp).makeQualified(jp).toString())
 
@@ -105,7 +114,9 @@ class HFS:
         kind = str(fs.getClass().getName())
         if kind in LOCAL_FILE_SYSTEMS:
             local = str(qualified.toUri().getPath())
-            return _local_entries(str(qualified.toString()), local, LOCAL_FILE_SYSTEMS[kind])
+            found = _local_entries(str(qualified.toString()), local, LOCAL_FILE_SYSTEMS[kind])
+            self._listed.update((path, ms) for path, _d, _b, ms in found)
+            return [(path, d, b) for path, d, b, _ms in found]
         return [
             (str(s.getPath().toString()), bool(s.isDirectory()), int(s.getLen()))
             for s in fs.listStatus(jp)
@@ -125,7 +136,10 @@ class HFS:
         return bool(self._fs(s).rename(s, d))
 
     def modified_ms(self, p: str) -> int | None:
-        """Modification time of `p` in ms since the epoch (None when it does not exist)."""
+        """Modification time of `p` in ms since the epoch (None when it does not exist); of
+        a file a local listing gave, its time then."""
+        if p in self._listed:
+            return self._listed[p]
         jp = self._path(p)
         fs = self._fs(jp)
         if not fs.exists(jp):

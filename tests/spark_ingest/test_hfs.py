@@ -1,6 +1,7 @@
 """Listing a directory (spark_ingest/hfs.py, HFS.entries): on a local disk the entries are
 read without a round trip per file, and they must be exactly those Hadoop's own
-`listStatus` gives, which the rest of the job (and Spark's file paths) was built on."""
+`listStatus` gives, which the rest of the job (and Spark's file paths) was built on; so
+must what a run asks next of the files listed (qualified path, modification time)."""
 
 from __future__ import annotations
 
@@ -52,3 +53,11 @@ def test_a_local_listing_is_hadoops(spark: Any, tmp_path: Path) -> None:
     assert names["linked-dir"][0] and names["old"][0]
     assert "readings é.json" in names and ".landing-20261121T050000-000001.jsonl.crc" not in names
     assert "landing-20261121T050400-000005.jsonl" not in names
+    # what a run asks next of the files it listed: their qualified path and modification
+    # time, answered from the listing, as Hadoop answers them
+    jvm = spark.sparkContext._jvm
+    for path, _d, _b in hfs.entries(str(zone)):
+        jp = jvm.org.apache.hadoop.fs.Path(path)
+        hadoop_fs = jp.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        assert hfs.qualify(path) == str(hadoop_fs.makeQualified(jp).toString()) == path
+        assert hfs.modified_ms(path) == int(hadoop_fs.getFileStatus(jp).getModificationTime())
