@@ -175,8 +175,17 @@ class HFS:
         return bytes(data)
 
     def read_text(self, p: str) -> str | None:
+        """The text of `p` (None when it does not exist). On a local disk it is read by the
+        operating system: through py4j 5 MB took 0.28-0.38 s (3-8 ms read here), and
+        the manifest's state and records, up to MBs, are read at every run."""
         jp = self._path(p)
         fs = self._fs(jp)
+        if str(fs.getClass().getName()) in LOCAL_FILE_SYSTEMS:
+            try:
+                with open(str(fs.makeQualified(jp).toUri().getPath()), "rb") as fh:
+                    return fh.read().decode()
+            except (FileNotFoundError, NotADirectoryError):
+                return None
         if not fs.exists(jp):
             return None
         stream = fs.open(jp)

@@ -61,3 +61,26 @@ def test_a_local_listing_is_hadoops(spark: Any, tmp_path: Path) -> None:
         hadoop_fs = jp.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
         assert hfs.qualify(path) == str(hadoop_fs.makeQualified(jp).toString()) == path
         assert hfs.modified_ms(path) == int(hadoop_fs.getFileStatus(jp).getModificationTime())
+
+
+def test_a_local_file_reads_as_hadoop_reads_it(spark: Any, tmp_path: Path) -> None:
+    # the manifest's files: JSON, UTF-8 beyond ASCII, a few MB for a zone of weeks
+    text = (
+        '{"files": {'
+        + ",".join(f'"file:/z/landing-{i}-é.jsonl": {i}' for i in range(50_000))
+        + "}}"
+    )
+    f = tmp_path / "state-0000000001.json"
+    f.write_text(text, encoding="utf-8")
+    hfs = HFS(spark)
+    jvm = spark.sparkContext._jvm
+    jp = jvm.org.apache.hadoop.fs.Path(str(f))
+    stream = jp.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).open(jp)
+    try:
+        hadoops = bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream)).decode()
+    finally:
+        stream.close()
+    for given in (str(f), f"file://{f}"):
+        assert hfs.read_text(given) == hadoops == text
+    assert hfs.read_text(str(tmp_path / "absent.json")) is None
+    assert hfs.read_text(str(f / "under-a-file.json")) is None
