@@ -64,10 +64,19 @@ KEEP_NEW_BYTES = 64 * 1024 * 1024
 # A `limit(n).collect()` scans every partition in its first job: by default it tries one
 # partition, then more in a second job (measured: two jobs for the duplicates' candidates of
 # a run of one small file, where one does).
+#
+# Spark's runtime Bloom filter is off while a run plans. A run joins frames it keeps as local
+# checkpoints, whose size Spark does not know and takes for huge: it then built a filter
+# sized for a million rows (4.1 MiB) for a join of a few hundred (the gap rule's stored
+# context, stored.Stored._deficient), ran a job to build it, and shipped it in the task
+# binary of three stages, warning "Broadcasting large task binary" three times: in every
+# incremental run whose windows are more than an hour from the rest of the zone, so in every
+# micro-batch of a stream that runs for long (docs/performance.md).
 RUN_CONF = {
     "spark.sql.execution.useObjectHashAggregateExec": "false",
     "spark.sql.adaptive.enabled": "false",
     "spark.sql.limit.initialNumPartitions": str(2**31 - 1),
+    "spark.sql.optimizer.runtime.bloomFilter.enabled": "false",
 }
 SHUFFLE = "spark.sql.shuffle.partitions"
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,9 @@ from spark_ingest.synth import write_synthetic
 ROOT = Path(__file__).resolve().parents[2]
 # the JDK's words for a class mapped from a dynamic (top-layer) archive
 FROM_ARCHIVE = "source: shared objects file (top)"
+# a warning as the JVM logs it (spark_ingest/log4j2.properties: date, time, level, logger)
+LOG4J_WARNING = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d WARN .*$", re.M)
+START = datetime(2026, 11, 21, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -59,7 +64,7 @@ def test_a_second_process_maps_the_classes_the_first_recorded(
     tmp_path: Path, own_options: str
 ) -> None:
     zone, cache = tmp_path / "landing", tmp_path / "jvm"
-    write_synthetic(zone, 40, files=1, devices=2)
+    write_synthetic(zone, 40, files=1, devices=2, start=START)
     # where the archive goes holds a damaged one (a copy cut short, a disk error): the JVM
     # must not start without it unnoticed, nor crash on it in every later process
     damaged = classes.plan({classes.CONF: str(cache), classes.JAVA_OPTIONS: own_options}, True)
@@ -91,13 +96,23 @@ def test_a_second_process_maps_the_classes_the_first_recorded(
     assert archives == sorted([damaged.path.name, other_mode.name]), archives
     assert damaged.path.stat().st_size > 1_000_000
 
+    # the next file, three hours on: the incremental run looks for the gap rule's stored
+    # context around its windows, as every micro-batch of a long-running stream does
+    write_synthetic(zone / "later", 40, files=1, devices=2, start=START + timedelta(hours=3))
+    for f in (zone / "later").iterdir():
+        f.rename(zone / f.name.replace("landing-", "landing-later-"))
+    (zone / "later").rmdir()
     log = tmp_path / "class-load.log"
     second = _batch(
         zone, tmp_path / "out", cache, f"{own_options} -Xlog:class+load=info:file={log}"
     )
     assert second.returncode == 0, second.stderr[-3000:]
-    assert json.loads(second.stdout)["files"] == 0  # the file was read by the first run
+    assert json.loads(second.stdout)["files"] == 1  # the first file was read by the first run
     assert "recording" not in second.stderr
+    # nothing went wrong, so nothing warns (Spark's runtime Bloom filter did, three times:
+    # engine.RUN_CONF)
+    for run in (first, second):
+        assert not LOG4J_WARNING.findall(run.stderr), run.stderr
     lines = log.read_text().splitlines()
     mapped = [ln for ln in lines if FROM_ARCHIVE in ln]
     # Spark's own classes among them, not only the JDK's
