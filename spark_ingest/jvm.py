@@ -44,6 +44,36 @@ def set_log_level(spark: SparkSession, logger: str, level: str) -> None:
     )
 
 
+def own_log_level(spark: SparkSession, logger: str) -> str | None:
+    """The level set for `logger` itself, or None when it takes its parent's."""
+    manager = java_class(spark, "org.apache.logging.log4j.LogManager")
+    config = manager.getContext(False).getConfiguration().getLoggerConfig(logger)
+    if str(config.getName()) != logger or config.getExplicitLevel() is None:
+        return None
+    return str(config.getExplicitLevel().name())
+
+
+def restore_log_level(spark: SparkSession, logger: str, level: str | None) -> None:
+    """Give `logger` back the level `own_log_level` read (None: its parent's again)."""
+    if level is not None:
+        set_log_level(spark, logger, level)
+        return
+    context = java_class(spark, "org.apache.logging.log4j.LogManager").getContext(False)
+    config = context.getConfiguration().getLoggerConfig(logger)
+    if str(config.getName()) == logger:
+        config.setLevel(None)  # a logger config without a level takes its parent's
+        context.updateLoggers()
+
+
+def logs_at_warn_or_less(spark: SparkSession, logger: str) -> bool:
+    """Whether `logger` logs no INFO line (its level, own or inherited, is WARN or above):
+    what a user who asked for INFO or DEBUG sees is left alone."""
+    manager = java_class(spark, "org.apache.logging.log4j.LogManager")
+    level = manager.getLogger(logger).getLevel()
+    info = java_class(spark, "org.apache.logging.log4j.Level").INFO
+    return not bool(level.isLessSpecificThan(info))
+
+
 def pin_pyspark_names(spark: SparkSession) -> None:
     """Make PySpark's per-call lookups (PYSPARK_NAMES) on the session's JVM view local.
 

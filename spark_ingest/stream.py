@@ -24,6 +24,7 @@ once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
@@ -38,7 +39,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from spark_ingest.engine import RunResult, run_once
 from spark_ingest.hfs import HFS
-from spark_ingest.jvm import set_log_level
+from spark_ingest.jvm import logs_at_warn_or_less, own_log_level, restore_log_level, set_log_level
 from spark_ingest.options import Options, Progress, interval_us, iso_us
 
 AVAILABLE_NOW = ("available-now", "availablenow", "available_now", "once")
@@ -133,10 +134,22 @@ class StreamSummary:
         return "\n".join(lines)
 
 
+# What a cancelled micro-batch makes Spark and Hadoop log: each aborted write, killed task
+# and interrupted file operation, as an ERROR or a WARN with its Java trace (549 lines for a
+# micro-batch of one small file, tests/spark_ingest/test_stream.py). The stream says it in
+# one line and in its summary, and the next start cleans up: from the cancel on, they are
+# off (at the default level; a user who asked for INFO or DEBUG gets all of it).
+CANCELLED = ("org.apache.spark", "org.apache.hadoop", "org.apache.parquet")
+# Stopping a query between micro-batches has Spark cancel its job group, which then has no
+# job: "WARN DAGScheduler: Failed to cancel job group ... Cannot find active jobs", twice.
+STOPPING = ("org.apache.spark.scheduler.DAGScheduler",)
+
+
 class _Stopper:
     """SIGTERM and SIGINT set `stop`; a micro-batch still running `grace` seconds later (or
     at a second signal) has its Spark jobs cancelled. No KeyboardInterrupt is raised inside
-    a call into the JVM, which is what left Ctrl-C with a trace and no summary."""
+    a call into the JVM, which is what left Ctrl-C with a trace and no summary. Loggers it
+    hushes get their levels back when it exits."""
 
     def __init__(self, spark: SparkSession, grace: float, say: Progress) -> None:
         self.spark = spark
@@ -147,6 +160,9 @@ class _Stopper:
         self.by: str | None = None
         self._timer: threading.Timer | None = None
         self._old: dict[int, Any] = {}
+        #: logger -> its own level before `hush` (None: its parent's)
+        self._levels: dict[str, str | None] = {}
+        self._lock = threading.Lock()
 
     def __enter__(self) -> _Stopper:
         if threading.current_thread() is threading.main_thread():
@@ -159,6 +175,21 @@ class _Stopper:
             signal.signal(sig, old)
         if self._timer is not None:
             self._timer.cancel()
+        with self._lock:
+            for name, level in self._levels.items():
+                # a JVM gone already has no level to restore; its error is the one to see
+                with contextlib.suppress(Exception):
+                    restore_log_level(self.spark, name, level)
+            self._levels.clear()
+
+    def hush(self, loggers: Sequence[str]) -> None:
+        """`loggers` off until the stopper exits, those at WARN or above (the default)."""
+        with self._lock:
+            for name in loggers:
+                if name in self._levels or not logs_at_warn_or_less(self.spark, name):
+                    continue
+                self._levels[name] = own_log_level(self.spark, name)
+                set_log_level(self.spark, name, "OFF")
 
     def _on_signal(self, sig: int, _frame: Any) -> None:
         name = signal.Signals(sig).name
@@ -175,6 +206,7 @@ class _Stopper:
 
     def _cancel(self) -> None:
         self.cancelled = True
+        self.hush(CANCELLED)
         self.spark.sparkContext.cancelAllJobs()
 
 
@@ -367,6 +399,7 @@ def run_stream(
                         # next job is cancelled too, until the run gives up
                         spark.sparkContext.cancelAllJobs()
                     time.sleep(0.2)
+                stopper.hush(STOPPING)
                 query.stop()
             summary.micro_batches = _progress(query)
             failed = query.exception()

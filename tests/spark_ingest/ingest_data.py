@@ -24,6 +24,9 @@ START_UP_LINES = (
     "setLogLevel(newLevel)",
     "Unable to load native-hadoop library",
 )
+# a warning or an error as the JVM logs it (spark_ingest/log4j2.properties: date, time,
+# level, logger), and a frame of a Java stack trace under it
+JVM_COMPLAINT = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (?:WARN|ERROR) .*$|^\tat .*$", re.M)
 _dbs = 0
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from ingest_data import (
+    JVM_COMPLAINT,
     P1,
     T0,
     Bad,
@@ -32,9 +33,10 @@ from ingest_data import (
 )
 
 from spark_ingest.batch import run_batch
+from spark_ingest.jvm import set_log_level
 from spark_ingest.options import Options
 from spark_ingest.schema import TABLES
-from spark_ingest.stream import StreamOptions, run_stream
+from spark_ingest.stream import StreamOptions, _Stopper, run_stream
 from spark_ingest.synth import landing_name, producer_of, write_lines, write_parquet_messages
 
 pytestmark = pytest.mark.spark
@@ -228,6 +230,63 @@ def test_a_signal_during_a_micro_batch_exits_0_with_the_summary(
     assert took < 30, f"{took:.0f} s to stop:\n{text}"
     assert "wsn-ingest stream:" in text and f"stopped by {sig.name}" in text, text
     assert "Traceback" not in text, text
+    # nor Spark's and Hadoop's account of the cancelled jobs, aborted writes and killed
+    # tasks, nor of stopping the query: 549 lines of Java traces and warnings (stream.CANCELLED)
+    assert not JVM_COMPLAINT.findall(text), text
+
+
+def test_a_signal_between_micro_batches_stops_quietly(
+    spark_test_conf: dict[str, str], tmp_path: Path
+) -> None:
+    """SIGTERM while the stream waits for files (as systemd stops a service): exit 0, the
+    summary, and not a warning: stopping the query had Spark warn twice that the job group
+    it cancels has no job (stream.STOPPING)."""
+    landing, out, log = tmp_path / "landing", tmp_path / "out", tmp_path / "run.log"
+    write_zone(landing, [list(steady(0, 60))])
+    p = _spawn(landing, out, log, spark_test_conf, "--trigger", "1 second")
+    try:
+        _wait_for(p, lambda: "run 1 committed" in log.read_text(), log)
+        time.sleep(3)  # idle triggers
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    text = log.read_text()
+    assert rc == 0, text
+    assert "stopped by SIGTERM" in text and "cancelled" not in text, text
+    assert not JVM_COMPLAINT.findall(text), text
+
+
+def test_hushed_loggers_get_their_levels_back(spark: Any) -> None:
+    """What the stream turns off while it stops is on again after it (a session that goes
+    on, as here, logs as before), and a logger a user asked INFO of is left alone."""
+    jvm = spark.sparkContext._jvm
+    manager = jvm.org.apache.logging.log4j.LogManager
+    inherits, own, verbose = (
+        "org.apache.spark.scheduler.DAGScheduler",
+        "org.apache.hadoop.util.Shell",
+        "org.apache.parquet.hadoop",
+    )
+    set_log_level(spark, own, "ERROR")
+    set_log_level(spark, verbose, "INFO")
+    config = manager.getContext(False).getConfiguration()
+    before = str(manager.getLogger(inherits).getLevel())  # its parent's
+    try:
+        with _Stopper(spark, 30.0, lambda _m: None) as stopper:
+            stopper.hush([inherits, own, verbose])
+            assert not manager.getLogger(inherits).isWarnEnabled()
+            assert not manager.getLogger(own).isErrorEnabled()
+            assert manager.getLogger(verbose).isInfoEnabled()
+        # the first takes its parent's level again: a later change of the root reaches it
+        assert config.getLoggerConfig(inherits).getExplicitLevel() is None
+        assert str(manager.getLogger(inherits).getLevel()) == before
+        assert str(config.getLoggerConfig(own).getExplicitLevel().name()) == "ERROR"
+        assert manager.getLogger(verbose).isInfoEnabled()
+    finally:
+        set_log_level(spark, own, "WARN")
+        set_log_level(spark, verbose, "WARN")
 
 
 # two stream processes (two JVMs) and a batch run: 186 s at a load average of 2-4 on the
