@@ -151,10 +151,18 @@ class _Stopper:
     a call into the JVM, which is what left Ctrl-C with a trace and no summary. Loggers it
     hushes get their levels back when it exits."""
 
-    def __init__(self, spark: SparkSession, grace: float, say: Progress) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        grace: float,
+        say: Progress,
+        busy: threading.Event | None = None,
+    ) -> None:
         self.spark = spark
         self.grace = grace
         self.say = say
+        #: set while a micro-batch runs (what a signal's message says it waits for)
+        self.busy = busy
         self.stop = threading.Event()
         self.cancelled = False
         self.by: str | None = None
@@ -199,7 +207,10 @@ class _Stopper:
             return
         self.by = name
         self.stop.set()
-        self.say(f"{name}: finishing the running micro-batch (at most {self.grace:.0f} s)")
+        if self.busy is None or self.busy.is_set():
+            self.say(f"{name}: finishing the running micro-batch (at most {self.grace:.0f} s)")
+        else:
+            self.say(f"{name}: stopping (no micro-batch is running)")
         self._timer = threading.Timer(self.grace, self._cancel)
         self._timer.daemon = True
         self._timer.start()
@@ -378,7 +389,7 @@ def run_stream(
     hfs = HFS(spark)
     t0 = time.monotonic()
     _quiet(spark)
-    with _Stopper(spark, opts.stop_grace, say) as stopper:
+    with _Stopper(spark, opts.stop_grace, say, batches.busy) as stopper:
         try:
             if opts.full:
                 # a rebuild reads every file once; the source then starts afresh, and hands

@@ -256,6 +256,7 @@ def test_a_signal_between_micro_batches_stops_quietly(
     text = log.read_text()
     assert rc == 0, text
     assert "stopped by SIGTERM" in text and "cancelled" not in text, text
+    assert "SIGTERM: stopping (no micro-batch is running)" in text, text
     assert not JVM_COMPLAINT.findall(text), text
 
 
