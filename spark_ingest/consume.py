@@ -48,6 +48,31 @@ def damaged(hfs: HFS, sizes: dict[str, int]) -> dict[str, str]:
     return bad
 
 
+def short(
+    hfs: HFS, sizes: dict[str, int], ids: dict[str, int], rows: list[Any], bad: dict[str, str]
+) -> dict[str, str]:
+    """New Parquet files (of `sizes`) that gave fewer lines (stats `rows`; `ids`: path ->
+    file id) than their footers count, or whose footer cannot be read: Spark skips the
+    rest of a file it cannot decode (landing.read_parquet), so each is damaged, and why."""
+    got: dict[int, int] = {}
+    for r in rows:
+        got[int(r["file_id"])] = got.get(int(r["file_id"]), 0) + int(r["n"])
+    out: dict[str, str] = {}
+    for f in sorted(sizes):
+        if not f.endswith(".parquet") or f in bad:
+            continue
+        want = hfs.parquet_rows(f)
+        have = got.get(ids[f], 0)
+        if want is None:
+            out[f] = "its Parquet footer cannot be read"
+        elif have < want:
+            out[f] = (
+                f"{want - have} of the {want} rows its footer counts cannot be read "
+                "(a damaged part of the file)"
+            )
+    return out
+
+
 def damaged_lines(spark: SparkSession, hfs: HFS, bad: dict[str, str], window_us: int) -> DataFrame:
     """One quarantine line (landing.CLASSIFIED columns) per damaged file, at the file's
     modification time."""

@@ -133,6 +133,18 @@ def partitions_for(spark: SparkSession, sizes: dict[str, int]) -> int:
     return max(by_size, 2 * spark.sparkContext.defaultParallelism, 1)
 
 
+@dataclass
+class _Lines:
+    """What Run._lines read: the lines, their stats by file and window (collected), the
+    windows recomputed, and the ids of the files read (new ones first)."""
+
+    lines: DataFrame
+    rows: list[Any]
+    windows: list[int]
+    ids: dict[str, int]
+    fmap: consume.FileMap
+
+
 class Run:
     def __init__(
         self,
@@ -267,52 +279,26 @@ class Run:
         self.manifest.write_pending(run, list(stages.values()))
         started = now_ms()
         sizes = {f: self.inputs.files[f] for f in fresh}
-        bad = consume.damaged(self.hfs, sizes)
-        res.damaged = dict(bad)
-        for f, why in bad.items():
-            self.say(f"WARNING: damaged landing file {f}: {why} (quarantined)")
+        bad: dict[str, str] = {}
+        self._damaged(consume.damaged(self.hfs, sizes), bad, res)
         parts = partitions_for(self.spark, {f.rsplit("/", 1)[-1]: b for f, b in sizes.items()})
         self.spark.conf.set(SHUFFLE, str(parts))
-        read = sum(sizes.values())
-        self.interpret(read)
-        self.say(f"run {run}: reading {len(fresh)} {'' if full else 'new '}landing files")
-        ids = {f: i for i, f in enumerate(fresh)}
-        fmap = consume.file_map(self.spark, self.hfs, fresh)
-        new = self._read([f for f in fresh if f not in bad])
-        if bad:
-            new = new.unionByName(consume.damaged_lines(self.spark, self.hfs, bad, self.window_us))
-        new = consume.with_file_id(new, fmap)
         kept: list[DataFrame] = []
         computed = None
         try:
-            windows: list[int] | None = None
-            both = new
-            if not full and state.files:
-                # the windows the new lines fall in decide which consumed files to read again:
-                # a few new files are parsed twice (once here), many are kept once instead
-                if sum(sizes.values()) > KEEP_NEW_BYTES:
-                    new = materialize(self.spark, new, keep_partitioning=False)
-                    kept.append(new)
-                    both = new
-                windows = sorted(int(r["w"]) for r in new.select("w").distinct().collect())
-                consumed = self.manifest.with_days(state, days_of_windows(windows, self.window_us))
-                again = files_for_windows(consumed, windows, self.window_us, set(fresh))
-                res.reread = len(again)
-                both = new
-                read += sum(consumed[f].bytes for f in again)
-                self.interpret(read)
-                if again:
-                    self.say(f"run {run}: reading {len(again)} consumed files again for "
-                             f"{len(windows)} windows")  # fmt: skip
-                    ids.update({f: len(fresh) + i for i, f in enumerate(again)})
-                    fmap = consume.file_map(self.spark, self.hfs, fresh + again)
-                    old = among(self.spark, self._read(again), windows)
-                    both = new.unionByName(consume.with_file_id(old, fmap))
-            lines = materialize(self.spark, self._keyed(both, parts))
-            kept.append(lines)
-            rows = consume.stats(lines).collect()
-            if windows is None:
-                windows = sorted({int(r["w"]) for r in rows})
+            got = self._lines(state, fresh, sizes, bad, res, parts, kept)
+            # a Parquet file that passed the markers' check but gave fewer rows than its
+            # footer counts had a part Spark could not read (ignoreCorruptFiles skipped the
+            # rest of it): damaged, quarantined whole like a truncated one, read again without
+            short = consume.short(self.hfs, sizes, got.ids, got.rows, bad)
+            if short:
+                self._damaged(short, bad, res)
+                for k in kept:
+                    release(k)
+                kept.clear()
+                self.say(f"run {state.run + 1}: reading the files again without the damaged")
+                got = self._lines(state, fresh, sizes, bad, res, parts, kept, again=True)
+            lines, rows, windows, ids, fmap = got.lines, got.rows, got.windows, got.ids, got.fmap
             entries = consume.entries(self.hfs, sizes, ids, rows, bad, started)
             res.windows = len(windows)
             site_of = {i: self.hfs.qualify(f).rsplit("/", 1)[0] for f, i in ids.items()}
@@ -360,6 +346,66 @@ class Run:
         res.partitions = {t: len(p) for t, p in written.items()}
         self.say(f"run {run} committed: {sum(res.partitions.values())} partitions replaced")
         return res
+
+    def _damaged(self, found: dict[str, str], bad: dict[str, str], res: RunResult) -> None:
+        bad.update(found)
+        res.damaged = dict(bad)
+        for f, why in found.items():
+            self.say(f"WARNING: damaged landing file {f}: {why} (quarantined)")
+
+    def _lines(
+        self,
+        state: State,
+        fresh: list[str],
+        sizes: dict[str, int],
+        bad: dict[str, str],
+        res: RunResult,
+        parts: int,
+        kept: list[DataFrame],
+        again: bool = False,
+    ) -> _Lines:
+        """Steps 3 and 4 (the module docstring): the new files' lines, classified, with
+        those of the consumed files that share their windows, kept (in `kept`), and their
+        stats by file and window; a damaged file is one quarantine line."""
+        run, full = state.run + 1, self.opts.full
+        read = sum(sizes.values())
+        self.interpret(read)
+        if not again:
+            self.say(f"run {run}: reading {len(fresh)} {'' if full else 'new '}landing files")
+        ids = {f: i for i, f in enumerate(fresh)}
+        fmap = consume.file_map(self.spark, self.hfs, fresh)
+        new = self._read([f for f in fresh if f not in bad])
+        if bad:
+            new = new.unionByName(consume.damaged_lines(self.spark, self.hfs, bad, self.window_us))
+        new = consume.with_file_id(new, fmap)
+        windows: list[int] | None = None
+        both = new
+        if not full and state.files:
+            # the windows the new lines fall in decide which consumed files to read again:
+            # a few new files are parsed twice (once here), many are kept once instead
+            if sum(sizes.values()) > KEEP_NEW_BYTES:
+                new = materialize(self.spark, new, keep_partitioning=False)
+                kept.append(new)
+                both = new
+            windows = sorted(int(r["w"]) for r in new.select("w").distinct().collect())
+            consumed = self.manifest.with_days(state, days_of_windows(windows, self.window_us))
+            reread = files_for_windows(consumed, windows, self.window_us, set(fresh))
+            res.reread = len(reread)
+            read += sum(consumed[f].bytes for f in reread)
+            self.interpret(read)
+            if reread:
+                self.say(f"run {run}: reading {len(reread)} consumed files again for "
+                         f"{len(windows)} windows")  # fmt: skip
+                ids.update({f: len(fresh) + i for i, f in enumerate(reread)})
+                fmap = consume.file_map(self.spark, self.hfs, fresh + reread)
+                old = among(self.spark, self._read(reread), windows)
+                both = new.unionByName(consume.with_file_id(old, fmap))
+        lines = materialize(self.spark, self._keyed(both, parts))
+        kept.append(lines)
+        rows = consume.stats(lines).collect()
+        if windows is None:
+            windows = sorted({int(r["w"]) for r in rows})
+        return _Lines(lines, rows, windows, ids, fmap)
 
     def interpret(self, read: int) -> bool:
         """Whether the queries of a run that reads `read` landing bytes run interpreted (see

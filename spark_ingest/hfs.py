@@ -11,6 +11,7 @@ import os
 import stat
 from typing import Any
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from spark_ingest.jvm import java_class
@@ -53,6 +54,7 @@ def _local_entries(qualified: str, local: str, checksums: bool) -> list[tuple[st
 
 class HFS:
     def __init__(self, spark: SparkSession) -> None:
+        self._spark = spark
         self._conf: Any = spark.sparkContext._jsc.hadoopConfiguration()
         self._Path: Any = java_class(spark, "org.apache.hadoop.fs.Path")
         self._IOUtils: Any = java_class(spark, "org.apache.commons.io.IOUtils")
@@ -163,9 +165,47 @@ class HFS:
             out.close()
         return True
 
+    def _local(self, jp: Any, fs: Any) -> str | None:
+        """The operating system's path of `jp` when its file system is a local one."""
+        if str(fs.getClass().getName()) not in LOCAL_FILE_SYSTEMS:
+            return None
+        return str(fs.makeQualified(jp).toUri().getPath())
+
+    def parquet_rows(self, p: str) -> int | None:
+        """The rows the footer of the Parquet file `p` counts; None when no footer can be
+        read. A local file's footer is read by pyarrow (no round trip through py4j)."""
+        jp = self._path(p)
+        fs = self._fs(jp)
+        local = self._local(jp, fs)
+        if local is not None:
+            try:
+                import pyarrow.parquet as pq
+            except ImportError:  # the spark extra brings it; without it, Hadoop's reader
+                pass
+            else:
+                try:
+                    return int(pq.read_metadata(local).num_rows)
+                except (OSError, ValueError):  # ArrowInvalid is a ValueError
+                    return None
+        reader_class = java_class(self._spark, "org.apache.parquet.hadoop.ParquetFileReader")
+        input_file = java_class(self._spark, "org.apache.parquet.hadoop.util.HadoopInputFile")
+        try:
+            reader = reader_class.open(input_file.fromPath(jp, self._conf))
+        except Py4JJavaError:
+            return None
+        try:
+            return int(reader.getRecordCount())
+        finally:
+            reader.close()
+
     def read_bytes_at(self, p: str, offset: int, length: int) -> bytes:
         """`length` bytes of `p` from `offset` (the caller keeps within the file)."""
         jp = self._path(p)
+        local = self._local(jp, self._fs(jp))
+        if local is not None:  # a landing file's markers, two reads a Parquet file: no py4j
+            with open(local, "rb") as fh:
+                fh.seek(offset)
+                return fh.read(length)
         stream = self._fs(jp).open(jp)
         try:
             stream.seek(offset)

@@ -59,6 +59,10 @@ NOISE = (
     # "Truncated the string representation of a plan since it was too large": a run's plans
     # are wide (the tables' columns)
     "org.apache.spark.util.SparkStringUtils",
+    # "Skipped the rest of the content in the corrupted file", with a Java trace: a landing
+    # Parquet file Spark cannot decode, which the run reports itself, in one line, as a
+    # damaged file (consume.short)
+    "org.apache.spark.sql.execution.datasources.FileScanRDD",
 )
 
 # The JVM's log configuration when this process starts the JVM (the file says why): Spark's

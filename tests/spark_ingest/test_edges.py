@@ -98,6 +98,61 @@ def test_bom_date_only_and_a_damaged_parquet_file(spark: Any, tmp_path: Path) ->
     assert counts == {"esp32-01": 2, "esp32-02": 1}
 
 
+def _garble(path: Path, start: int, end: int) -> None:
+    """Bytes [start, end) of `path` inverted, as a bad disk sector or a faulty copy leaves
+    them: the markers and the footer stay whole."""
+    data = bytearray(path.read_bytes())
+    data[start:end] = bytes(b ^ 0xFF for b in data[start:end])
+    path.write_bytes(bytes(data))
+
+
+def test_a_parquet_file_damaged_inside_is_said_and_quarantined_whole(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A Parquet file whose markers and footer are whole but whose data is not: Spark
+    skips what it cannot decode (ignoreCorruptFiles), so the file read as fewer rows than
+    its footer counts, or none, and nothing said so. Each such file is now a damaged file,
+    said in one line and quarantined whole, even the row group that could be read; the run
+    goes on with the other files."""
+    import pyarrow.parquet as pq
+
+    landing = tmp_path / "landing"
+    dev = [msg(k, producer_of("esp32-01"), "esp32-01/temperature", {"value": "20"})
+           for k in range(0, 60, 5)]  # fmt: skip
+    write_parquet_messages(landing, landing_name(T0, 1, ".parquet"), dev)
+    other = [msg(k, producer_of("esp32-02"), "esp32-02/temperature", {"value": str(k)})
+             for k in range(0, 60, 5)]  # fmt: skip
+    # all of its data garbled: it read as no row at all
+    none = write_parquet_messages(landing, landing_name(T0, 2, ".parquet"), other)
+    footer = int.from_bytes(none.read_bytes()[-8:-4], "little")
+    _garble(none, 4, none.stat().st_size - 8 - footer)
+    # two row groups, the second garbled: the first read, the rest of the file skipped
+    half = write_parquet_messages(tmp_path, landing_name(T0, 3, ".parquet"), other)
+    pq.write_table(pq.read_table(half), landing / half.name, row_group_size=6)
+    half = landing / half.name
+    meta = pq.read_metadata(half)
+    assert meta.num_row_groups == 2
+    chunks = [meta.row_group(1).column(i) for i in range(meta.num_columns)]
+    second = min(c.dictionary_page_offset or c.data_page_offset for c in chunks)
+    footer = int.from_bytes(half.read_bytes()[-8:-4], "little")
+    _garble(half, second, half.stat().st_size - 8 - footer)
+
+    db = new_database()
+    said: list[str] = []
+    s = run_batch(spark, str(landing), str(tmp_path / "out"), database=db, progress=said.append)
+    assert set(s.damaged) == {f"file:{none}", f"file:{half}"}, s.damaged
+    assert "12 of the 12 rows" in s.damaged[f"file:{none}"]
+    assert "6 of the 12 rows" in s.damaged[f"file:{half}"]
+    warnings = [m for m in said if "damaged landing file" in m]
+    assert len(warnings) == 2 and all("\n" not in w for w in warnings), warnings
+    assert f"DAMAGED FILE      {half.name}" in s.render()
+    assert (s.files, s.messages, s.quarantined) == (3, 12, {"damaged_file": 2})
+    q = spark.table(f"{db}.quarantine").where("reason = 'damaged_file'").collect()
+    assert sorted(r["source_file"].rsplit("/", 1)[-1] for r in q) == sorted([none.name, half.name])
+    counts = {r["device_id"]: r["messages"] for r in spark.table(f"{db}.devices").collect()}
+    assert counts == {"esp32-01": 12}  # none of the half-read file's rows
+
+
 def _series(device: str, times: list[float]) -> list[Any]:
     return [msg(t, producer_of(device), f"{device}/temperature", {"value": "1"}) for t in times]
 

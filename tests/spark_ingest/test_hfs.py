@@ -84,3 +84,48 @@ def test_a_local_file_reads_as_hadoop_reads_it(spark: Any, tmp_path: Path) -> No
         assert hfs.read_text(given) == hadoops == text
     assert hfs.read_text(str(tmp_path / "absent.json")) is None
     assert hfs.read_text(str(f / "under-a-file.json")) is None
+
+
+def test_a_parquet_footer_and_markers_read_as_hadoop_reads_them(
+    spark: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """What a run checks of each new Parquet file (consume.damaged, consume.short): its
+    markers' bytes and the rows its footer counts, read on a local disk without py4j, are
+    what Hadoop's and Parquet's own readers give; a footer that cannot be read is None."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    f = tmp_path / "landing-1.parquet"
+    pq.write_table(pa.table({"x": list(range(1000))}), f, row_group_size=300)
+    torn = tmp_path / "landing-2.parquet"
+    data = bytearray(f.read_bytes())
+    data[-12:-8] = b"\xff\xff\xff\xff"  # the footer's last bytes: no longer a footer
+    torn.write_bytes(bytes(data))
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(
+        jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(
+            jvm.org.apache.hadoop.fs.Path(str(f)), conf
+        )
+    )
+    try:
+        parquets = int(reader.getRecordCount())
+    finally:
+        reader.close()
+    size = f.stat().st_size
+
+    def read(hfs: HFS) -> tuple[Any, ...]:
+        return (
+            hfs.read_bytes_at(str(f), size - 8, 8),
+            hfs.read_bytes_at(f"file://{f}", 0, 4),
+            hfs.parquet_rows(str(f)),
+            hfs.parquet_rows(str(torn)),
+        )
+
+    local = read(HFS(spark))
+    # Hadoop's way, as on HDFS or an object store
+    monkeypatch.setattr("spark_ingest.hfs.LOCAL_FILE_SYSTEMS", {})
+    hadoop = read(HFS(spark))
+    tail = bytes(f.read_bytes()[-8:])
+    assert local == hadoop == (tail, b"PAR1", parquets, None)
+    assert parquets == 1000
