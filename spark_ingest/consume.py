@@ -68,7 +68,7 @@ def short(
         elif have < want:
             out[f] = (
                 f"{want - have} of the {want} rows its footer counts cannot be read "
-                "(a damaged part of the file)"
+                "(damaged data, or a column of another type than the landing schema's)"
             )
     return out
 

@@ -113,7 +113,8 @@ def test_a_parquet_file_damaged_inside_is_said_and_quarantined_whole(
     skips what it cannot decode (ignoreCorruptFiles), so the file read as fewer rows than
     its footer counts, or none, and nothing said so. Each such file is now a damaged file,
     said in one line and quarantined whole, even the row group that could be read; the run
-    goes on with the other files."""
+    goes on with the other files. So is a file with a column of another type."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     landing = tmp_path / "landing"
@@ -130,6 +131,12 @@ def test_a_parquet_file_damaged_inside_is_said_and_quarantined_whole(
     half = write_parquet_messages(tmp_path, landing_name(T0, 3, ".parquet"), other)
     pq.write_table(pq.read_table(half), landing / half.name, row_group_size=6)
     half = landing / half.name
+    # a column of another type than the landing schema's (an id as a number): Spark
+    # skipped the whole file the same way
+    typed = write_parquet_messages(landing, landing_name(T0, 4, ".parquet"), other)
+    t = pq.read_table(typed)
+    ids = pa.array(range(len(t)), pa.int64())
+    pq.write_table(t.set_column(t.schema.get_field_index("id"), "id", ids), typed)
     meta = pq.read_metadata(half)
     assert meta.num_row_groups == 2
     chunks = [meta.row_group(1).column(i) for i in range(meta.num_columns)]
@@ -140,15 +147,17 @@ def test_a_parquet_file_damaged_inside_is_said_and_quarantined_whole(
     db = new_database()
     said: list[str] = []
     s = run_batch(spark, str(landing), str(tmp_path / "out"), database=db, progress=said.append)
-    assert set(s.damaged) == {f"file:{none}", f"file:{half}"}, s.damaged
+    assert set(s.damaged) == {f"file:{none}", f"file:{half}", f"file:{typed}"}, s.damaged
     assert "12 of the 12 rows" in s.damaged[f"file:{none}"]
     assert "6 of the 12 rows" in s.damaged[f"file:{half}"]
+    assert "another type" in s.damaged[f"file:{typed}"]
     warnings = [m for m in said if "damaged landing file" in m]
-    assert len(warnings) == 2 and all("\n" not in w for w in warnings), warnings
+    assert len(warnings) == 3 and all("\n" not in w for w in warnings), warnings
     assert f"DAMAGED FILE      {half.name}" in s.render()
-    assert (s.files, s.messages, s.quarantined) == (3, 12, {"damaged_file": 2})
+    assert (s.files, s.messages, s.quarantined) == (4, 12, {"damaged_file": 3})
     q = spark.table(f"{db}.quarantine").where("reason = 'damaged_file'").collect()
-    assert sorted(r["source_file"].rsplit("/", 1)[-1] for r in q) == sorted([none.name, half.name])
+    got = sorted(r["source_file"].rsplit("/", 1)[-1] for r in q)
+    assert got == sorted([none.name, half.name, typed.name])
     counts = {r["device_id"]: r["messages"] for r in spark.table(f"{db}.devices").collect()}
     assert counts == {"esp32-01": 12}  # none of the half-read file's rows
 
