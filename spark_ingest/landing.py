@@ -30,7 +30,8 @@ REASONS = {
     "bad_received_at": "`received_at` is not a date-time (`detail` says why)",
     "missing_fields": "`fields` is absent or null",
     "bad_camera_event": "an ONVIF message whose payload is not a tt:Message with a UtcTime",
-    "damaged_file": "a landing file that cannot be read at all (`detail` says why)",
+    "damaged_file": "a landing file that cannot be read whole (`detail` says why)",
+    "not_utf8": "the line is not UTF-8 (`raw` shows its invalid bytes as U+FFFD)",
 }
 
 # columns of a classified line: the quarantine's, the time it counts at, a message's, and
@@ -152,6 +153,12 @@ def classify_lines(lines: DataFrame, window_us: int, time: str = "received") -> 
         F.col("raw")
     )
     j = F.from_json(raw, LANDING_JSON, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+    # JSON text is UTF-8 (RFC 8259 §8.1). Spark keeps a line's bytes as they are and its
+    # JSON parser reads a byte that is not UTF-8 as U+FFFD: a Latin-1 "café" became the
+    # device "caf\ufffd", accepted without a word. Such a line is quarantined; its `raw` is
+    # made valid UTF-8 (U+FFFD for each invalid sequence: readers such as DuckDB refuse a
+    # Parquet string that is not UTF-8), and the landing file keeps its bytes.
+    utf8 = F.is_valid_utf8(raw)
     # The parse sits behind a generator (`inline` of a one-element array) on purpose: a
     # filter on the result (`reason IS NULL`, in every caller) is otherwise pushed below the
     # projection with `j` substituted, and the optimizer then runs from_json once per
@@ -165,6 +172,7 @@ def classify_lines(lines: DataFrame, window_us: int, time: str = "received") -> 
                     F.col("source_file"),
                     F.col("_modified"),
                     j.alias("j"),
+                    utf8.alias("_utf8"),
                 )
             )
         )
@@ -176,7 +184,8 @@ def classify_lines(lines: DataFrame, window_us: int, time: str = "received") -> 
     reason = (
         # blank or malformed is decided only for lines the parser rejected: trimming every
         # line copies it, and a JSON object never trims to ""
-        F.when(unparsed & (F.trim("raw") == ""), F.lit("blank_line"))
+        F.when(~F.col("_utf8"), F.lit("not_utf8"))
+        .when(unparsed & (F.trim("raw") == ""), F.lit("blank_line"))
         .when(unparsed, F.lit("malformed_json"))
         .when(F.col("j.id").isNull() | (F.col("j.id") == ""), F.lit("missing_id"))
         .when(F.col("j.received_at").isNull(), F.lit("missing_received_at"))
@@ -192,6 +201,13 @@ def classify_lines(lines: DataFrame, window_us: int, time: str = "received") -> 
             F.lit("': "),
             timestamps.refusal(F.col("j.received_at")),
         ),
+    ).when(
+        reason == "not_utf8",
+        F.concat(
+            F.lit("a line of "),
+            F.octet_length("raw").cast("string"),
+            F.lit(" bytes that is not UTF-8: its bytes are in the landing file"),
+        ),
     )
     flat = parsed.select(
         "raw",
@@ -200,12 +216,13 @@ def classify_lines(lines: DataFrame, window_us: int, time: str = "received") -> 
         *[F.col(f"j.{c}").alias(c) for c in ("id", "producer", "gateway_id", "topic_path")],
         F.col("j.fields").alias("fields"),
         F.col("j"),
+        F.col("_utf8"),
     )
     return _finish(
         flat,
         reason,
         detail,
-        F.col("raw"),
+        F.when(F.col("_utf8"), F.col("raw")).otherwise(F.make_valid_utf8("raw")),
         ts,
         identity(
             ts,

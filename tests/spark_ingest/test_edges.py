@@ -98,6 +98,35 @@ def test_bom_date_only_and_a_damaged_parquet_file(spark: Any, tmp_path: Path) ->
     assert counts == {"esp32-01": 2, "esp32-02": 1}
 
 
+def test_a_line_that_is_not_utf8_is_quarantined_not_altered(spark: Any, tmp_path: Path) -> None:
+    """JSON text is UTF-8 (RFC 8259 §8.1). A line written in Latin-1 (a hand-made or
+    re-encoded file) was read with U+FFFD for its byte: the device "café" became "caf\ufffd"
+    and was counted as a device of its own, without a word. Now it is quarantined, and the
+    tables stay readable by other readers (DuckDB refuses a Parquet string that is not
+    UTF-8). A line that is UTF-8 and holds U+FFFD itself is a message like any other."""
+    import duckdb
+
+    landing = tmp_path / "landing"
+
+    def text(m: Any) -> str:  # as written, not \u-escaped
+        return json.dumps(json.loads(m.to_json()), ensure_ascii=False, separators=(",", ":"))
+
+    cafe = text(msg(5, producer_of("café"), "café/temperature", {"value": "20"}))
+    odd = text(msg(10, producer_of("esp32-01"), "esp32-01/temperature", {"note": "a \ufffd"}))
+    assert "\ufffd".encode() in odd.encode()  # the three bytes of U+FFFD in UTF-8
+    publish(landing, landing_name(T0, 1), cafe.encode("latin-1") + b"\n" + odd.encode() + b"\n")
+    db = new_database()
+    s = run_batch(spark, str(landing), str(tmp_path / "out"), database=db)
+    assert (s.messages, s.quarantined) == (1, {"not_utf8": 1}), s.to_dict()
+    q = spark.table(f"{db}.quarantine").collect()
+    assert [r["reason"] for r in q] == ["not_utf8"]
+    assert "caf\ufffd" in q[0]["raw"] and "not UTF-8" in q[0]["detail"]
+    devices = [r["device_id"] for r in spark.table(f"{db}.devices").collect()]
+    assert devices == ["esp32-01"]
+    files = [str(f) for f in (tmp_path / "out" / "quarantine").rglob("*.parquet")]
+    assert duckdb.sql(f"SELECT count(*) FROM read_parquet({files!r})").fetchall() == [(1,)]
+
+
 def _garble(path: Path, start: int, end: int) -> None:
     """Bytes [start, end) of `path` inverted, as a bad disk sector or a faulty copy leaves
     them: the markers and the footer stay whole."""
