@@ -30,12 +30,14 @@ LOCAL_FILE_SYSTEMS = {
 }
 
 
-def _local_entries(qualified: str, local: str, checksums: bool) -> list[tuple[str, bool, int, int]]:
+def _local_entries(
+    qualified: str, local: str, checksums: bool
+) -> list[tuple[str, bool, int, int, str]]:
     """`listStatus` of the local directory `local` (qualified: `qualified`): (path, is a
-    directory, bytes, modification time in ms) of each entry; its path is the directory's
-    and its name; a symbolic link is what it points to; an entry gone or dangling before it
-    could be read is left out, and so are the checksum files (`.name.crc`) where Hadoop's
-    file system keeps them (`checksums`)."""
+    directory, bytes, modification time in ms, the operating system's path) of each entry;
+    its path is the directory's and its name; a symbolic link is what it points to; an
+    entry gone or dangling before it could be read is left out, and so are the checksum
+    files (`.name.crc`) where Hadoop's file system keeps them (`checksums`)."""
     base = qualified.rstrip("/")
     out = []
     with os.scandir(local) as it:
@@ -48,7 +50,8 @@ def _local_entries(qualified: str, local: str, checksums: bool) -> list[tuple[st
                 continue
             # Java's File.lastModified, which Hadoop reports: whole milliseconds
             ms = st.st_mtime_ns // 1_000_000
-            out.append((f"{base}/{e.name}", stat.S_ISDIR(st.st_mode), int(st.st_size), ms))
+            path = f"{base}/{e.name}"
+            out.append((path, stat.S_ISDIR(st.st_mode), int(st.st_size), ms, e.path))
     return out
 
 
@@ -58,10 +61,11 @@ class HFS:
         self._conf: Any = spark.sparkContext._jsc.hadoopConfiguration()
         self._Path: Any = java_class(spark, "org.apache.hadoop.fs.Path")
         self._IOUtils: Any = java_class(spark, "org.apache.commons.io.IOUtils")
-        #: qualified path -> modification time (ms) of each local file a listing gave: its
-        #: path is qualified already, and a landing file does not change once published,
-        #: so a run asks nothing more of the files it listed (two round trips less each)
-        self._listed: dict[str, int] = {}
+        #: qualified path -> (modification time in ms, the operating system's path) of each
+        #: local file a listing gave: its path is qualified already, and a landing file
+        #: does not change once published, so a run asks nothing more of the files it
+        #: listed through py4j (their modification times, and their bytes, are local)
+        self._listed: dict[str, tuple[int, str]] = {}
 
     def _path(self, p: str) -> Any:
         return self._Path(p)
@@ -117,8 +121,8 @@ class HFS:
         if kind in LOCAL_FILE_SYSTEMS:
             local = str(qualified.toUri().getPath())
             found = _local_entries(str(qualified.toString()), local, LOCAL_FILE_SYSTEMS[kind])
-            self._listed.update((path, ms) for path, _d, _b, ms in found)
-            return [(path, d, b) for path, d, b, _ms in found]
+            self._listed.update((path, (ms, os_path)) for path, _d, _b, ms, os_path in found)
+            return [(path, d, b) for path, d, b, _ms, _os in found]
         return [
             (str(s.getPath().toString()), bool(s.isDirectory()), int(s.getLen()))
             for s in fs.listStatus(jp)
@@ -141,7 +145,7 @@ class HFS:
         """Modification time of `p` in ms since the epoch (None when it does not exist); of
         a file a local listing gave, its time then."""
         if p in self._listed:
-            return self._listed[p]
+            return self._listed[p][0]
         jp = self._path(p)
         fs = self._fs(jp)
         if not fs.exists(jp):
@@ -165,18 +169,21 @@ class HFS:
             out.close()
         return True
 
-    def _local(self, jp: Any, fs: Any) -> str | None:
-        """The operating system's path of `jp` when its file system is a local one."""
+    def _local(self, p: str) -> tuple[Any, str | None]:
+        """`p` as a Hadoop path (None when a listing gave it), and its operating system's
+        path when its file system is a local one."""
+        if p in self._listed:
+            return None, self._listed[p][1]
+        jp = self._path(p)
+        fs = self._fs(jp)
         if str(fs.getClass().getName()) not in LOCAL_FILE_SYSTEMS:
-            return None
-        return str(fs.makeQualified(jp).toUri().getPath())
+            return jp, None
+        return jp, str(fs.makeQualified(jp).toUri().getPath())
 
     def parquet_rows(self, p: str) -> int | None:
         """The rows the footer of the Parquet file `p` counts; None when no footer can be
         read. A local file's footer is read by pyarrow (no round trip through py4j)."""
-        jp = self._path(p)
-        fs = self._fs(jp)
-        local = self._local(jp, fs)
+        jp, local = self._local(p)
         if local is not None:
             try:
                 import pyarrow.parquet as pq
@@ -190,7 +197,7 @@ class HFS:
         reader_class = java_class(self._spark, "org.apache.parquet.hadoop.ParquetFileReader")
         input_file = java_class(self._spark, "org.apache.parquet.hadoop.util.HadoopInputFile")
         try:
-            reader = reader_class.open(input_file.fromPath(jp, self._conf))
+            reader = reader_class.open(input_file.fromPath(jp or self._path(p), self._conf))
         except Py4JJavaError:
             return None
         try:
@@ -200,8 +207,7 @@ class HFS:
 
     def read_bytes_at(self, p: str, offset: int, length: int) -> bytes:
         """`length` bytes of `p` from `offset` (the caller keeps within the file)."""
-        jp = self._path(p)
-        local = self._local(jp, self._fs(jp))
+        jp, local = self._local(p)
         if local is not None:  # a landing file's markers, two reads a Parquet file: no py4j
             with open(local, "rb") as fh:
                 fh.seek(offset)

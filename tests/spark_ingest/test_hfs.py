@@ -114,18 +114,22 @@ def test_a_parquet_footer_and_markers_read_as_hadoop_reads_them(
         reader.close()
     size = f.stat().st_size
 
-    def read(hfs: HFS) -> tuple[Any, ...]:
+    def read(hfs: HFS, good: str, bad: str) -> tuple[Any, ...]:
         return (
-            hfs.read_bytes_at(str(f), size - 8, 8),
-            hfs.read_bytes_at(f"file://{f}", 0, 4),
-            hfs.parquet_rows(str(f)),
-            hfs.parquet_rows(str(torn)),
+            hfs.read_bytes_at(good, size - 8, 8),
+            hfs.read_bytes_at(good, 0, 4),
+            hfs.parquet_rows(good),
+            hfs.parquet_rows(bad),
         )
 
-    local = read(HFS(spark))
+    local = read(HFS(spark), str(f), str(torn))
+    # as a run asks, of the paths its listing gave (HFS._listed: no py4j at all)
+    listed = HFS(spark)
+    paths = {p.rsplit("/", 1)[-1]: p for p, _d, _b in listed.entries(f"file://{tmp_path}")}
+    assert read(listed, paths[f.name], paths[torn.name]) == local
     # Hadoop's way, as on HDFS or an object store
     monkeypatch.setattr("spark_ingest.hfs.LOCAL_FILE_SYSTEMS", {})
-    hadoop = read(HFS(spark))
+    hadoop = read(HFS(spark), f"file://{f}", str(torn))
     tail = bytes(f.read_bytes()[-8:])
     assert local == hadoop == (tail, b"PAR1", parquets, None)
     assert parquets == 1000
