@@ -138,8 +138,10 @@ class StreamSummary:
 # and interrupted file operation, as an ERROR or a WARN with its Java trace (549 lines for a
 # micro-batch of one small file, tests/spark_ingest/test_stream.py). The stream says it in
 # one line and in its summary, and the next start cleans up: from the cancel on, they are
-# off (at the default level; a user who asked for INFO or DEBUG gets all of it).
-CANCELLED = ("org.apache.spark", "org.apache.hadoop", "org.apache.parquet")
+# off (at the default level; a user who asked for INFO or DEBUG gets all of it): the root
+# logger (a shaded library's too: Guava's Closeables warned of an interrupted channel) and
+# the packages whose loggers Spark's log profile sets levels of their own.
+CANCELLED = ("", "org.apache.spark", "org.apache.hadoop", "org.apache.parquet", "org.sparkproject")
 # Stopping a query between micro-batches has Spark cancel its job group, which then has no
 # job: "WARN DAGScheduler: Failed to cancel job group ... Cannot find active jobs", twice.
 STOPPING = ("org.apache.spark.scheduler.DAGScheduler",)
@@ -183,12 +185,30 @@ class _Stopper:
             signal.signal(sig, old)
         if self._timer is not None:
             self._timer.cancel()
+        if self.cancelled:
+            self._settle()
         with self._lock:
             for name, level in self._levels.items():
                 # a JVM gone already has no level to restore; its error is the one to see
                 with contextlib.suppress(Exception):
                     restore_log_level(self.spark, name, level)
             self._levels.clear()
+
+    def _settle(self, limit: float = 10.0) -> None:
+        """Wait, at most `limit` seconds, until the cancelled jobs' tasks have ended: a task
+        logs its abort as it ends, which can be after the run has given up (seen under
+        load: the levels were back by then and its trace was printed). Spark's status
+        store counts a task as running until the scheduler has handled, and logged, its
+        end."""
+        jtracker = self.spark.sparkContext._jsc.sc().statusTracker()
+        tracker = self.spark.sparkContext.statusTracker()
+        deadline = time.monotonic() + limit
+        with contextlib.suppress(Exception):  # a JVM gone has nothing left to log
+            while time.monotonic() < deadline:
+                running = sum(int(e.numRunningTasks()) for e in jtracker.getExecutorInfos())
+                if not running and not tracker.getActiveStageIds():
+                    return
+                time.sleep(0.1)
 
     def hush(self, loggers: Sequence[str]) -> None:
         """`loggers` off until the stopper exits, those at WARN or above (the default)."""
