@@ -280,6 +280,10 @@ def checkpoint_of(out: str) -> str:
     return f"{out.rstrip('/')}/_stream"
 
 
+class MicroBatchFailed(RuntimeError):
+    """What Spark is told of a micro-batch whose run failed (the error is the run's)."""
+
+
 class _Batches:
     """The foreachBatch function: one engine run over the micro-batch's files, serialised
     with the idle ticks (one run at a time holds --out's lock)."""
@@ -314,6 +318,14 @@ class _Batches:
             self.say(f"micro-batch {batch_id}: {len(files)} new landing files")
             self.run(files)
             self.batches += 1
+        except Exception as e:
+            self.error = e
+            # Spark gets one line; run_stream re-raises `e` itself. When the query is stopping
+            # (the stopper cancelled this run), Spark reads the Python trace of the error with
+            # a regex that recurses once per character after "Py4JJavaError: An error occurred
+            # while calling" (StreamExecution.PROXY_ERROR, Spark 3.4 to 4.x): a cancelled job's
+            # Java trace overflowed the query thread's stack, and the JVM printed 1,024 frames
+            raise MicroBatchFailed(f"micro-batch {batch_id}: {type(e).__name__}") from None
         except BaseException as e:
             self.error = e
             raise

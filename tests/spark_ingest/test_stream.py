@@ -31,12 +31,21 @@ from ingest_data import (
     steady,
     write_zone,
 )
+from pyspark.errors import StreamingQueryException
 
 from spark_ingest.batch import run_batch
 from spark_ingest.jvm import set_log_level
 from spark_ingest.options import Options
 from spark_ingest.schema import TABLES
-from spark_ingest.stream import StreamOptions, _Stopper, run_stream
+from spark_ingest.stream import (
+    StreamOptions,
+    StreamSummary,
+    _Batches,
+    _query,
+    _Stopper,
+    checkpoint_of,
+    run_stream,
+)
 from spark_ingest.synth import landing_name, producer_of, write_lines, write_parquet_messages
 
 pytestmark = pytest.mark.spark
@@ -288,6 +297,53 @@ def test_hushed_loggers_get_their_levels_back(spark: Any) -> None:
     finally:
         set_log_level(spark, own, "WARN")
         set_log_level(spark, verbose, "WARN")
+
+
+def test_a_run_cancelled_as_the_query_stops_leaves_no_java_trace(
+    spark: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A micro-batch whose Spark job fails after the query began to stop (interrupted by the
+    stop, or cancelled, as at the stopper's grace): the stream keeps the run's error, and
+    the JVM prints nothing. Spark matched the error's Python trace with a regex that recurses
+    once per character: a StackOverflowError and 1,024 Java frames on stderr, seen in CI
+    (stream.MicroBatchFailed)."""
+    landing, out = tmp_path / "landing", tmp_path / "out"
+    write_zone(landing, [list(steady(0, 60))])
+    opts = StreamOptions(database=new_database())
+    summary = StreamSummary(str(landing), str(out), opts.database, opts.window,
+                            opts.watermark, opts.trigger)  # fmt: skip
+    queries: list[Any] = []
+    stopper = threading.Thread(target=lambda: queries[0].stop())
+    ended = threading.Event()
+
+    def cancel_each_job() -> None:
+        while not ended.wait(0.2):
+            if spark.sparkContext.statusTracker().getActiveJobsIds():
+                spark.sparkContext.cancelAllJobs()
+
+    class CancelledAsItStops(_Batches):
+        def run(self, only: dict[str, int] | None) -> Any:
+            stopper.start()
+            while queries[0].isActive:
+                time.sleep(0.05)
+            # the stop interrupts this thread's job; cancelling ends it at any rate
+            threading.Thread(target=cancel_each_job, daemon=True).start()
+            return spark.range(10**12).selectExpr("max(id)").collect()
+
+    batches = CancelledAsItStops(spark, [str(landing)], str(out), opts, lambda _m: None, summary)
+    try:
+        queries.append(_query(spark, [str(landing)], checkpoint_of(str(out)), opts, batches, True))
+        # what Spark is told: one line
+        with pytest.raises(StreamingQueryException, match="MicroBatchFailed: micro-batch 0: Py"):
+            queries[0].awaitTermination(120)
+        stopper.join(120)
+    finally:
+        ended.set()
+    assert type(batches.error).__name__ == "Py4JJavaError", batches.error
+    why = str(batches.error.java_exception)  # type: ignore[attr-defined]
+    assert "InterruptedException" in why or "cancelled" in why, why
+    err = capfd.readouterr().err
+    assert "StackOverflowError" not in err and not JVM_COMPLAINT.findall(err), err[:3000]
 
 
 # two stream processes (two JVMs) and a batch run: 186 s at a load average of 2-4 on the
