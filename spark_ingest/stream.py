@@ -200,11 +200,16 @@ class _Stopper:
         load: the levels were back by then and its trace was printed). Spark's status
         store counts a task as running until the scheduler has handled, and logged, its
         end."""
-        jtracker = self.spark.sparkContext._jsc.sc().statusTracker()
+        jsc = self.spark.sparkContext._jsc.sc()
+        jtracker = jsc.statusTracker()
         tracker = self.spark.sparkContext.statusTracker()
         deadline = time.monotonic() + limit
         with contextlib.suppress(Exception):  # a JVM gone has nothing left to log
             while time.monotonic() < deadline:
+                # the status store follows the scheduler's events as the listener bus
+                # delivers them: a task just started is counted once its event is through
+                left = max(1, int((deadline - time.monotonic()) * 1000))
+                jsc.listenerBus().waitUntilEmpty(left)
                 running = sum(int(e.numRunningTasks()) for e in jtracker.getExecutorInfos())
                 if not running and not tracker.getActiveStageIds():
                     return
@@ -236,8 +241,10 @@ class _Stopper:
         self._timer.start()
 
     def _cancel(self) -> None:
-        self.cancelled = True
+        # hushed before `cancelled` is set: run_stream cancels too once it reads `cancelled`,
+        # and a task interrupted then logged its warnings before the loggers were off
         self.hush(CANCELLED)
+        self.cancelled = True
         self.spark.sparkContext.cancelAllJobs()
 
 

@@ -299,6 +299,27 @@ def test_hushed_loggers_get_their_levels_back(spark: Any) -> None:
         set_log_level(spark, verbose, "WARN")
 
 
+def test_a_cancel_is_known_only_once_the_loggers_are_off(spark: Any) -> None:
+    """run_stream cancels the run's jobs too once it sees the stopper's `cancelled`: a task
+    interrupted then logged BlockManager's warnings before the loggers were off (seen in
+    the signal test), so `cancelled` is set only after they are. (This session logs at
+    ERROR.)"""
+    manager = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager
+    seen: list[bool] = []
+
+    class Watched(_Stopper):
+        def __setattr__(self, name: str, value: Any) -> None:
+            if name == "cancelled" and value:
+                logger = manager.getLogger("org.apache.spark.storage.BlockManager")
+                seen.append(bool(logger.isErrorEnabled()))
+            super().__setattr__(name, value)
+
+    with Watched(spark, 30.0, lambda _m: None) as stopper:
+        stopper._cancel()
+    assert seen == [False]
+    assert manager.getLogger("org.apache.spark.storage.BlockManager").isErrorEnabled()
+
+
 def test_a_run_cancelled_as_the_query_stops_leaves_no_java_trace(
     spark: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
