@@ -34,10 +34,10 @@ PARTS = ("spark", "spark1", "spark2", "rest")
 # SparkSession, metastore and tmp dirs: chosen so both take about as long (wall and CPU
 # seconds per module, with every test's process tree: docs/performance.md, "The test
 # command"). test_cluster (about 2 min) went to spark1 when spark2 was the longer by 3,
-# then test_lookups (about 35 s) to spark2 when spark1 was the longer by 75 s.
+# then test_gap_context (about 50 s) to spark2 when spark1 was the longer by 2 min in CI.
 SPARK2_MODULES = frozenset(
     {
-        "tests/spark_ingest/test_lookups.py",
+        "tests/spark_ingest/test_gap_context.py",
         "tests/spark_ingest/test_small_run.py",
         "tests/spark_ingest/test_stream.py",
         "tests/spark_ingest/test_stream_history.py",
