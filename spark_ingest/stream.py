@@ -330,8 +330,8 @@ class _Batches:
             # Spark gets one line; run_stream re-raises `e` itself. When the query is stopping
             # (the stopper cancelled this run), Spark reads the Python trace of the error with
             # a regex that recurses once per character after "Py4JJavaError: An error occurred
-            # while calling" (StreamExecution.PROXY_ERROR, Spark 3.4 to 4.x): a cancelled job's
-            # Java trace overflowed the query thread's stack, and the JVM printed 1,024 frames
+            # while calling" (StreamExecution.PROXY_ERROR; seen with Spark 4.3): a cancelled
+            # job's Java trace overflowed the query thread's stack; the JVM printed 1,024 frames
             raise MicroBatchFailed(f"micro-batch {batch_id}: {type(e).__name__}") from None
         except BaseException as e:
             self.error = e
